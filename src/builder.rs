@@ -1,0 +1,371 @@
+//! Configuration: a by-value builder that validates everything at [`RedlockBuilder::build`].
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::io::tcp::TcpSettings;
+use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
+
+use crate::client::{Inner, Redlock};
+use crate::error::{Error, Result};
+use crate::node::Node;
+use crate::quorum;
+use crate::retry::RetryPolicy;
+
+/// Validated settings shared by every clone of a [`Redlock`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) key_prefix: String,
+    pub(crate) drift_factor: f64,
+    pub(crate) node_timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) wait: Duration,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) default_ttl: Duration,
+}
+
+/// Builds a [`Redlock`]. Setters never fail; [`build`](Self::build) reports the first
+/// problem with a message that says what to fix.
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build()` is called"]
+pub struct RedlockBuilder {
+    nodes: Vec<String>,
+    key_prefix: String,
+    drift_factor: f64,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    retry: RetryPolicy,
+    wait: Duration,
+    max_attempts: Option<u32>,
+    default_ttl: Duration,
+    tls_root_cert: Option<Vec<u8>>,
+}
+
+impl Default for RedlockBuilder {
+    fn default() -> Self {
+        RedlockBuilder {
+            nodes: Vec::new(),
+            key_prefix: String::new(),
+            drift_factor: Self::DEFAULT_DRIFT_FACTOR,
+            node_timeout: Self::DEFAULT_NODE_TIMEOUT,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            retry: RetryPolicy::default(),
+            wait: Self::DEFAULT_WAIT,
+            max_attempts: None,
+            default_ttl: Self::DEFAULT_TTL,
+            tls_root_cert: None,
+        }
+    }
+}
+
+impl RedlockBuilder {
+    /// Default [`drift_factor`](Self::drift_factor): 0.01.
+    pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+    /// Default [`node_timeout`](Self::node_timeout): 50 ms.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Default [`connect_timeout`](Self::connect_timeout): 500 ms.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+    /// Default [`wait`](Self::wait): 10 s.
+    pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+    /// Default [`default_ttl`](Self::default_ttl): 30 s.
+    pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+    /// Adds Redis nodes by URL: `redis://[user:password@]host[:port][/db]` or `rediss://…`
+    /// for TLS. Each must be an independent master; listing one server twice is rejected
+    /// because it would let one server cast two votes.
+    pub fn nodes<I, S>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.nodes
+            .extend(urls.into_iter().map(|u| u.as_ref().trim().to_owned()));
+        self
+    }
+
+    /// Adds one node by URL. See [`nodes`](Self::nodes).
+    pub fn node(self, url: impl AsRef<str>) -> Self {
+        self.nodes([url])
+    }
+
+    /// A prefix put in front of every resource name to form its key. Default: none, so the
+    /// key of resource `R` is exactly `R` and the lock excludes other Redlock clients
+    /// (redsync, node-redlock, redis-py) that lock the same name.
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
+        self
+    }
+
+    /// Fraction of the TTL set aside for clock drift between nodes; the allowance is
+    /// `ttl * drift_factor + 2 ms`. Must lie in `[0, 1)`. Default: 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Upper bound on one request to one node, including any wait for its connection.
+    /// A node that does not answer in time counts as a failed vote for that attempt; keep
+    /// it small against the TTL. Default: 50 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Upper bound on establishing one node's connection (TCP, TLS, authentication).
+    /// Connecting runs in the background, so a slow connect delays only that node's vote.
+    /// Default: 500 ms.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Delay before the first retry of a failed attempt; later retries double it up to
+    /// [`max_retry_delay`](Self::max_retry_delay), each drawn at random from `[d/2, d]`.
+    /// Zero retries immediately. Default: 10 ms.
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry.base_delay = delay;
+        self
+    }
+
+    /// Cap on any single retry delay. Default: 200 ms.
+    pub fn max_retry_delay(mut self, delay: Duration) -> Self {
+        self.retry.max_delay = delay;
+        self
+    }
+
+    /// How long [`Redlock::lock`] keeps retrying before it gives up with
+    /// [`Error::Timeout`]. It bounds when new attempts may start; the last attempt can
+    /// take up to one [`node_timeout`](Self::node_timeout) more. Zero makes one attempt.
+    /// Can be changed per call with [`LockRequest::wait`](crate::LockRequest::wait).
+    /// Default: 10 s.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Caps the number of attempts [`Redlock::lock`] makes (at least 1). Default: no cap;
+    /// only [`wait`](Self::wait) bounds it.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// The TTL used by operations that take none explicitly. Validated at build against
+    /// the drift allowance and the node timeout. Default: 30 s.
+    pub fn default_ttl(mut self, ttl: Duration) -> Self {
+        self.default_ttl = ttl;
+        self
+    }
+
+    /// A PEM certificate (or bundle) to trust for `rediss://` nodes instead of the
+    /// platform's roots, e.g. a private CA.
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_cert = Some(pem.into());
+        self
+    }
+
+    /// Validates the configuration and creates the client. Cheap: no connection is made
+    /// until the first request, and unreachable nodes never make this fail.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming the first problem: no nodes, a malformed URL, a node listed
+    /// twice, a drift factor outside `[0, 1)`, a zero timeout, a TTL too short to leave
+    /// any validity, or zero attempts.
+    pub fn build(self) -> Result<Redlock> {
+        if self.nodes.is_empty() {
+            return Err(config("no nodes given: add at least one redis:// URL"));
+        }
+        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
+            return Err(config(format!(
+                "drift factor {} is outside [0, 1); the usual value is 0.01",
+                self.drift_factor
+            )));
+        }
+        if self.node_timeout.is_zero() {
+            return Err(config(
+                "node timeout is zero; use a few milliseconds or more",
+            ));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(config("connect timeout is zero; use 100 ms or more"));
+        }
+        if self.max_attempts == Some(0) {
+            return Err(config("max attempts is zero; use at least 1"));
+        }
+        check_ttl(self.default_ttl, self.drift_factor, self.node_timeout)?;
+
+        let mut seen = HashSet::new();
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        for url in &self.nodes {
+            let (name, client) = self.client_for(url)?;
+            if !seen.insert(name.clone()) {
+                return Err(config(format!(
+                    "node {name} is listed twice; each node must be a distinct Redis \
+                     master or it would vote twice"
+                )));
+            }
+            nodes.push(Arc::new(Node::new(
+                name,
+                client,
+                self.connect_timeout,
+                self.node_timeout,
+            )));
+        }
+
+        let config = Config {
+            key_prefix: self.key_prefix,
+            drift_factor: self.drift_factor,
+            node_timeout: self.node_timeout,
+            retry: self.retry,
+            wait: self.wait,
+            max_attempts: self.max_attempts,
+            default_ttl: self.default_ttl,
+        };
+        Ok(Redlock::from_inner(Inner::new(nodes, config)))
+    }
+
+    /// Parses one URL into a display name (`host:port[/db]`, no credentials) and a client.
+    fn client_for(&self, url: &str) -> Result<(String, Client)> {
+        if url.is_empty() {
+            return Err(config("empty node URL; expected redis://host:port"));
+        }
+        let shown = redact(url);
+        let info: ConnectionInfo = url
+            .into_connection_info()
+            .map_err(|e| config(format!("malformed node URL {shown:?}: {e}")))?;
+        let tls = match info.addr() {
+            ConnectionAddr::Tcp(..) => false,
+            ConnectionAddr::TcpTls { .. } => true,
+            _ => {
+                return Err(config(format!(
+                    "node URL {shown:?} is not a TCP address; use redis:// or rediss://"
+                )));
+            }
+        };
+        let name = match info.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                let db = info.redis_settings().db();
+                let host = host.to_ascii_lowercase();
+                if db == 0 {
+                    format!("{host}:{port}")
+                } else {
+                    format!("{host}:{port}/{db}")
+                }
+            }
+            other => other.to_string(),
+        };
+        // Lock traffic is small request/response pairs: never let Nagle hold them back.
+        let info = info.set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let client = if tls {
+            tls_client(info, self.tls_root_cert.clone(), &shown)?
+        } else {
+            Client::open(info)
+                .map_err(|e| config(format!("node URL {shown:?} is unusable: {e}")))?
+        };
+        Ok((name, client))
+    }
+}
+
+/// Rejects a TTL that is zero, not a whole number of milliseconds' worth, too large for
+/// Redis, or too short to leave any validity after the drift allowance and one node timeout.
+pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration) -> Result<()> {
+    if ttl.as_millis() == 0 {
+        return Err(config(format!(
+            "ttl {ttl:?} is below one millisecond; Redis expiry has millisecond resolution"
+        )));
+    }
+    if ttl > MAX_TTL {
+        return Err(config(format!(
+            "ttl {ttl:?} exceeds the maximum of {MAX_TTL:?}"
+        )));
+    }
+    if !quorum::ttl_is_usable(ttl, drift_factor, node_timeout) {
+        let floor = node_timeout + quorum::drift(ttl, drift_factor);
+        return Err(config(format!(
+            "ttl {ttl:?} is too short: drift allowance and node timeout use {floor:?} of it; \
+             use a ttl well above that or a smaller node timeout"
+        )));
+    }
+    Ok(())
+}
+
+/// Ten years: far beyond any sensible lock, far below what `PX` accepts.
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+fn config(msg: impl Into<String>) -> Error {
+    Error::Config(msg.into())
+}
+
+/// The URL with any password replaced, for error messages.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(info: ConnectionInfo, root_cert: Option<Vec<u8>>, shown: &str) -> Result<Client> {
+    // rustls needs a process-wide crypto provider; install ours only when the application
+    // has not chosen one, so TLS never panics for want of a provider.
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another installer is fine: some provider is then in place.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let result = match root_cert {
+        Some(pem) => Client::build_with_tls(
+            info,
+            redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            },
+        ),
+        None => Client::open(info),
+    };
+    result.map_err(|e| config(format!("TLS node {shown:?} is unusable: {e}")))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(_: ConnectionInfo, _: Option<Vec<u8>>, shown: &str) -> Result<Client> {
+    Err(config(format!(
+        "node URL {shown:?} uses TLS but quorum-lock was built without the `tls` feature"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_passwords_only() {
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact("redis://:pw@h:1/2"), "redis://:***@h:1/2");
+        assert_eq!(redact("rediss://u:pw@h"), "rediss://u:***@h");
+        assert_eq!(redact("no scheme"), "no scheme");
+    }
+
+    #[test]
+    fn ttl_checks_name_the_problem() {
+        let ok = check_ttl(Duration::from_secs(10), 0.01, Duration::from_millis(50));
+        assert!(ok.is_ok());
+        for (ttl, needle) in [
+            (Duration::ZERO, "below one millisecond"),
+            (Duration::from_micros(900), "below one millisecond"),
+            (Duration::from_millis(50), "too short"),
+            (MAX_TTL + Duration::from_secs(1), "exceeds the maximum"),
+        ] {
+            let err = check_ttl(ttl, 0.01, Duration::from_millis(50)).unwrap_err();
+            assert!(err.to_string().contains(needle), "{ttl:?}: {err}");
+        }
+    }
+}

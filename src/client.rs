@@ -1,0 +1,475 @@
+//! The client handle and acquisition: one attempt fans `SET NX PX` out to every node,
+//! `lock()` retries attempts with jittered backoff within a wait budget.
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::builder::{Config, RedlockBuilder, check_ttl};
+use crate::error::{Error, Result};
+use crate::fanout::{self, Stragglers};
+use crate::guard::{Holding, LockGuard};
+use crate::metrics;
+use crate::node::Node;
+use crate::quorum::{self, Verdict};
+use crate::report::{NodeOutcome, NodeReport};
+use crate::scripts;
+
+/// State shared by every clone of a [`Redlock`].
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) config: Config,
+    pub(crate) quorum: usize,
+}
+
+impl Inner {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Self {
+        let quorum = quorum::quorum(nodes.len());
+        Inner {
+            nodes,
+            config,
+            quorum,
+        }
+    }
+}
+
+/// A Redlock client over N independent Redis masters.
+///
+/// Cheap to clone (an `Arc`): create one with [`Redlock::builder`] and share it. With one
+/// node it is a plain single-instance lock through the same code path.
+#[derive(Debug, Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+}
+
+impl Redlock {
+    /// Starts configuring a client.
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
+
+    pub(crate) fn from_inner(inner: Inner) -> Self {
+        Redlock {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Votes needed for a lock: `nodes / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The configured nodes as `host:port`, in order.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.inner.nodes.iter().map(|n| n.name())
+    }
+
+    /// The Redis key that stores the lock for `resource`: the key prefix (if any) followed
+    /// by the resource name.
+    pub fn key(&self, resource: &str) -> String {
+        format!("{}{resource}", self.inner.config.key_prefix)
+    }
+
+    /// The TTL configured with [`RedlockBuilder::default_ttl`].
+    pub fn default_ttl(&self) -> Duration {
+        self.inner.config.default_ttl
+    }
+
+    /// Acquires `resource` for `ttl`, retrying with jittered backoff until the configured
+    /// wait budget runs out. Await the returned request; adjust it first with
+    /// [`LockRequest::wait`] or [`LockRequest::max_attempts`].
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = redlock.lock("orders:42", Duration::from_secs(10)).await?;
+    /// // ... critical section, while guard.validity() is not zero ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> LockRequest {
+        LockRequest {
+            client: self.clone(),
+            resources: vec![resource.into()],
+            ttl,
+            wait: None,
+            max_attempts: None,
+        }
+    }
+
+    /// Acquires several resources as one lock: on each node either all of them are set or
+    /// none (one atomic script per node), and a majority of nodes must agree. The order of
+    /// `resources` does not matter and duplicates are ignored, so two callers locking
+    /// `[a, b]` and `[b, a]` cannot deadlock.
+    pub fn lock_many<I, S>(&self, resources: I, ttl: Duration) -> LockRequest
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        LockRequest {
+            client: self.clone(),
+            resources: resources.into_iter().map(Into::into).collect(),
+            ttl,
+            wait: None,
+            max_attempts: None,
+        }
+    }
+
+    /// Makes exactly one attempt. Returns `Ok(None)` when another owner holds the resource.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when too many nodes failed, [`Error::ValiditySpent`] when the
+    /// attempt was too slow, [`Error::Config`] for an empty name or unusable TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes releases, in the background, whatever the
+    /// attempt may have set on any node.
+    pub async fn try_lock(
+        &self,
+        resource: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<Option<LockGuard>> {
+        let plan = Plan::new(&self.inner, vec![resource.into()], ttl)?;
+        match attempt(&self.inner, &plan).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::Contended { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Connects to every node (if not yet connected) and checks it answers `PING`, waiting
+    /// up to the connect timeout plus the node timeout. Optional: requests connect lazily.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when fewer than a majority of nodes answered; the report
+    /// lists every node.
+    pub async fn connect(&self) -> Result<NodeReport> {
+        let inner = &self.inner;
+        let timeout = inner
+            .nodes
+            .first()
+            .map_or(Duration::ZERO, |n| n.connect_timeout())
+            + inner.config.node_timeout;
+        let mut pending: Stragglers =
+            inner
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    fanout::request(
+                        i,
+                        node,
+                        timeout,
+                        |mut conn| async move {
+                            redis::cmd("PING").query_async::<String>(&mut conn).await
+                        },
+                        |_| NodeOutcome::Reachable,
+                    )
+                })
+                .collect();
+        let collected = fanout::collect(inner.nodes.len(), &mut pending, is_reachable, false).await;
+        let report = collected.report(inner);
+        if collected.tally.verdict() == Verdict::Reached {
+            Ok(report)
+        } else {
+            Err(Error::Unavailable {
+                quorum: inner.quorum,
+                report,
+            })
+        }
+    }
+
+    /// Deletes the lock on every node whatever its owner (the seeds' `reset`), for an
+    /// operator clearing a lock whose holder is known to be gone. Returns what each node
+    /// did: [`NodeOutcome::Released`] where the key existed, [`NodeOutcome::NotHeld`] where
+    /// it did not.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name.
+    pub async fn reset(&self, resource: &str) -> Result<NodeReport> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        let inner = &self.inner;
+        let key = self.key(resource);
+        let mut pending: Stragglers = inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let key = key.clone();
+                fanout::request(
+                    i,
+                    node,
+                    inner.config.node_timeout,
+                    move |mut conn| async move {
+                        redis::cmd("DEL")
+                            .arg(key)
+                            .query_async::<i64>(&mut conn)
+                            .await
+                    },
+                    |deleted| {
+                        if deleted > 0 {
+                            NodeOutcome::Released
+                        } else {
+                            NodeOutcome::NotHeld
+                        }
+                    },
+                )
+            })
+            .collect();
+        let collected = fanout::collect(inner.nodes.len(), &mut pending, |_| false, false).await;
+        Ok(collected.report(inner))
+    }
+}
+
+fn is_reachable(o: &NodeOutcome) -> bool {
+    *o == NodeOutcome::Reachable
+}
+
+/// A pending [`Redlock::lock`] or [`Redlock::lock_many`] call; `.await` it.
+#[derive(Debug)]
+#[must_use = "a lock request does nothing until awaited"]
+pub struct LockRequest {
+    client: Redlock,
+    resources: Vec<String>,
+    ttl: Duration,
+    wait: Option<Duration>,
+    max_attempts: Option<u32>,
+}
+
+impl LockRequest {
+    /// How long to keep retrying, overriding [`RedlockBuilder::wait`] for this call.
+    /// Zero makes a single attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Caps the attempts of this call (at least 1), overriding
+    /// [`RedlockBuilder::max_attempts`].
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    async fn run(self) -> Result<LockGuard> {
+        let inner = &self.client.inner;
+        let config = &inner.config;
+        let plan = Plan::new(inner, self.resources, self.ttl)?;
+        let max_attempts = self.max_attempts.or(config.max_attempts);
+        if max_attempts == Some(0) {
+            return Err(Error::Config("max attempts is zero; use at least 1".into()));
+        }
+        let started = Instant::now();
+        let wait = self.wait.unwrap_or(config.wait);
+        let mut attempts: u32 = 0;
+        loop {
+            attempts = attempts.saturating_add(1);
+            let err = match attempt(inner, &plan).await {
+                Ok(guard) => {
+                    metrics::acquired(started.elapsed());
+                    return Ok(guard);
+                }
+                Err(e) if e.is_retryable() => e,
+                Err(e) => return Err(e),
+            };
+            let waited = started.elapsed();
+            let remaining = wait.saturating_sub(waited);
+            if remaining.is_zero() || max_attempts.is_some_and(|m| attempts >= m) {
+                metrics::gave_up();
+                return Err(Error::Timeout {
+                    attempts,
+                    waited,
+                    last: Box::new(err),
+                });
+            }
+            let delay = config
+                .retry
+                .delay(attempts - 1, rand::random::<f64>())
+                .min(remaining);
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard>;
+    type IntoFuture = BoxFuture<'static, Result<LockGuard>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.run())
+    }
+}
+
+/// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) resources: Arc<[String]>,
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) ttl: Duration,
+}
+
+impl Plan {
+    fn new(inner: &Inner, mut resources: Vec<String>, ttl: Duration) -> Result<Plan> {
+        if resources.is_empty() {
+            return Err(Error::Config("no resource names given".into()));
+        }
+        if resources.iter().any(String::is_empty) {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        // Sorted and unique: the order callers pass must not matter.
+        resources.sort_unstable();
+        resources.dedup();
+        let config = &inner.config;
+        // Redis expiry has millisecond resolution: round down so our validity arithmetic
+        // never assumes more time than the server grants.
+        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        check_ttl(ttl, config.drift_factor, config.node_timeout)?;
+        let keys: Arc<[String]> = resources
+            .iter()
+            .map(|r| format!("{}{r}", config.key_prefix))
+            .collect();
+        Ok(Plan {
+            resources: resources.into(),
+            keys,
+            ttl,
+        })
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A fresh 128-bit random token, as 32 hex digits.
+fn new_token() -> Arc<str> {
+    uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
+        .simple()
+        .to_string()
+        .into()
+}
+
+/// One acquisition attempt with a fresh token.
+async fn attempt(inner: &Arc<Inner>, plan: &Plan) -> Result<LockGuard> {
+    let token = new_token();
+    // Armed before the first await: if this future is dropped at any point, whatever it may
+    // have set is released on every node in the background.
+    let mut holding = Holding::new(Arc::clone(inner), Arc::clone(&plan.keys), token);
+    let n = inner.nodes.len();
+    let start = Instant::now();
+    let mut pending: Stragglers = inner
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| acquire_on(i, node, inner, plan, holding.token()))
+        .collect();
+    let collected = fanout::collect(n, &mut pending, is_acquired, true).await;
+    // Requests still in flight are dropped: one already written to its connection is
+    // followed there by our release, and one not yet written is never sent.
+    drop(pending);
+    let decided = Instant::now();
+    let elapsed = decided - start;
+    let report = collected.report(inner);
+    let validity = quorum::validity(plan.ttl, elapsed, inner.config.drift_factor);
+
+    if let (Verdict::Reached, Some(validity)) = (collected.tally.verdict(), validity) {
+        metrics::attempt("acquired");
+        tracing::debug!(resources = ?plan.resources, votes = collected.tally.yes(), ?elapsed, ?validity, "acquired");
+        return Ok(LockGuard::new(
+            holding,
+            Arc::clone(&plan.resources),
+            plan.ttl,
+            decided + validity,
+            report,
+        ));
+    }
+
+    // Failed: release wherever our token may be. Nodes that answered "held by another" or
+    // "wrong type" certainly do not have it; every other node might (a timed-out SET may
+    // still have been applied).
+    let maybe_ours: Vec<usize> = collected
+        .outcomes
+        .iter()
+        .enumerate()
+        .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+        .map(|(i, _)| i)
+        .collect();
+    holding.release_on(&maybe_ours).await;
+
+    let err = if collected.tally.verdict() == Verdict::Reached {
+        metrics::attempt("validity_spent");
+        Error::ValiditySpent { elapsed, report }
+    } else if n - collected.failures() < inner.quorum {
+        metrics::attempt("unavailable");
+        Error::Unavailable {
+            quorum: inner.quorum,
+            report,
+        }
+    } else {
+        metrics::attempt("contended");
+        Error::Contended { report }
+    };
+    tracing::debug!(resources = ?plan.resources, error = %err, "attempt failed");
+    Err(err)
+}
+
+fn is_acquired(o: &NodeOutcome) -> bool {
+    *o == NodeOutcome::Acquired
+}
+
+/// The acquire request for one node: plain `SET NX PX` for one key, an all-or-nothing
+/// script for several.
+fn acquire_on(
+    i: usize,
+    node: &Arc<Node>,
+    inner: &Inner,
+    plan: &Plan,
+    token: &str,
+) -> fanout::NodeFuture {
+    let timeout = inner.config.node_timeout;
+    match &plan.keys[..] {
+        [key] => {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(plan.ttl_ms());
+            fanout::request(
+                i,
+                node,
+                timeout,
+                move |mut conn| async move { cmd.query_async::<Value>(&mut conn).await },
+                |reply| match reply {
+                    Value::Okay => NodeOutcome::Acquired,
+                    Value::Nil => NodeOutcome::HeldByOther,
+                    other => NodeOutcome::Failed(format!("unexpected reply to SET: {other:?}")),
+                },
+            )
+        }
+        keys => {
+            let mut invocation = scripts::ACQUIRE_MANY.prepare_invoke();
+            for key in keys {
+                invocation.key(key.as_str());
+            }
+            invocation.arg(token).arg(plan.ttl_ms());
+            fanout::script(i, node, timeout, invocation, |set: i64| {
+                if set == 1 {
+                    NodeOutcome::Acquired
+                } else {
+                    NodeOutcome::HeldByOther
+                }
+            })
+        }
+    }
+}

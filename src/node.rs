@@ -1,0 +1,217 @@
+//! One Redis node: a lazily made, shared, multiplexed connection and bounded requests.
+//!
+//! This module and the client's fan-out are the only places that touch the `redis` crate.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
+use tokio::time::Instant;
+
+use crate::report::NodeOutcome;
+
+type ConnectResult = Result<(u64, MultiplexedConnection), String>;
+
+/// The connection state of a node.
+enum Slot {
+    /// No connection; the next request connects.
+    Empty,
+    /// A working connection, tagged with a generation so a request that saw it fail can
+    /// discard exactly that one and not a newer replacement.
+    Ready(u64, MultiplexedConnection),
+    /// A connect in progress that every concurrent request waits on.
+    Connecting(Shared<BoxFuture<'static, ConnectResult>>),
+}
+
+/// Why a request to a node produced no usable answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NodeFailure {
+    /// The key holds another type.
+    WrongType,
+    /// No answer in time.
+    TimedOut,
+    /// Connect or request error.
+    Failed(String),
+}
+
+impl From<NodeFailure> for NodeOutcome {
+    fn from(f: NodeFailure) -> Self {
+        match f {
+            NodeFailure::WrongType => NodeOutcome::WrongType,
+            NodeFailure::TimedOut => NodeOutcome::TimedOut,
+            NodeFailure::Failed(m) => NodeOutcome::Failed(m),
+        }
+    }
+}
+
+pub(crate) struct Node {
+    /// `host:port`, without credentials.
+    name: String,
+    client: Client,
+    config: AsyncConnectionConfig,
+    connect_timeout: Duration,
+    slot: Mutex<Slot>,
+    generation: AtomicU64,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("name", &self.name).finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(
+        name: String,
+        client: Client,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Self {
+        // Both timeouts are set explicitly so the driver's defaults never apply by accident.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(Some(response_timeout));
+        Node {
+            name,
+            client,
+            config,
+            connect_timeout,
+            slot: Mutex::new(Slot::Empty),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn lock_slot(&self) -> MutexGuard<'_, Slot> {
+        // The slot is only ever replaced whole, so a poisoned lock still holds a valid state.
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current connection, connecting first if there is none.
+    async fn connection(self: &Arc<Self>) -> ConnectResult {
+        let pending = {
+            let mut slot = self.lock_slot();
+            match &*slot {
+                Slot::Ready(generation, conn) => return Ok((*generation, conn.clone())),
+                Slot::Connecting(fut) => fut.clone(),
+                Slot::Empty => {
+                    let fut = self.start_connect();
+                    *slot = Slot::Connecting(fut.clone());
+                    fut
+                }
+            }
+        };
+        pending.await
+    }
+
+    /// Starts connecting in a task of its own when a runtime is available, so that a
+    /// request giving up after its (short) per-node timeout does not abort a connect that
+    /// the next request wants to use.
+    fn start_connect(self: &Arc<Self>) -> Shared<BoxFuture<'static, ConnectResult>> {
+        let node = Arc::clone(self);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let connect = async move {
+            let result = tokio::time::timeout(
+                node.connect_timeout,
+                node.client
+                    .get_multiplexed_async_connection_with_config(&node.config),
+            )
+            .await;
+            let mut slot = node.lock_slot();
+            match result {
+                Ok(Ok(conn)) => {
+                    *slot = Slot::Ready(generation, conn.clone());
+                    Ok((generation, conn))
+                }
+                Ok(Err(e)) => {
+                    *slot = Slot::Empty;
+                    Err(e.to_string())
+                }
+                Err(_) => {
+                    *slot = Slot::Empty;
+                    Err(format!(
+                        "connect timed out after {:?}",
+                        node.connect_timeout
+                    ))
+                }
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let task = handle.spawn(connect);
+                async move {
+                    task.await
+                        .unwrap_or_else(|e| Err(format!("connect task ended: {e}")))
+                }
+                .boxed()
+                .shared()
+            }
+            Err(_) => connect.boxed().shared(),
+        }
+    }
+
+    /// Forgets connection `generation` if it is still the current one: after a timeout its
+    /// next reply cannot be trusted, and after an I/O error it is dead.
+    fn discard(&self, generation: u64) {
+        let mut slot = self.lock_slot();
+        if matches!(&*slot, Slot::Ready(g, _) if *g == generation) {
+            *slot = Slot::Empty;
+        }
+    }
+
+    /// Runs `op` on this node's connection, bounded by `timeout` (waiting for a connect
+    /// included). Returns the answer or why there is none, and the latency.
+    pub(crate) async fn run<T, F, Fut>(
+        self: &Arc<Self>,
+        timeout: Duration,
+        op: F,
+    ) -> (Result<T, NodeFailure>, Duration)
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let start = Instant::now();
+        let mut used = None;
+        let attempt = async {
+            let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
+            used = Some(generation);
+            op(conn).await.map_err(|e| self.classify(generation, e))
+        };
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => {
+                if let Some(generation) = used {
+                    self.discard(generation);
+                }
+                Err(NodeFailure::TimedOut)
+            }
+        };
+        (result, start.elapsed())
+    }
+
+    fn classify(&self, generation: u64, e: RedisError) -> NodeFailure {
+        if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
+            return NodeFailure::WrongType;
+        }
+        if e.is_timeout() {
+            self.discard(generation);
+            return NodeFailure::TimedOut;
+        }
+        if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
+            self.discard(generation);
+        }
+        NodeFailure::Failed(e.to_string())
+    }
+}

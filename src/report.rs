@@ -1,0 +1,125 @@
+//! Per-node outcomes of one fan-out (acquire, extend or release), kept as values so callers
+//! and errors can say exactly which node did what.
+
+use std::fmt;
+use std::time::Duration;
+
+/// What one node did with one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// The node stored our token (acquire).
+    Acquired,
+    /// The key exists with another owner's token (acquire).
+    HeldByOther,
+    /// The key holds a value of another type (a list, a hash, ...): a foreign lock or foreign
+    /// data. Counted as held by someone else; never overwritten.
+    WrongType,
+    /// Our token was found and its expiry reset (extend).
+    Extended,
+    /// Our token was found and deleted (release).
+    Released,
+    /// The key is absent or holds another token: we do not hold it here (extend, release).
+    NotHeld,
+    /// No answer within the per-node timeout. The request may still have been applied.
+    TimedOut,
+    /// Connecting or the request failed; the message is the driver's.
+    Failed(String),
+    /// The node answered `PING` (connectivity check).
+    Reachable,
+    /// Still in flight when the outcome was already certain; not waited for.
+    Pending,
+}
+
+impl NodeOutcome {
+    /// True when the node could not give an answer (timeout or error), as opposed to a
+    /// definite answer from a working node.
+    pub fn is_failure(&self) -> bool {
+        matches!(self, NodeOutcome::TimedOut | NodeOutcome::Failed(_))
+    }
+}
+
+impl fmt::Display for NodeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeOutcome::Acquired => f.write_str("acquired"),
+            NodeOutcome::HeldByOther => f.write_str("held by another owner"),
+            NodeOutcome::WrongType => f.write_str("wrong type (foreign key)"),
+            NodeOutcome::Extended => f.write_str("extended"),
+            NodeOutcome::Released => f.write_str("released"),
+            NodeOutcome::NotHeld => f.write_str("not held"),
+            NodeOutcome::TimedOut => f.write_str("timed out"),
+            NodeOutcome::Failed(msg) => write!(f, "error: {msg}"),
+            NodeOutcome::Reachable => f.write_str("reachable"),
+            NodeOutcome::Pending => f.write_str("pending"),
+        }
+    }
+}
+
+/// One node's part in a fan-out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeResult {
+    /// The node's address as `host:port` (credentials are never shown).
+    pub node: String,
+    /// What it did.
+    pub outcome: NodeOutcome,
+    /// Time from sending to the answer (or to giving up on it).
+    pub latency: Duration,
+}
+
+/// The outcome of one fan-out on every node, in the order the nodes were configured.
+///
+/// It is the [`source`](std::error::Error::source) of the errors that involve nodes, so a
+/// caller can log exactly which node failed and how.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeReport {
+    results: Vec<NodeResult>,
+}
+
+impl NodeReport {
+    pub(crate) fn new(results: Vec<NodeResult>) -> Self {
+        NodeReport { results }
+    }
+
+    /// Per-node results, in configuration order.
+    pub fn results(&self) -> &[NodeResult] {
+        &self.results
+    }
+
+    /// How many nodes ended with `outcome`.
+    pub fn count(&self, outcome: &NodeOutcome) -> usize {
+        self.results
+            .iter()
+            .filter(|r| &r.outcome == outcome)
+            .count()
+    }
+
+    /// How many nodes failed to answer (timeouts and errors).
+    pub fn failures(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| r.outcome.is_failure())
+            .count()
+    }
+}
+
+impl fmt::Display for NodeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.results.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(
+                f,
+                "{} {} ({:.1} ms)",
+                r.node,
+                r.outcome,
+                r.latency.as_secs_f64() * 1e3
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NodeReport {}

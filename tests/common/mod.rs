@@ -1,0 +1,696 @@
+//! Integration-test harness: throw-away `redis-server` processes, a TCP black
+//! hole, unique key names and polling helpers.
+//!
+//! Every process started here is held as a [`std::process::Child`] and is
+//! SIGKILLed and reaped when its owner is dropped (also during a panic), so a
+//! test run leaves no `redis-server` behind.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::sys::signal::{Signal, kill as send_signal};
+use nix::unistd::Pid;
+
+/// Lowest port handed to a Redis server (inclusive).
+pub const PORT_LO: u16 = 20000;
+/// Highest port handed to a Redis server (exclusive); below the ephemeral range.
+pub const PORT_HI: u16 = 32000;
+/// How long a freshly spawned server gets to become ready.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many ports `start_with` tries before giving up.
+pub const START_TRIES: usize = 20;
+/// Read/write/connect timeout of the admin connection returned by `conn()`.
+pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+const LOG_FILE: &str = "redis.log";
+const STDIO_FILE: &str = "redis.stdio";
+const READY_LINE: &str = "Ready to accept connections";
+
+/// The `redis-server` binary: `$REDIS_SERVER` if set, else `redis-server` on `PATH`.
+pub fn redis_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("REDIS_SERVER").filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "REDIS_SERVER={} does not exist: unset it or run `sudo apt-get update && sudo apt-get install -y redis-server`",
+            p.display()
+        );
+        return p;
+    }
+    let found = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    match found {
+        Some(p) => p,
+        None => panic!(
+            "redis-server not found (set REDIS_SERVER or put it on PATH): run `sudo apt-get update && sudo apt-get install -y redis-server`"
+        ),
+    }
+}
+
+/// Unique per process and per call: `prefix-PID-COUNTER-NANOS`.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{prefix}-{}-{n}-{nanos}", std::process::id())
+}
+
+/// Polls `f` every 10 ms until it returns true; panics with `what` once
+/// `deadline` has passed.
+pub fn wait_until(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return;
+        }
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for: {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Sends a raw RESP `PING` to `127.0.0.1:port` and returns the first reply
+/// line (e.g. `+PONG` or `-NOAUTH ...`). Connect, write and read each time
+/// out after `timeout`; a silent peer yields `WouldBlock`/`TimedOut`.
+pub fn raw_ping(port: u16, timeout: Duration) -> io::Result<String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.write_all(b"*1\r\n$4\r\nPING\r\n")?;
+    read_line(&mut s)
+}
+
+/// Reads from `s` until a `\r\n` (or EOF after some bytes); the line is
+/// returned without the terminator. EOF before any byte is `UnexpectedEof`.
+pub fn read_line(s: &mut TcpStream) -> io::Result<String> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    loop {
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            if out.is_empty() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed without a reply",
+                ));
+            }
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if out.windows(2).any(|w| w == b"\r\n") {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&out);
+    Ok(text.split("\r\n").next().unwrap_or_default().to_string())
+}
+
+/// Installs rustls' `ring` crypto provider as the process default (no-op if
+/// one is installed already). Needed before building any rustls client.
+pub fn ensure_crypto_provider() {
+    #[cfg(feature = "tls")]
+    {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn next_port_candidate() -> u16 {
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    let span = u32::from(PORT_HI - PORT_LO);
+    let next = NEXT.get_or_init(|| AtomicU32::new(std::process::id().wrapping_mul(7919) % span));
+    let n = next.fetch_add(1, Ordering::Relaxed) % span;
+    PORT_LO + u16::try_from(n).expect("port offset fits u16")
+}
+
+fn port_is_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+fn free_port() -> u16 {
+    for _ in 0..2000 {
+        let p = next_port_candidate();
+        if port_is_free(p) {
+            return p;
+        }
+    }
+    panic!("no free port found in {PORT_LO}..{PORT_HI}");
+}
+
+fn make_temp_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(unique("quorum-lock-redis"));
+    fs::create_dir_all(&dir)
+        .unwrap_or_else(|e| panic!("cannot create temp dir {}: {e}", dir.display()));
+    dir
+}
+
+fn file_tail(path: &Path, lines: usize) -> String {
+    match fs::read_to_string(path) {
+        Ok(text) => {
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("<cannot read {}: {e}>", path.display()),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Kills (SIGKILL, works on stopped processes too) and reaps `child`.
+fn kill_and_reap(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Linux process state letter from `/proc/PID/stat` (`T` = stopped), if readable.
+fn proc_state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
+
+/// Options for [`RedisServer::start_with`]. Default: no password, plain TCP,
+/// no persistence.
+#[derive(Clone, Debug, Default)]
+pub struct ServerOptions {
+    /// `requirepass`; also put into `url()`.
+    pub password: Option<String>,
+    /// TLS-only listener (`--port 0 --tls-port P`) with a fresh test CA.
+    pub tls: bool,
+    /// `--appendonly yes --appendfsync always`, so acknowledged writes survive SIGKILL.
+    pub appendonly: bool,
+}
+
+struct Proc {
+    child: Option<Child>,
+    pid: u32,
+}
+
+/// One `redis-server` child process with its own temp dir.
+pub struct RedisServer {
+    opts: ServerOptions,
+    port: u16,
+    dir: PathBuf,
+    ca_pem: Option<Vec<u8>>,
+    proc_: Mutex<Proc>,
+    paused: AtomicBool,
+    spawns: AtomicU32,
+}
+
+impl RedisServer {
+    /// A plain node without persistence.
+    pub fn start() -> RedisServer {
+        Self::start_with(ServerOptions::default())
+    }
+
+    pub fn start_with(opts: ServerOptions) -> RedisServer {
+        let dir = make_temp_dir();
+        let ca_pem = if opts.tls {
+            Some(write_tls_files(&dir))
+        } else {
+            None
+        };
+        let mut server = RedisServer {
+            opts,
+            port: 0,
+            dir,
+            ca_pem,
+            proc_: Mutex::new(Proc {
+                child: None,
+                pid: 0,
+            }),
+            paused: AtomicBool::new(false),
+            spawns: AtomicU32::new(0),
+        };
+        let mut errors = Vec::new();
+        for _ in 0..START_TRIES {
+            let port = free_port();
+            server.port = port;
+            match server.spawn_ready() {
+                Ok(()) => return server,
+                Err(e) => errors.push(format!("port {port}: {e}")),
+            }
+        }
+        // `server` is dropped here: its temp dir is removed.
+        panic!(
+            "redis-server did not start after {START_TRIES} tries:\n{}",
+            errors.join("\n")
+        );
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn options(&self) -> &ServerOptions {
+        &self.opts
+    }
+
+    /// The server's temp dir (data, log, TLS files).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `redis://127.0.0.1:PORT`, `rediss://` for TLS, with `:PASSWORD@` if set.
+    pub fn url(&self) -> String {
+        let scheme = if self.opts.tls { "rediss" } else { "redis" };
+        let auth = match &self.opts.password {
+            Some(pw) => format!(":{}@", percent_encode(pw)),
+            None => String::new(),
+        };
+        format!("{scheme}://{auth}127.0.0.1:{}", self.port)
+    }
+
+    /// PEM of the CA that signed a TLS server's certificate
+    /// (SANs `localhost` and `127.0.0.1`); `None` for non-TLS servers.
+    pub fn ca_pem(&self) -> Option<Vec<u8>> {
+        self.ca_pem.clone()
+    }
+
+    /// The pid of the current (or last) process.
+    pub fn pid(&self) -> u32 {
+        lock(&self.proc_).pid
+    }
+
+    /// SIGSTOP; returns once the process is seen stopped.
+    pub fn pause(&self) {
+        assert!(self.is_running(), "pause(): redis-server is not running");
+        let pid = self.pid();
+        send_signal(Pid::from_raw(pid as i32), Signal::SIGSTOP)
+            .unwrap_or_else(|e| panic!("SIGSTOP {pid}: {e}"));
+        self.paused.store(true, Ordering::SeqCst);
+        wait_until(Duration::from_secs(5), "redis-server to stop", || {
+            proc_state(pid).is_none_or(|s| s == 'T')
+        });
+    }
+
+    /// SIGCONT; returns once the process is no longer seen stopped.
+    pub fn resume(&self) {
+        assert!(self.is_running(), "resume(): redis-server is not running");
+        let pid = self.pid();
+        send_signal(Pid::from_raw(pid as i32), Signal::SIGCONT)
+            .unwrap_or_else(|e| panic!("SIGCONT {pid}: {e}"));
+        self.paused.store(false, Ordering::SeqCst);
+        wait_until(Duration::from_secs(5), "redis-server to continue", || {
+            proc_state(pid).is_none_or(|s| s != 'T')
+        });
+    }
+
+    /// True between `pause()` and `resume()` (or kill/restart).
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
+    }
+
+    /// SIGKILL + wait(); idempotent, works on paused servers.
+    pub fn kill(&mut self) {
+        let p = self.proc_.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = p.child.take() {
+            kill_and_reap(&mut child);
+        }
+        self.paused.store(false, Ordering::SeqCst);
+    }
+
+    /// Kills if running, then starts again on the same port with the same
+    /// options and data dir; waits until ready. Appendonly data survives,
+    /// non-persistent nodes come back empty.
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut errors = Vec::new();
+        for _ in 0..START_TRIES {
+            match self.spawn_ready() {
+                Ok(()) => return,
+                Err(e) => {
+                    errors.push(e);
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+            }
+        }
+        panic!(
+            "redis-server could not be restarted on port {}:\n{}",
+            self.port,
+            errors.join("\n")
+        );
+    }
+
+    /// The process exists and has not exited (a paused server is running).
+    pub fn is_running(&self) -> bool {
+        let mut p = lock(&self.proc_);
+        let exited = match p.child.as_mut() {
+            None => return false,
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+        };
+        if exited {
+            // Reaped by try_wait (or unwaitable): forget it.
+            p.child = None;
+        }
+        !exited
+    }
+
+    /// Sync admin connection (password and TLS-with-CA handled) with
+    /// connect/read/write timeouts of [`ADMIN_TIMEOUT`].
+    pub fn conn(&self) -> redis::Connection {
+        let client = self.client();
+        let conn = client
+            .get_connection_with_timeout(ADMIN_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()));
+        conn.set_read_timeout(Some(ADMIN_TIMEOUT))
+            .expect("set_read_timeout");
+        conn.set_write_timeout(Some(ADMIN_TIMEOUT))
+            .expect("set_write_timeout");
+        conn
+    }
+
+    /// A `redis::Client` for this server (trusting the test CA for TLS).
+    pub fn client(&self) -> redis::Client {
+        if self.opts.tls {
+            self.tls_client()
+        } else {
+            redis::Client::open(self.url())
+                .unwrap_or_else(|e| panic!("client for {}: {e}", self.url()))
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    fn tls_client(&self) -> redis::Client {
+        ensure_crypto_provider();
+        let certs = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: self.ca_pem.clone(),
+        };
+        redis::Client::build_with_tls(self.url(), certs)
+            .unwrap_or_else(|e| panic!("TLS client for {}: {e}", self.url()))
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn tls_client(&self) -> redis::Client {
+        panic!("TLS connections need the crate's `tls` feature")
+    }
+
+    /// `KEYS pattern` via `conn()`, sorted.
+    pub fn keys(&self, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query(&mut self.conn())
+            .unwrap_or_else(|e| panic!("KEYS {pattern} on {}: {e}", self.url()));
+        keys.sort();
+        keys
+    }
+
+    /// Last `lines` lines of the server log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        file_tail(&self.dir.join(LOG_FILE), lines)
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(redis_server_bin());
+        let port = self.port.to_string();
+        let dir = self.dir.display().to_string();
+        let log = self.dir.join(LOG_FILE).display().to_string();
+        if self.opts.tls {
+            cmd.args(["--port", "0", "--tls-port", &port]);
+            cmd.args(["--tls-cert-file", &format!("{dir}/server.crt")]);
+            cmd.args(["--tls-key-file", &format!("{dir}/server.key")]);
+            cmd.args(["--tls-ca-cert-file", &format!("{dir}/ca.crt")]);
+            cmd.args(["--tls-auth-clients", "no"]);
+        } else {
+            cmd.args(["--port", &port]);
+        }
+        cmd.args(["--bind", "127.0.0.1", "--save", ""]);
+        if self.opts.appendonly {
+            cmd.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            cmd.args(["--appendonly", "no"]);
+        }
+        if let Some(pw) = &self.opts.password {
+            cmd.args(["--requirepass", pw]);
+        }
+        cmd.args(["--dir", &dir, "--logfile", &log, "--daemonize", "no"]);
+        cmd.current_dir(&self.dir);
+        cmd
+    }
+
+    /// Spawns on `self.port` and waits for readiness; on failure the child
+    /// is killed and reaped and the reason returned.
+    fn spawn_ready(&self) -> Result<(), String> {
+        let n = self.spawns.fetch_add(1, Ordering::SeqCst);
+        let log = self.dir.join(LOG_FILE);
+        if log.exists() {
+            // Keep the old log for post-mortems; readiness must come from a fresh one.
+            let _ = fs::rename(&log, self.dir.join(format!("redis.{n}.log")));
+        }
+        let stdio_path = self.dir.join(STDIO_FILE);
+        let stdio = fs::File::create(&stdio_path).map_err(|e| format!("create stdio file: {e}"))?;
+        let stdio2 = stdio
+            .try_clone()
+            .map_err(|e| format!("clone stdio file: {e}"))?;
+        let mut child = self
+            .command()
+            .stdin(Stdio::null())
+            .stdout(stdio)
+            .stderr(stdio2)
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", redis_server_bin().display()))?;
+        let pid = child.id();
+        match self.wait_ready(&mut child) {
+            Ok(()) => {
+                let mut p = lock(&self.proc_);
+                p.child = Some(child);
+                p.pid = pid;
+                self.paused.store(false, Ordering::SeqCst);
+                Ok(())
+            }
+            Err(e) => {
+                kill_and_reap(&mut child);
+                Err(format!(
+                    "{e}\n--- log ---\n{}\n--- stdout/stderr ---\n{}",
+                    file_tail(&log, 15),
+                    file_tail(&stdio_path, 15)
+                ))
+            }
+        }
+    }
+
+    /// Ready = our own log says "Ready to accept connections" (so this
+    /// process, not some other one, owns the port) and, for non-TLS
+    /// servers, a raw PING gets `+PONG` or `-NOAUTH`.
+    fn wait_ready(&self, child: &mut Child) -> Result<(), String> {
+        let log = self.dir.join(LOG_FILE);
+        let start = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return Err(format!("redis-server exited: {status}")),
+                Ok(None) => {}
+                Err(e) => return Err(format!("try_wait: {e}")),
+            }
+            let logged = fs::read_to_string(&log).is_ok_and(|t| t.contains(READY_LINE));
+            if logged {
+                if self.opts.tls {
+                    return Ok(());
+                }
+                if let Ok(reply) = raw_ping(self.port, Duration::from_secs(1))
+                    && (reply.starts_with("+PONG") || reply.starts_with("-NOAUTH"))
+                {
+                    return Ok(());
+                }
+            }
+            if start.elapsed() > READY_TIMEOUT {
+                return Err(format!("not ready within {READY_TIMEOUT:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let p = self.proc_.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = p.child.take() {
+            kill_and_reap(&mut child);
+        }
+        if std::thread::panicking() {
+            eprintln!(
+                "redis-server on port {} (dir {}), last log lines:\n{}",
+                self.port,
+                self.dir.display(),
+                file_tail(&self.dir.join(LOG_FILE), 10)
+            );
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Writes `ca.crt`, `server.crt`, `server.key` into `dir`; returns the CA PEM.
+fn write_tls_files(dir: &Path) -> Vec<u8> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
+        IsCa, KeyPair, KeyUsagePurpose,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "quorum-lock test CA");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca = CertifiedIssuer::self_signed(ca_params, ca_key).expect("self-sign CA");
+
+    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .expect("server cert params");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.use_authority_key_identifier_extension = true;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().expect("server key");
+    let cert = params.signed_by(&key, &ca).expect("sign server cert");
+
+    let ca_pem = ca.pem();
+    for (name, body) in [
+        ("ca.crt", ca_pem.as_str()),
+        ("server.crt", cert.pem().as_str()),
+        ("server.key", key.serialize_pem().as_str()),
+    ] {
+        fs::write(dir.join(name), body)
+            .unwrap_or_else(|e| panic!("write {}: {e}", dir.join(name).display()));
+    }
+    ca_pem.into_bytes()
+}
+
+/// N independent plain masters without persistence.
+pub struct Cluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    pub fn start(n: usize) -> Cluster {
+        Self::start_with(n, ServerOptions::default())
+    }
+
+    pub fn start_with(n: usize, opts: ServerOptions) -> Cluster {
+        Cluster {
+            nodes: (0..n)
+                .map(|_| RedisServer::start_with(opts.clone()))
+                .collect(),
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// `(node index, key)` for every key matching `pattern` on every node
+    /// that is running and not paused.
+    pub fn keys_everywhere(&self, pattern: &str) -> Vec<(usize, String)> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.is_paused() && n.is_running())
+            .flat_map(|(i, n)| n.keys(pattern).into_iter().map(move |k| (i, k)))
+            .collect()
+    }
+}
+
+/// A TCP listener on 127.0.0.1 that accepts connections and never replies,
+/// holding the sockets open until dropped.
+pub struct BlackHole {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicUsize>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BlackHole {
+    pub fn start() -> BlackHole {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind black hole");
+        listener
+            .set_nonblocking(true)
+            .expect("black hole set_nonblocking");
+        let addr = listener.local_addr().expect("black hole local_addr");
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let thread = {
+            let stop = Arc::clone(&stop);
+            let accepted = Arc::clone(&accepted);
+            std::thread::Builder::new()
+                .name("black-hole".into())
+                .spawn(move || {
+                    let mut held = Vec::new();
+                    while !stop.load(Ordering::SeqCst) {
+                        match listener.accept() {
+                            Ok((sock, _)) => {
+                                held.push(sock);
+                                accepted.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                        }
+                    }
+                    drop(held);
+                    drop(listener);
+                })
+                .expect("spawn black hole thread")
+        };
+        BlackHole {
+            addr,
+            stop,
+            accepted,
+            thread: Some(thread),
+        }
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

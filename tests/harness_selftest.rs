@@ -1,0 +1,316 @@
+//! Tests of the test harness in `tests/common` itself.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{
+    BlackHole, Cluster, PORT_HI, PORT_LO, RedisServer, ServerOptions, raw_ping, read_line, unique,
+    wait_until,
+};
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+use redis::Commands;
+
+const SILENCE: Duration = Duration::from_millis(300);
+
+fn is_silence(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+fn pid_exists(pid: u32) -> bool {
+    kill(Pid::from_raw(pid as i32), None).is_ok()
+}
+
+fn set(server: &RedisServer, key: &str, value: &str) {
+    let _: () = server.conn().set(key, value).expect("SET");
+}
+
+fn get(server: &RedisServer, key: &str) -> Option<String> {
+    server.conn().get(key).expect("GET")
+}
+
+#[test]
+fn cluster_nodes_are_independent_and_reachable() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    assert_eq!(urls.len(), 3);
+    let mut ports: Vec<u16> = cluster.nodes.iter().map(RedisServer::port).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 3, "distinct ports: {urls:?}");
+    for node in &cluster.nodes {
+        assert!((PORT_LO..PORT_HI).contains(&node.port()));
+        assert_eq!(node.url(), format!("redis://127.0.0.1:{}", node.port()));
+        assert!(node.is_running());
+    }
+
+    let prefix = unique("selftest-cluster");
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let key = format!("{prefix}:{i}");
+        set(node, &key, &format!("v{i}"));
+        assert_eq!(get(node, &key), Some(format!("v{i}")));
+    }
+    let found = cluster.keys_everywhere(&format!("{prefix}:*"));
+    let expected: Vec<(usize, String)> = (0..3).map(|i| (i, format!("{prefix}:{i}"))).collect();
+    assert_eq!(found, expected, "each key lives only on its own node");
+}
+
+#[test]
+fn paused_node_is_silent_until_resumed() {
+    let cluster = Cluster::start(2);
+    let node = &cluster.nodes[0];
+    let prefix = unique("selftest-pause");
+    set(node, &format!("{prefix}:a"), "1");
+    set(&cluster.nodes[1], &format!("{prefix}:b"), "1");
+
+    node.pause();
+    assert!(node.is_paused());
+    assert!(node.is_running(), "a paused server still runs");
+
+    // The kernel still accepts the connection, but nobody answers.
+    let mut stream = TcpStream::connect(("127.0.0.1", node.port())).expect("connect");
+    stream.set_read_timeout(Some(SILENCE)).unwrap();
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    let err = stream.read(&mut buf).expect_err("paused server replied");
+    assert!(is_silence(&err), "unexpected error: {err}");
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    let err = raw_ping(node.port(), SILENCE).expect_err("paused server replied");
+    assert!(is_silence(&err), "unexpected error: {err}");
+
+    // Paused nodes are skipped, the others still listed.
+    assert_eq!(
+        cluster.keys_everywhere(&format!("{prefix}:*")),
+        vec![(1, format!("{prefix}:b"))]
+    );
+
+    node.resume();
+    assert!(!node.is_paused());
+    // The PING buffered while stopped is answered now.
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert_eq!(read_line(&mut stream).unwrap(), "+PONG");
+    assert_eq!(raw_ping(node.port(), SILENCE).unwrap(), "+PONG");
+    assert_eq!(cluster.keys_everywhere(&format!("{prefix}:*")).len(), 2);
+}
+
+#[test]
+fn restart_of_non_persistent_node_loses_data() {
+    let mut server = RedisServer::start();
+    let (port, pid) = (server.port(), server.pid());
+    let key = unique("selftest-volatile");
+    set(&server, &key, "x");
+
+    server.kill();
+    assert!(!server.is_running());
+    assert!(!pid_exists(pid), "killed pid {pid} was reaped");
+    assert!(
+        raw_ping(port, SILENCE).is_err(),
+        "nothing listens after kill"
+    );
+    server.kill(); // idempotent
+
+    server.restart();
+    assert!(server.is_running());
+    assert_eq!(server.port(), port, "same port after restart");
+    assert_ne!(server.pid(), pid);
+    assert_eq!(get(&server, &key), None);
+    assert!(server.keys("*").is_empty());
+}
+
+#[test]
+fn restart_of_appendonly_node_keeps_data() {
+    let mut server = RedisServer::start_with(ServerOptions {
+        appendonly: true,
+        ..ServerOptions::default()
+    });
+    let port = server.port();
+    let key = unique("selftest-durable");
+    set(&server, &key, "kept");
+
+    // restart() on a running (here: paused) server kills it first.
+    server.pause();
+    server.restart();
+    assert!(!server.is_paused());
+    assert_eq!(server.port(), port);
+    assert_eq!(get(&server, &key), Some("kept".to_string()));
+    assert_eq!(server.keys(&format!("{key}*")), vec![key.clone()]);
+}
+
+#[test]
+fn password_server_requires_auth() {
+    let password = "s3cret pass/word";
+    let server = RedisServer::start_with(ServerOptions {
+        password: Some(password.to_string()),
+        ..ServerOptions::default()
+    });
+    assert_eq!(
+        server.url(),
+        format!("redis://:s3cret%20pass%2Fword@127.0.0.1:{}", server.port())
+    );
+    let reply = raw_ping(server.port(), Duration::from_secs(2)).unwrap();
+    assert!(reply.starts_with("-NOAUTH"), "got {reply:?}");
+
+    let pong: String = redis::cmd("PING").query(&mut server.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+    let key = unique("selftest-auth");
+    set(&server, &key, "1");
+    assert_eq!(server.keys(&key), vec![key.clone()]);
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_server_answers_through_conn() {
+    let server = RedisServer::start_with(ServerOptions {
+        tls: true,
+        ..ServerOptions::default()
+    });
+    assert_eq!(
+        server.url(),
+        format!("rediss://127.0.0.1:{}", server.port())
+    );
+    let ca = server.ca_pem().expect("TLS server has a CA");
+    assert!(String::from_utf8(ca).unwrap().contains("BEGIN CERTIFICATE"));
+
+    let pong: String = redis::cmd("PING").query(&mut server.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+
+    // The listener really is TLS: a plaintext PING gets no +PONG.
+    let plain = raw_ping(server.port(), SILENCE);
+    assert!(
+        !matches!(&plain, Ok(r) if r.starts_with("+PONG")),
+        "plaintext PING answered: {plain:?}"
+    );
+
+    // The certificate is really verified: without the test CA it is rejected.
+    common::ensure_crypto_provider();
+    let untrusted = redis::Client::build_with_tls(
+        server.url(),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: None,
+        },
+    )
+    .unwrap()
+    .get_connection_with_timeout(Duration::from_secs(5));
+    assert!(untrusted.is_err(), "connected without trusting the test CA");
+}
+
+#[cfg(feature = "tls")]
+#[test]
+fn tls_and_password_together() {
+    let server = RedisServer::start_with(ServerOptions {
+        tls: true,
+        password: Some("pw".to_string()),
+        appendonly: false,
+    });
+    assert_eq!(
+        server.url(),
+        format!("rediss://:pw@127.0.0.1:{}", server.port())
+    );
+    let pong: String = redis::cmd("PING").query(&mut server.conn()).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
+#[test]
+fn black_hole_accepts_and_never_replies() {
+    let hole = BlackHole::start();
+    assert_eq!(hole.url(), format!("redis://127.0.0.1:{}", hole.port()));
+    let mut stream = TcpStream::connect(("127.0.0.1", hole.port())).expect("connect");
+    stream.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    stream.set_read_timeout(Some(SILENCE)).unwrap();
+    let mut buf = [0u8; 16];
+    let err = stream.read(&mut buf).expect_err("black hole replied");
+    assert!(is_silence(&err), "unexpected error: {err}");
+    wait_until(Duration::from_secs(2), "black hole to accept", || {
+        hole.accepted() >= 1
+    });
+
+    // A redis client with a response timeout gives up instead of hanging.
+    let client = redis::Client::open(hole.url()).unwrap();
+    let started = Instant::now();
+    let res = client
+        .get_connection_with_timeout(SILENCE)
+        .and_then(|mut c| {
+            c.set_read_timeout(Some(SILENCE))?;
+            redis::cmd("PING").query::<String>(&mut c)
+        });
+    assert!(res.is_err(), "black hole answered a PING: {res:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    // Dropping it closes the held sockets.
+    drop(hole);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    match stream.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!("black hole sent {n} bytes"),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted
+            ),
+            "socket not closed after drop: {e}"
+        ),
+    }
+}
+
+#[test]
+fn dropped_servers_are_killed_and_reaped() {
+    let running = RedisServer::start();
+    let paused = RedisServer::start();
+    paused.pause();
+    let pids = [running.pid(), paused.pid()];
+    let dirs = [running.dir().to_path_buf(), paused.dir().to_path_buf()];
+    assert!(pids.iter().all(|&p| pid_exists(p)));
+    drop(running);
+    drop(paused);
+    for pid in pids {
+        // Not even a zombie: kill(pid, 0) fails once the child was waited for.
+        assert!(!pid_exists(pid), "pid {pid} still exists after drop");
+    }
+    for dir in dirs {
+        assert!(!dir.exists(), "{} not removed", dir.display());
+    }
+}
+
+#[test]
+fn kill_works_on_paused_server() {
+    let mut server = RedisServer::start();
+    let pid = server.pid();
+    server.pause();
+    server.kill();
+    assert!(!server.is_running());
+    assert!(!server.is_paused());
+    assert!(!pid_exists(pid));
+}
+
+#[test]
+fn unique_names_differ() {
+    let a = unique("k");
+    let b = unique("k");
+    assert_ne!(a, b);
+    assert!(a.starts_with(&format!("k-{}-", std::process::id())));
+}
+
+#[test]
+#[should_panic(expected = "timed out after 50ms waiting for: the impossible")]
+fn wait_until_panics_with_what() {
+    wait_until(Duration::from_millis(50), "the impossible", || false);
+}
+
+#[test]
+fn wait_until_returns_when_true() {
+    let mut calls = 0;
+    wait_until(Duration::from_secs(1), "third call", || {
+        calls += 1;
+        calls >= 3
+    });
+    assert_eq!(calls, 3);
+}
