@@ -257,7 +257,14 @@ impl RedlockBuilder {
             other => other.to_string(),
         };
         // Lock traffic is small request/response pairs: never let Nagle hold them back.
-        let info = info.set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        // The user timeout makes the kernel abort a connection whose data stays unacknowledged
+        // (a partition) instead of retransmitting it for minutes: a lock request can then not
+        // be delivered long after its attempt gave up.
+        let info = info.set_tcp_settings(
+            TcpSettings::default()
+                .set_nodelay(true)
+                .set_user_timeout(TCP_USER_TIMEOUT),
+        );
         let client = if tls {
             tls_client(info, self.tls_root_cert.clone(), &shown)?
         } else {
@@ -290,6 +297,9 @@ pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration
     }
     Ok(())
 }
+
+/// See [`RedlockBuilder::build`]'s use: bounds how long unacknowledged data may linger.
+const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Ten years: far beyond any sensible lock, far below what `PX` accepts.
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);

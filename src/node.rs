@@ -14,6 +14,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
 use tokio::time::Instant;
 
 use crate::report::NodeOutcome;
+use crate::scripts;
 
 type ConnectResult = Result<(u64, MultiplexedConnection), String>;
 
@@ -123,11 +124,14 @@ impl Node {
         let node = Arc::clone(self);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let connect = async move {
-            let result = tokio::time::timeout(
-                node.connect_timeout,
-                node.client
-                    .get_multiplexed_async_connection_with_config(&node.config),
-            )
+            let result = tokio::time::timeout(node.connect_timeout, async {
+                let mut conn = node
+                    .client
+                    .get_multiplexed_async_connection_with_config(&node.config)
+                    .await?;
+                preload_scripts(&mut conn).await?;
+                Ok::<_, RedisError>(conn)
+            })
             .await;
             let mut slot = node.lock_slot();
             match result {
@@ -162,11 +166,19 @@ impl Node {
         }
     }
 
-    /// Forgets connection `generation` if it is still the current one: after a timeout its
-    /// next reply cannot be trusted, and after an I/O error it is dead.
+    /// Forgets connection `generation` if it is still the current one: it is dead.
+    ///
+    /// A timeout alone does not discard a connection. The driver matches replies to
+    /// requests in order and drops the reply of a request nobody waits for any more, so a
+    /// late answer is never read as the answer to the next request. Keeping the connection
+    /// also keeps a late `SET` ordered before the release that follows it on the same
+    /// stream: a paused node applies both, in order, when it resumes, where a release sent
+    /// on a fresh connection could overtake the `SET` and leave its key behind. A peer that
+    /// is cut off stops acknowledging, and the TCP user timeout set by the builder then
+    /// aborts the connection with an I/O error, which does discard it.
     fn discard(&self, generation: u64) {
         let mut slot = self.lock_slot();
-        if matches!(&*slot, Slot::Ready(g, _) if *g == generation) {
+        if matches!(&*slot, Slot::Ready(g, ..) if *g == generation) {
             *slot = Slot::Empty;
         }
     }
@@ -183,21 +195,13 @@ impl Node {
         Fut: Future<Output = RedisResult<T>>,
     {
         let start = Instant::now();
-        let mut used = None;
         let attempt = async {
             let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
-            used = Some(generation);
             op(conn).await.map_err(|e| self.classify(generation, e))
         };
-        let result = match tokio::time::timeout(timeout, attempt).await {
-            Ok(r) => r,
-            Err(_) => {
-                if let Some(generation) = used {
-                    self.discard(generation);
-                }
-                Err(NodeFailure::TimedOut)
-            }
-        };
+        let result = tokio::time::timeout(timeout, attempt)
+            .await
+            .unwrap_or(Err(NodeFailure::TimedOut));
         (result, start.elapsed())
     }
 
@@ -206,12 +210,30 @@ impl Node {
             return NodeFailure::WrongType;
         }
         if e.is_timeout() {
-            self.discard(generation);
+            // The driver's own response timeout: the connection stays (see `discard`).
             return NodeFailure::TimedOut;
         }
         if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
             self.discard(generation);
         }
         NodeFailure::Failed(e.to_string())
+    }
+}
+
+/// Loads every script on a new connection (one pipelined round trip), so `EVALSHA` finds
+/// them even when its answer is never awaited. A refusal by the server (say, an ACL without
+/// `SCRIPT`) is not fatal: `invoke_async` still falls back to loading on `NOSCRIPT`.
+async fn preload_scripts(conn: &mut MultiplexedConnection) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for source in scripts::SOURCES {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+    }
+    match pipe.query_async::<Vec<String>>(conn).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_io_error() || e.is_connection_dropped() => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "script preload refused; relying on NOSCRIPT fallback");
+            Ok(())
+        }
     }
 }

@@ -84,6 +84,21 @@ pub fn wait_until(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Async twin of [`wait_until`] for tests on a single-threaded runtime, where blocking
+/// would starve the background tasks being waited for. Polls every 10 ms.
+pub async fn eventually(deadline: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return;
+        }
+        if start.elapsed() > deadline {
+            panic!("timed out after {deadline:?} waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Sends a raw RESP `PING` to `127.0.0.1:port` and returns the first reply
 /// line (e.g. `+PONG` or `-NOAUTH ...`). Connect, write and read each time
 /// out after `timeout`; a silent peer yields `WouldBlock`/`TimedOut`.
