@@ -59,6 +59,11 @@ impl Redlock {
         }
     }
 
+    #[allow(dead_code)]
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
     /// Votes needed for a lock: `nodes / 2 + 1`.
     pub fn quorum(&self) -> usize {
         self.inner.quorum

@@ -91,6 +91,12 @@ impl Node {
         self.connect_timeout
     }
 
+    /// The driver client (for one-off connections, e.g. diagnostics).
+    #[allow(dead_code)]
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
