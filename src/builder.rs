@@ -23,6 +23,7 @@ pub(crate) struct Config {
     pub(crate) wait: Duration,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) default_ttl: Duration,
+    pub(crate) notifications: bool,
 }
 
 /// Builds a [`Redlock`]. Setters never fail; [`build`](Self::build) reports the first
@@ -40,6 +41,7 @@ pub struct RedlockBuilder {
     max_attempts: Option<u32>,
     default_ttl: Duration,
     tls_root_cert: Option<Vec<u8>>,
+    notifications: bool,
 }
 
 impl Default for RedlockBuilder {
@@ -55,6 +57,7 @@ impl Default for RedlockBuilder {
             max_attempts: None,
             default_ttl: Self::DEFAULT_TTL,
             tls_root_cert: None,
+            notifications: true,
         }
     }
 }
@@ -158,6 +161,17 @@ impl RedlockBuilder {
         self
     }
 
+    /// Release notifications. When on (the default), releases publish on
+    /// `quorum-lock:released:<key>` and a waiting [`Redlock::lock`] retries as soon as it
+    /// hears of one, through one pub/sub connection per node that the client opens on its
+    /// first contended wait. Polling with backoff remains the fallback (expiry announces
+    /// nothing, messages can be lost). Off: releases announce nothing, waiters only poll.
+    /// Clients sharing resources should agree on this setting.
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.notifications = on;
+        self
+    }
+
     /// A PEM certificate (or bundle) to trust for `rediss://` nodes instead of the
     /// platform's roots, e.g. a private CA.
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -222,8 +236,13 @@ impl RedlockBuilder {
             wait: self.wait,
             max_attempts: self.max_attempts,
             default_ttl: self.default_ttl,
+            notifications: self.notifications,
         };
-        Ok(Redlock::from_inner(Inner::new(nodes, config)))
+        Ok(Redlock::from_inner(Inner::new(
+            nodes,
+            config,
+            self.connect_timeout,
+        )))
     }
 
     /// Parses one URL into a display name (`host:port[/db]`, no credentials) and a client.

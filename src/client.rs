@@ -11,10 +11,13 @@ use tokio::time::Instant;
 
 use crate::builder::{Config, RedlockBuilder, check_ttl};
 use crate::error::{Error, Result};
+use crate::extend::AutoExtend;
 use crate::fanout::{self, Stragglers};
 use crate::guard::{Holding, LockGuard};
 use crate::metrics;
 use crate::node::Node;
+use crate::notify::Notifier;
+use crate::queue::LocalQueue;
 use crate::quorum::{self, Verdict};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::scripts;
@@ -25,15 +28,27 @@ pub(crate) struct Inner {
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) config: Config,
     pub(crate) quorum: usize,
+    pub(crate) queue: Arc<LocalQueue>,
+    /// Present when release notifications are on.
+    pub(crate) notifier: Option<Arc<Notifier>>,
 }
 
 impl Inner {
-    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config) -> Self {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
         let quorum = quorum::quorum(nodes.len());
+        let notifier = config.notifications.then(|| {
+            Arc::new(Notifier::new(
+                nodes.clone(),
+                connect_timeout,
+                config.node_timeout,
+            ))
+        });
         Inner {
             nodes,
             config,
             quorum,
+            queue: Arc::new(LocalQueue::default()),
+            notifier,
         }
     }
 }
@@ -59,7 +74,6 @@ impl Redlock {
         }
     }
 
-    #[allow(dead_code)]
     pub(crate) fn inner(&self) -> &Arc<Inner> {
         &self.inner
     }
@@ -104,6 +118,7 @@ impl Redlock {
             ttl,
             wait: None,
             max_attempts: None,
+            auto_extend: None,
         }
     }
 
@@ -122,6 +137,7 @@ impl Redlock {
             ttl,
             wait: None,
             max_attempts: None,
+            auto_extend: None,
         }
     }
 
@@ -142,7 +158,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Option<LockGuard>> {
         let plan = Plan::new(&self.inner, vec![resource.into()], ttl)?;
-        match attempt(&self.inner, &plan).await {
+        match attempt(&self.inner, &plan, None).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Contended { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -245,11 +261,12 @@ fn is_reachable(o: &NodeOutcome) -> bool {
 #[derive(Debug)]
 #[must_use = "a lock request does nothing until awaited"]
 pub struct LockRequest {
-    client: Redlock,
+    pub(crate) client: Redlock,
     resources: Vec<String>,
     ttl: Duration,
     wait: Option<Duration>,
     max_attempts: Option<u32>,
+    pub(crate) auto_extend: Option<AutoExtend>,
 }
 
 impl LockRequest {
@@ -267,7 +284,13 @@ impl LockRequest {
         self
     }
 
-    async fn run(self) -> Result<LockGuard> {
+    /// Keeps the lock extended in the background once acquired (see [`AutoExtend`]).
+    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
+        self.auto_extend = Some(policy);
+        self
+    }
+
+    async fn acquire(self) -> Result<LockGuard> {
         let inner = &self.client.inner;
         let config = &inner.config;
         let plan = Plan::new(inner, self.resources, self.ttl)?;
@@ -277,12 +300,49 @@ impl LockRequest {
         }
         let started = Instant::now();
         let wait = self.wait.unwrap_or(config.wait);
+
+        // Tasks of this client queue locally for their turn, so only one of them at a time
+        // sends attempts for these resources. The turn passes on as soon as this call
+        // returns (acquired or not): the next task then waits on Redis for our release.
+        let _turn = match tokio::time::timeout(wait, inner.queue.turn(&plan.keys)).await {
+            Ok(turn) => turn,
+            Err(_) => {
+                metrics::gave_up();
+                return Err(Error::Timeout {
+                    attempts: 0,
+                    waited: started.elapsed(),
+                    last: Box::new(Error::Contended {
+                        report: NodeReport::default(),
+                    }),
+                });
+            }
+        };
+
+        // Listen for releases if the subscriptions already run; otherwise they are started
+        // on the first failed attempt (uncontended locks never pay for them).
+        let mut listening = inner
+            .notifier
+            .as_ref()
+            .filter(|n| n.is_started())
+            .map(|n| n.register(&plan.keys));
         let mut attempts: u32 = 0;
+        let mut retries: u32 = 0;
         loop {
             attempts = attempts.saturating_add(1);
-            let err = match attempt(inner, &plan).await {
-                Ok(guard) => {
+            // While listening, each attempt also keeps this client in the waiting lists (and
+            // in them after success when other local tasks wait for the same keys).
+            let enqueue = listening
+                .as_ref()
+                .map(|r| (r.client_id(), inner.queue.has_waiters(&plan.keys)));
+            let err = match attempt(inner, &plan, enqueue).await {
+                Ok(mut guard) => {
+                    if let Some(registration) = &mut listening {
+                        registration.set_acquired();
+                    }
                     metrics::acquired(started.elapsed());
+                    if let Some(policy) = self.auto_extend {
+                        guard.auto_extend(policy);
+                    }
                     return Ok(guard);
                 }
                 Err(e) if e.is_retryable() => e,
@@ -298,11 +358,29 @@ impl LockRequest {
                     last: Box::new(err),
                 });
             }
+            if let (None, Some(notifier)) = (&listening, &inner.notifier) {
+                listening = Some(notifier.register(&plan.keys));
+                // A release may have been announced before we listened: once the
+                // subscription stands, try again at once instead of sleeping.
+                notifier
+                    .wait_ready(remaining.min(config.node_timeout * 4))
+                    .await;
+                continue;
+            }
             let delay = config
                 .retry
-                .delay(attempts - 1, rand::random::<f64>())
+                .delay(retries, rand::random::<f64>())
                 .min(remaining);
-            tokio::time::sleep(delay).await;
+            retries = retries.saturating_add(1);
+            match &listening {
+                Some(registration) => {
+                    tokio::select! {
+                        () = registration.notified() => {}
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                None => tokio::time::sleep(delay).await,
+            }
         }
     }
 }
@@ -312,7 +390,7 @@ impl IntoFuture for LockRequest {
     type IntoFuture = BoxFuture<'static, Result<LockGuard>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.run())
+        Box::pin(self.acquire())
     }
 }
 
@@ -364,8 +442,13 @@ fn new_token() -> Arc<str> {
         .into()
 }
 
-/// One acquisition attempt with a fresh token.
-async fn attempt(inner: &Arc<Inner>, plan: &Plan) -> Result<LockGuard> {
+/// One acquisition attempt with a fresh token. `enqueue` is this client's id for the
+/// waiting lists and whether other local tasks still wait (see [`scripts::ACQUIRE`]).
+async fn attempt(
+    inner: &Arc<Inner>,
+    plan: &Plan,
+    enqueue: Option<(&str, bool)>,
+) -> Result<LockGuard> {
     let token = new_token();
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
@@ -376,7 +459,7 @@ async fn attempt(inner: &Arc<Inner>, plan: &Plan) -> Result<LockGuard> {
         .nodes
         .iter()
         .enumerate()
-        .map(|(i, node)| acquire_on(i, node, inner, plan, holding.token()))
+        .map(|(i, node)| acquire_on(i, node, inner, plan, holding.token(), enqueue))
         .collect();
     let collected = fanout::collect(n, &mut pending, is_acquired, true).await;
     // Requests still in flight are dropped: one already written to its connection is
@@ -432,18 +515,19 @@ fn is_acquired(o: &NodeOutcome) -> bool {
     *o == NodeOutcome::Acquired
 }
 
-/// The acquire request for one node: plain `SET NX PX` for one key, an all-or-nothing
-/// script for several.
+/// The acquire request for one node: plain `SET NX PX` for one key, the all-or-nothing
+/// script for several keys or to keep the waiting lists.
 fn acquire_on(
     i: usize,
     node: &Arc<Node>,
     inner: &Inner,
     plan: &Plan,
     token: &str,
+    enqueue: Option<(&str, bool)>,
 ) -> fanout::NodeFuture {
     let timeout = inner.config.node_timeout;
-    match &plan.keys[..] {
-        [key] => {
+    match (&plan.keys[..], enqueue) {
+        ([key], None) => {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key)
                 .arg(token)
@@ -462,12 +546,17 @@ fn acquire_on(
                 },
             )
         }
-        keys => {
-            let mut invocation = scripts::ACQUIRE_MANY.prepare_invoke();
+        (keys, enqueue) => {
+            let mut invocation = scripts::ACQUIRE.prepare_invoke();
             for key in keys {
                 invocation.key(key.as_str());
             }
-            invocation.arg(token).arg(plan.ttl_ms());
+            let (client, stay) = enqueue.unwrap_or(("", false));
+            invocation
+                .arg(token)
+                .arg(plan.ttl_ms())
+                .arg(client)
+                .arg(if stay { "1" } else { "0" });
             fanout::script(i, node, timeout, invocation, |set: i64| {
                 if set == 1 {
                     NodeOutcome::Acquired

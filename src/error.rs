@@ -62,6 +62,14 @@ pub enum Error {
         report: NodeReport,
     },
 
+    /// The lock was lost while code ran under [`LockRequest::run`](crate::LockRequest::run);
+    /// that code was cancelled.
+    #[error("lock was lost while the critical section ran: {reason}")]
+    Lost {
+        /// Why the lock can no longer be assumed held.
+        reason: crate::LostReason,
+    },
+
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -77,7 +85,7 @@ impl Error {
             | Error::ValiditySpent { report, .. }
             | Error::NotHeld { report } => Some(report),
             Error::Timeout { last, .. } => last.report(),
-            Error::Config(_) => None,
+            Error::Lost { .. } | Error::Config(_) => None,
         }
     }
 

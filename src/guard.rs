@@ -1,18 +1,20 @@
-//! The held lock: an owned guard with validity, extend and release, and the clean-up that
-//! runs when a guard or an unfinished acquisition is dropped.
+//! The held lock: an owned guard with validity, extend, release and the lost-lock signal,
+//! and the clean-up that runs when a guard or an unfinished acquisition is dropped.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::builder::check_ttl;
 use crate::client::Inner;
 use crate::error::{Error, Result};
+use crate::extend::{self, AutoExtend};
 use crate::fanout::{self, Stragglers};
+use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
-use crate::quorum::{self, Verdict};
+use crate::quorum::Verdict;
 use crate::report::{NodeOutcome, NodeReport};
 use crate::scripts;
 
@@ -38,13 +40,14 @@ impl Holding {
         }
     }
 
-    pub(crate) fn token(&self) -> &str {
+    pub(crate) fn token(&self) -> &Arc<str> {
         &self.token
     }
 
     /// Compare-and-delete requests for the nodes in `which`.
     fn release_requests(&self, which: impl Iterator<Item = usize>) -> Stragglers {
         let timeout = self.inner.config.node_timeout;
+        let announce = self.inner.notifier.is_some();
         which
             .filter_map(|i| self.inner.nodes.get(i).map(|node| (i, node)))
             .map(|(i, node)| {
@@ -53,6 +56,9 @@ impl Holding {
                     invocation.key(key.as_str());
                 }
                 invocation.arg(&*self.token);
+                if announce {
+                    invocation.arg("1");
+                }
                 fanout::script(i, node, timeout, invocation, |deleted: i64| {
                     if deleted > 0 {
                         NodeOutcome::Released
@@ -84,8 +90,8 @@ impl Drop for Holding {
         // otherwise the TTL frees the lock.
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                let mut pending = self.release_requests(0..self.inner.nodes.len());
                 let n = self.inner.nodes.len();
+                let mut pending = self.release_requests(0..n);
                 handle.spawn(async move {
                     fanout::collect(n, &mut pending, |_| false, false).await;
                 });
@@ -100,14 +106,14 @@ impl Drop for Holding {
 ///
 /// Owned and `'static`: move it into tasks freely. The lock is only safe to rely on while
 /// [`validity`](Self::validity) is not zero; after that another client may acquire it.
-/// Release it with [`release`](Self::release) to learn the outcome; dropping it releases in
-/// a spawned task (when a tokio runtime is available) and never blocks.
+/// [`lost_signal`](Self::lost_signal) tells when that moment comes. Release it with
+/// [`release`](Self::release) to learn the outcome; dropping it releases in a spawned task
+/// (when a tokio runtime is available) and never blocks.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     holding: Holding,
-    resources: Arc<[String]>,
-    ttl: Duration,
-    deadline: Instant,
+    lease: Arc<Lease>,
+    extender: Option<JoinHandle<()>>,
     acquired_at: Instant,
     report: NodeReport,
 }
@@ -115,10 +121,10 @@ pub struct LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("resources", &self.resources)
-            .field("token", &self.holding.token)
-            .field("ttl", &self.ttl)
+            .field("resources", &self.lease.resources)
+            .field("token", &self.lease.token)
             .field("validity", &self.validity())
+            .field("auto_extend", &self.extender.is_some())
             .finish()
     }
 }
@@ -131,55 +137,97 @@ impl LockGuard {
         deadline: Instant,
         report: NodeReport,
     ) -> Self {
+        let lease = Arc::new(Lease::new(
+            Arc::clone(&holding.inner),
+            Arc::clone(&holding.keys),
+            resources,
+            Arc::clone(&holding.token),
+            deadline,
+            ttl,
+        ));
         LockGuard {
             holding,
-            resources,
-            ttl,
-            deadline,
+            lease,
+            extender: None,
             acquired_at: Instant::now(),
             report,
+        }
+    }
+
+    /// Starts extending the lock in the background (see [`AutoExtend`]); replaces any
+    /// extender already running. Needs a tokio runtime; without one this does nothing.
+    pub fn auto_extend(&mut self, policy: AutoExtend) {
+        if let Some(old) = self.extender.take() {
+            old.abort();
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            // The acquisition's own duration is the first round-trip estimate.
+            let rtt = self
+                .report
+                .results()
+                .iter()
+                .map(|r| r.latency)
+                .max()
+                .unwrap_or_default();
+            self.extender = Some(handle.spawn(extend::run(
+                Arc::clone(&self.lease),
+                policy,
+                self.acquired_at,
+                rtt,
+            )));
         }
     }
 
     /// The resource name (the first, sorted, for a [`lock_many`](crate::Redlock::lock_many)
     /// guard).
     pub fn resource(&self) -> &str {
-        self.resources.first().map_or("", String::as_str)
+        self.lease.resources.first().map_or("", String::as_str)
     }
 
     /// Every resource this guard holds, sorted.
     pub fn resources(&self) -> &[String] {
-        &self.resources
+        &self.lease.resources
     }
 
     /// The random token stored on the nodes: 128 bits as 32 hex digits.
     pub fn token(&self) -> &str {
-        &self.holding.token
+        &self.lease.token
     }
 
     /// The TTL of the last successful acquire or extend.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        self.lease.state().ttl
     }
 
-    /// How much longer the lock is safely held: zero once the validity ran out.
+    /// How much longer the lock is safely held: zero once the validity ran out or the lock
+    /// is known lost.
     pub fn validity(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
+        self.lease.validity()
     }
 
     /// The instant (on tokio's monotonic clock) at which the validity runs out.
     pub fn deadline(&self) -> Instant {
-        self.deadline
+        self.lease.state().deadline
     }
 
-    /// Whether the validity has not yet run out.
+    /// Whether the validity has not yet run out and the lock is not known lost.
     pub fn is_valid(&self) -> bool {
-        Instant::now() < self.deadline
+        !self.validity().is_zero()
     }
 
     /// What each node answered when the lock was acquired.
     pub fn report(&self) -> &NodeReport {
         &self.report
+    }
+
+    /// A signal that fires when this lock can no longer be assumed held.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lease.signal()
+    }
+
+    /// A cheap, cloneable view of this lock for code running under it.
+    pub fn context(&self) -> LockContext {
+        LockContext::new(Arc::clone(&self.lease))
     }
 
     /// Resets the TTL to `ttl` on every node that still holds our token, and succeeds when
@@ -191,79 +239,17 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::NotHeld`] when the validity had already run out or a majority no longer has
-    /// our token; [`Error::Unavailable`] when too many nodes failed to answer (the lock may
-    /// still be held: retry while [`validity`](Self::validity) remains);
-    /// [`Error::ValiditySpent`] when the majority answered too late;
-    /// [`Error::Config`] for an unusable TTL.
+    /// our token (the lost signal then fires); [`Error::Unavailable`] when too many nodes
+    /// failed to answer (the lock may still be held: retry while
+    /// [`validity`](Self::validity) remains); [`Error::ValiditySpent`] when the majority
+    /// answered too late; [`Error::Config`] for an unusable TTL.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future may leave the TTL extended on some nodes; the guard still holds
     /// its previous deadline, which is the safe side.
-    pub async fn extend(&mut self, ttl: Duration) -> Result<Duration> {
-        let inner = Arc::clone(&self.holding.inner);
-        let config = &inner.config;
-        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-        check_ttl(ttl, config.drift_factor, config.node_timeout)?;
-        if !self.is_valid() {
-            metrics::extended("not_held");
-            return Err(Error::NotHeld {
-                report: NodeReport::default(),
-            });
-        }
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let n = inner.nodes.len();
-        let start = Instant::now();
-        let mut pending: Stragglers = inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let mut invocation = scripts::EXTEND.prepare_invoke();
-                for key in self.holding.keys.iter() {
-                    invocation.key(key.as_str());
-                }
-                invocation.arg(self.token()).arg(ttl_ms);
-                fanout::script(i, node, config.node_timeout, invocation, |ok: i64| {
-                    if ok == 1 {
-                        NodeOutcome::Extended
-                    } else {
-                        NodeOutcome::NotHeld
-                    }
-                })
-            })
-            .collect();
-        let collected =
-            fanout::collect(n, &mut pending, |o| *o == NodeOutcome::Extended, true).await;
-        // The other nodes still get their extension: more copies of the lock, same token.
-        fanout::finish_in_background(pending);
-        let decided = Instant::now();
-        let elapsed = decided - start;
-        let report = collected.report(&inner);
-        if collected.tally.verdict() == Verdict::Reached {
-            return match quorum::validity(ttl, elapsed, config.drift_factor) {
-                Some(validity) => {
-                    self.deadline = decided + validity;
-                    self.ttl = ttl;
-                    metrics::extended("extended");
-                    Ok(validity)
-                }
-                None => {
-                    metrics::extended("validity_spent");
-                    Err(Error::ValiditySpent { elapsed, report })
-                }
-            };
-        }
-        if n - collected.failures() < inner.quorum {
-            metrics::extended("unavailable");
-            Err(Error::Unavailable {
-                quorum: inner.quorum,
-                report,
-            })
-        } else {
-            metrics::extended("not_held");
-            Err(Error::NotHeld { report })
-        }
+    pub async fn extend(&self, ttl: Duration) -> Result<Duration> {
+        self.lease.extend(ttl).await
     }
 
     /// Releases the lock on every node (compare-and-delete: another owner's key is never
@@ -273,14 +259,16 @@ impl LockGuard {
     /// # Errors
     ///
     /// [`Error::NotHeld`] when fewer than a majority still had our token: the lock had
-    /// expired (or was taken over) before the release. [`Error::Unavailable`] when too many
-    /// nodes failed to answer to tell. Either way nothing of ours is left except on nodes
-    /// that did not answer, where the TTL removes it.
+    /// expired (or was taken over) before the release, like the seeds' `ExpiredLockError`.
+    /// [`Error::Unavailable`] when too many nodes failed to answer to tell. Either way
+    /// nothing of ours is left except on nodes that did not answer, where the TTL removes
+    /// it.
     ///
     /// # Cancel safety
     ///
     /// Dropping the future releases in the background instead.
     pub async fn release(mut self) -> Result<NodeReport> {
+        self.stop_extender();
         let inner = Arc::clone(&self.holding.inner);
         let n = inner.nodes.len();
         let mut pending = self.holding.release_requests(0..n);
@@ -289,7 +277,6 @@ impl LockGuard {
         fanout::finish_in_background(pending);
         self.holding.armed = false;
         metrics::released("explicit");
-        metrics::held(self.acquired_at.elapsed());
         let report = collected.report(&inner);
         if collected.tally.verdict() == Verdict::Reached {
             Ok(report)
@@ -302,13 +289,19 @@ impl LockGuard {
             Err(Error::NotHeld { report })
         }
     }
+
+    fn stop_extender(&mut self) {
+        if let Some(extender) = self.extender.take() {
+            extender.abort();
+        }
+    }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if self.holding.armed {
-            metrics::held(self.acquired_at.elapsed());
-        }
-        // `Holding::drop` does the release.
+        self.stop_extender();
+        self.lease.mark_lost(LostReason::Released);
+        metrics::held(self.acquired_at.elapsed());
+        // Then `Holding` drops and releases if still armed.
     }
 }

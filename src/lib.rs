@@ -4,19 +4,28 @@
 
 mod builder;
 mod client;
+mod doctor;
 mod error;
+mod extend;
 mod fanout;
 mod guard;
+mod lease;
 pub mod metrics;
 mod node;
+mod notify;
+mod queue;
 mod quorum;
 mod report;
 mod retry;
+mod scoped;
 mod scripts;
 
 pub use builder::RedlockBuilder;
 pub use client::{LockRequest, Redlock};
+pub use doctor::{ClockOffset, DeploymentReport, Finding, FindingKind, NodeInfo, Severity};
 pub use error::{Error, Result};
+pub use extend::AutoExtend;
 pub use guard::LockGuard;
+pub use lease::{LockContext, LostReason, LostSignal};
 pub use report::{NodeOutcome, NodeReport, NodeResult};
 pub use retry::RetryPolicy;

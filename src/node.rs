@@ -92,7 +92,6 @@ impl Node {
     }
 
     /// The driver client (for one-off connections, e.g. diagnostics).
-    #[allow(dead_code)]
     pub(crate) fn client(&self) -> &Client {
         &self.client
     }

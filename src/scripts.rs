@@ -12,40 +12,95 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// All-or-nothing acquisition of several keys on one node.
+/// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
+/// bookkeeping of release notifications.
 ///
-/// KEYS: the lock keys (sorted, distinct). ARGV[1]: our token. ARGV[2]: TTL in milliseconds.
-/// Returns 1 after setting every key to the token with the TTL, or 0 (and sets nothing)
-/// when any key already exists, whatever its type.
-const ACQUIRE_MANY_SRC: &str = r"
+/// KEYS: the lock keys (sorted, distinct). ARGV[1]: our token. ARGV[2]: TTL in
+/// milliseconds. ARGV[3]: our client id, or `''` for no bookkeeping. ARGV[4]: `'1'` when
+/// other tasks of our client still wait for these keys.
+///
+/// Sets every key to the token with the TTL and returns 1, or, when any key already exists
+/// (whatever its type), sets nothing and returns 0. With a client id, a failed attempt
+/// appends the id (once) to each key's waiting list `quorum-lock:waiters:<key>`, so the
+/// next release wakes this client; a successful one removes it again unless other tasks of
+/// the client still wait (ARGV[4]), in which case it stays queued. Lists expire after
+/// twice the TTL unless renewed by a later attempt.
+const ACQUIRE_SRC: &str = r"
+local function enqueue(key)
+    local list = 'quorum-lock:waiters:' .. key
+    if not redis.call('LPOS', list, ARGV[3]) then
+        redis.call('RPUSH', list, ARGV[3])
+    end
+    redis.call('PEXPIRE', list, 2 * tonumber(ARGV[2]))
+end
 for i = 1, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then
+        if ARGV[3] ~= '' then
+            for j = 1, #KEYS do
+                enqueue(KEYS[j])
+            end
+        end
         return 0
     end
 end
 for i = 1, #KEYS do
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+    if ARGV[3] ~= '' then
+        if ARGV[4] == '1' then
+            enqueue(KEYS[i])
+        else
+            redis.call('LREM', 'quorum-lock:waiters:' .. KEYS[i], 0, ARGV[3])
+        end
+    end
 end
 return 1
 ";
-pub(crate) static ACQUIRE_MANY: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_MANY_SRC));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
 
-/// Compare-and-delete.
+/// Compare-and-delete, optionally waking the next waiting client.
 ///
-/// KEYS: the lock keys. ARGV[1]: our token.
-/// Deletes every key whose value equals the token; returns how many it deleted
-/// (0: none of them is ours, or they expired). A key of another type makes `GET` fail
-/// with `WRONGTYPE`, which the caller reports as a foreign key.
+/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2] (optional): `'1'` to wake waiters.
+/// Deletes every key whose value equals the token and returns how many it deleted
+/// (0: none of them is ours, or they expired). With ARGV[2], for each deleted key it pops
+/// client ids from the key's waiting list until one of them is listening, and publishes
+/// `<token>:<key>` on that client's channel `quorum-lock:wake:<id>`: one client is woken
+/// per release and node, in arrival order; ids of clients that went away are skipped. A
+/// key of another type makes `GET` fail with `WRONGTYPE`, which the caller reports as a
+/// foreign key.
 const RELEASE_SRC: &str = r"
 local n = 0
 for i = 1, #KEYS do
     if redis.call('GET', KEYS[i]) == ARGV[1] then
         n = n + redis.call('DEL', KEYS[i])
+        if ARGV[2] == '1' then
+            local list = 'quorum-lock:waiters:' .. KEYS[i]
+            while true do
+                local id = redis.call('LPOP', list)
+                if not id then
+                    break
+                end
+                if redis.call('PUBLISH', 'quorum-lock:wake:' .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
+                    break
+                end
+            end
+        end
     end
 end
 return n
 ";
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+
+/// Leaves the waiting lists of keys (a waiter that gave up).
+///
+/// KEYS: the lock keys. ARGV[1]: our client id. Returns the number of entries removed.
+const LEAVE_SRC: &str = r"
+local n = 0
+for i = 1, #KEYS do
+    n = n + redis.call('LREM', 'quorum-lock:waiters:' .. KEYS[i], 0, ARGV[1])
+end
+return n
+";
+pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_SRC));
 
 /// Compare-and-PEXPIRE, all or nothing.
 ///
@@ -66,4 +121,4 @@ return 1
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 3] = [ACQUIRE_MANY_SRC, RELEASE_SRC, EXTEND_SRC];
+pub(crate) const SOURCES: [&str; 4] = [ACQUIRE_SRC, RELEASE_SRC, EXTEND_SRC, LEAVE_SRC];

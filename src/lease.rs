@@ -1,0 +1,277 @@
+//! What a held lock shares with its extender and with the code running under it: the
+//! validity deadline, extension on a quorum, and the lost-lock signal.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::builder::check_ttl;
+use crate::client::Inner;
+use crate::error::{Error, Result};
+use crate::fanout::{self, Stragglers};
+use crate::metrics;
+use crate::quorum::{self, Verdict};
+use crate::report::{NodeOutcome, NodeReport};
+use crate::scripts;
+
+/// Why a lock can no longer be assumed held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The validity deadline passed without a successful extension on a quorum.
+    Expired,
+    /// An extension found that a majority no longer has our token: it expired there or
+    /// another owner took it.
+    NotHeld,
+    /// The holder released it.
+    Released,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "validity ran out without an extension",
+            LostReason::NotHeld => "a majority no longer holds our token",
+            LostReason::Released => "released by its holder",
+        })
+    }
+}
+
+/// The mutable part of a lease, published through a watch channel.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct State {
+    pub(crate) deadline: Instant,
+    pub(crate) ttl: Duration,
+    pub(crate) lost: Option<LostReason>,
+}
+
+/// A lock's identity and state, shared by its guard, its extender and any [`LockContext`].
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) resources: Arc<[String]>,
+    pub(crate) token: Arc<str>,
+    state: watch::Sender<State>,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        keys: Arc<[String]>,
+        resources: Arc<[String]>,
+        token: Arc<str>,
+        deadline: Instant,
+        ttl: Duration,
+    ) -> Self {
+        let (state, _) = watch::channel(State {
+            deadline,
+            ttl,
+            lost: None,
+        });
+        Lease {
+            inner,
+            keys,
+            resources,
+            token,
+            state,
+        }
+    }
+
+    pub(crate) fn state(&self) -> State {
+        *self.state.borrow()
+    }
+
+    /// Marks the lease lost (the first reason sticks).
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        self.state.send_if_modified(|s| {
+            if s.lost.is_none() {
+                s.lost = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub(crate) fn signal(&self) -> LostSignal {
+        LostSignal {
+            state: self.state.subscribe(),
+        }
+    }
+
+    /// Remaining validity, zero once lost or expired.
+    pub(crate) fn validity(&self) -> Duration {
+        let s = self.state();
+        if s.lost.is_some() {
+            return Duration::ZERO;
+        }
+        s.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Compare-and-PEXPIRE on every node; see [`LockGuard::extend`](crate::LockGuard::extend).
+    pub(crate) async fn extend(&self, ttl: Duration) -> Result<Duration> {
+        let inner = &self.inner;
+        let config = &inner.config;
+        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        check_ttl(ttl, config.drift_factor, config.node_timeout)?;
+        if self.validity().is_zero() {
+            metrics::extended("not_held");
+            return Err(Error::NotHeld {
+                report: NodeReport::default(),
+            });
+        }
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let n = inner.nodes.len();
+        let start = Instant::now();
+        let mut pending: Stragglers = inner
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let mut invocation = scripts::EXTEND.prepare_invoke();
+                for key in self.keys.iter() {
+                    invocation.key(key.as_str());
+                }
+                invocation.arg(&*self.token).arg(ttl_ms);
+                fanout::script(i, node, config.node_timeout, invocation, |ok: i64| {
+                    if ok == 1 {
+                        NodeOutcome::Extended
+                    } else {
+                        NodeOutcome::NotHeld
+                    }
+                })
+            })
+            .collect();
+        let collected =
+            fanout::collect(n, &mut pending, |o| *o == NodeOutcome::Extended, true).await;
+        // The other nodes still get their extension: more copies of the lock, same token.
+        fanout::finish_in_background(pending);
+        let decided = Instant::now();
+        let elapsed = decided - start;
+        let report = collected.report(inner);
+        if collected.tally.verdict() == Verdict::Reached {
+            return match quorum::validity(ttl, elapsed, config.drift_factor) {
+                Some(validity) => {
+                    self.state.send_modify(|s| {
+                        s.deadline = decided + validity;
+                        s.ttl = ttl;
+                    });
+                    metrics::extended("extended");
+                    tracing::debug!(resources = ?self.resources, votes = collected.tally.yes(), ?elapsed, "extended");
+                    Ok(validity)
+                }
+                None => {
+                    metrics::extended("validity_spent");
+                    Err(Error::ValiditySpent { elapsed, report })
+                }
+            };
+        }
+        if n - collected.failures() < inner.quorum {
+            metrics::extended("unavailable");
+            Err(Error::Unavailable {
+                quorum: inner.quorum,
+                report,
+            })
+        } else {
+            metrics::extended("not_held");
+            // A majority said definitely not ours: nothing can bring it back.
+            self.mark_lost(LostReason::NotHeld);
+            Err(Error::NotHeld { report })
+        }
+    }
+}
+
+/// Fires when a lock can no longer be assumed held: its validity deadline passed without a
+/// successful extension, an extension found a majority without our token, or it was
+/// released.
+///
+/// Cheap to clone; every clone observes the same lock. It is a local judgement: it fires
+/// at the latest when the validity runs out, which is before any other client can acquire
+/// the lock (unless clocks misbehave; see the crate's safety notes). It cannot fire
+/// earlier than the facts allow: a node pause that keeps the keys in place is not a loss.
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    state: watch::Receiver<State>,
+}
+
+impl LostSignal {
+    /// Completes with the reason once the lock is lost; immediately if it already is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses nothing; wait again any time.
+    pub async fn lost(&self) -> LostReason {
+        let mut state = self.state.clone();
+        loop {
+            let s = *state.borrow_and_update();
+            if let Some(reason) = s.lost {
+                return reason;
+            }
+            if Instant::now() >= s.deadline {
+                return LostReason::Expired;
+            }
+            tokio::select! {
+                // The deadline may have moved meanwhile; the loop re-reads it.
+                () = tokio::time::sleep_until(s.deadline) => {}
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        // The lease is gone: its guard was released or dropped.
+                        let s = *state.borrow();
+                        return s.lost.unwrap_or(LostReason::Released);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the lock is lost now.
+    pub fn is_lost(&self) -> bool {
+        let s = *self.state.borrow();
+        s.lost.is_some() || Instant::now() >= s.deadline
+    }
+
+    /// Remaining validity as last known, zero once lost.
+    pub fn validity(&self) -> Duration {
+        let s = *self.state.borrow();
+        if s.lost.is_some() {
+            return Duration::ZERO;
+        }
+        s.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// What code running under [`LockRequest::run`](crate::LockRequest::run) can see of its lock.
+#[derive(Debug, Clone)]
+pub struct LockContext {
+    lease: Arc<Lease>,
+}
+
+impl LockContext {
+    pub(crate) fn new(lease: Arc<Lease>) -> Self {
+        LockContext { lease }
+    }
+
+    /// Remaining validity: how long the lock is certainly held without a further extension.
+    pub fn validity(&self) -> Duration {
+        self.lease.validity()
+    }
+
+    /// The lost-lock signal, to pass along or `select!` on.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lease.signal()
+    }
+
+    /// The random token stored on the nodes.
+    pub fn token(&self) -> &str {
+        &self.lease.token
+    }
+
+    /// The resources held, sorted.
+    pub fn resources(&self) -> &[String] {
+        &self.lease.resources
+    }
+}

@@ -1,0 +1,311 @@
+//! Release notifications, so waiters retry when a lock is freed instead of only polling,
+//! and only one waiting client is woken per release.
+//!
+//! Every client has a random id and, from its first contended wait on, one pub/sub
+//! connection per node subscribed to its own channel `quorum-lock:wake:<id>`. A failed
+//! attempt of a waiting client appends the id to the key's waiting list on each node (see
+//! [`scripts::ACQUIRE`](crate::scripts)); a release pops the first id whose client is still
+//! listening and publishes `<token>:<key>` to it alone. So clients are woken one at a time,
+//! in the order they started waiting, and a herd of waiters never splits the votes of one
+//! release between them. Inside the client, the local queue lets one task per resource
+//! wait on Redis; the message wakes that task once per distinct token (every node sends its
+//! own copy). Expiry announces nothing and a message can be lost, so waiters still poll with
+//! jittered backoff.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{Notify, watch};
+
+use crate::fanout::{self, Stragglers};
+use crate::node::Node;
+use crate::report::NodeOutcome;
+use crate::scripts;
+
+/// Channel name prefix; the client id follows.
+const CHANNEL_PREFIX: &str = "quorum-lock:wake:";
+
+#[derive(Debug, Default)]
+struct Interest {
+    listeners: Vec<(u64, Arc<Notify>)>,
+    last_token: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Notifier {
+    nodes: Vec<Arc<Node>>,
+    /// This client's id in waiting lists.
+    id: String,
+    channel: String,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    interests: Mutex<HashMap<String, Interest>>,
+    next_id: AtomicU64,
+    started: AtomicBool,
+    /// Number of nodes with a confirmed subscription.
+    ready: watch::Sender<usize>,
+    /// Dropped with the notifier, which ends the subscriber tasks.
+    shutdown: watch::Sender<()>,
+}
+
+/// A waiter's interest in some keys; withdrawn on drop.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    notifier: Arc<Notifier>,
+    id: u64,
+    keys: Arc<[String]>,
+    notify: Arc<Notify>,
+    /// Set once the waiter acquired: the acquire script already left the waiting lists.
+    acquired: bool,
+}
+
+impl Registration {
+    /// Completes when a release of one of the keys was announced since the last call.
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await;
+    }
+
+    /// The client id to enqueue with each attempt.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.notifier.id
+    }
+
+    pub(crate) fn set_acquired(&mut self) {
+        self.acquired = true;
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        {
+            let mut interests = self.notifier.lock();
+            for key in self.keys.iter() {
+                if let Some(interest) = interests.get_mut(key) {
+                    interest.listeners.retain(|(id, _)| *id != self.id);
+                    if interest.listeners.is_empty() {
+                        interests.remove(key);
+                    }
+                }
+            }
+        }
+        if !self.acquired {
+            // Gave up or cancelled: leave the waiting lists, or the next release would wake
+            // this client instead of one that still waits (it would only cost that waiter a
+            // poll interval, but needlessly).
+            self.notifier.leave(Arc::clone(&self.keys));
+        }
+    }
+}
+
+impl Notifier {
+    pub(crate) fn new(
+        nodes: Vec<Arc<Node>>,
+        connect_timeout: Duration,
+        node_timeout: Duration,
+    ) -> Self {
+        let id = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
+            .simple()
+            .to_string();
+        Notifier {
+            nodes,
+            channel: format!("{CHANNEL_PREFIX}{id}"),
+            id,
+            node_timeout,
+            connect_timeout,
+            interests: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            started: AtomicBool::new(false),
+            ready: watch::channel(0).0,
+            shutdown: watch::channel(()).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Interest>> {
+        self.interests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the subscriptions were started (they then stay for the client's lifetime).
+    pub(crate) fn is_started(&self) -> bool {
+        self.started.load(Ordering::Acquire)
+    }
+
+    /// Registers interest in `keys`, starting the subscriber tasks on first use.
+    pub(crate) fn register(self: &Arc<Self>, keys: &Arc<[String]>) -> Registration {
+        self.start();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let notify = Arc::new(Notify::new());
+        let mut interests = self.lock();
+        for key in keys.iter() {
+            interests
+                .entry(key.clone())
+                .or_default()
+                .listeners
+                .push((id, Arc::clone(&notify)));
+        }
+        Registration {
+            notifier: Arc::clone(self),
+            id,
+            keys: Arc::clone(keys),
+            notify,
+            acquired: false,
+        }
+    }
+
+    /// Removes this client from the waiting lists of `keys` on every node, in the
+    /// background, unless another local task is still interested in one of them.
+    fn leave(&self, keys: Arc<[String]>) {
+        if keys.iter().any(|k| self.lock().contains_key(k)) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let mut pending: Stragglers = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                let mut invocation = scripts::LEAVE.prepare_invoke();
+                for key in keys.iter() {
+                    invocation.key(key.as_str());
+                }
+                invocation.arg(&self.id);
+                fanout::script(i, node, self.node_timeout, invocation, |_: i64| {
+                    NodeOutcome::Released
+                })
+            })
+            .collect();
+        let n = self.nodes.len();
+        handle.spawn(async move {
+            fanout::collect(n, &mut pending, |_| false, false).await;
+        });
+    }
+
+    /// Waits until at least one node confirmed its subscription, or `timeout`.
+    pub(crate) async fn wait_ready(&self, timeout: Duration) {
+        let mut ready = self.ready.subscribe();
+        let _ = tokio::time::timeout(timeout, ready.wait_for(|n| *n > 0)).await;
+    }
+
+    fn start(self: &Arc<Self>) {
+        if self.started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            // No runtime: stay on polling; a later call may start them.
+            self.started.store(false, Ordering::Release);
+            return;
+        };
+        for index in 0..self.nodes.len() {
+            handle.spawn(subscriber(
+                Arc::downgrade(self),
+                index,
+                self.shutdown.subscribe(),
+            ));
+        }
+    }
+
+    /// Handles a wake-up message `<token>:<key>`.
+    fn dispatch(&self, message: &str) {
+        let Some((token, key)) = message.split_once(':') else {
+            return;
+        };
+        let mut interests = self.lock();
+        let Some(interest) = interests.get_mut(key) else {
+            return;
+        };
+        // Each node announces the same release: wake the waiters once per token.
+        if interest.last_token.as_deref() == Some(token) {
+            return;
+        }
+        interest.last_token = Some(token.to_owned());
+        for (_, notify) in &interest.listeners {
+            notify.notify_one();
+        }
+    }
+}
+
+/// One node's subscription, reconnecting with backoff until the notifier is dropped.
+async fn subscriber(notifier: Weak<Notifier>, index: usize, mut shutdown: watch::Receiver<()>) {
+    const MIN_BACKOFF: Duration = Duration::from_millis(50);
+    const MAX_BACKOFF: Duration = Duration::from_secs(2);
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let Some((node, channel, timeout)) = notifier.upgrade().and_then(|n| {
+            let node = n.nodes.get(index).cloned()?;
+            Some((node, n.channel.clone(), n.connect_timeout))
+        }) else {
+            return;
+        };
+        let connected = tokio::time::timeout(timeout, async {
+            let (mut sink, stream) = node.client().get_async_pubsub().await?.split();
+            sink.subscribe(&channel).await?;
+            Ok::<_, redis::RedisError>((sink, stream))
+        })
+        .await;
+        if let Ok(Ok((_sink, mut stream))) = connected {
+            backoff = MIN_BACKOFF;
+            if let Some(n) = notifier.upgrade() {
+                n.ready.send_modify(|r| *r += 1);
+            }
+            loop {
+                tokio::select! {
+                    msg = stream.next() => {
+                        let Some(msg) = msg else { break };
+                        let Some(n) = notifier.upgrade() else { return };
+                        if let Ok(message) = msg.get_payload::<String>() {
+                            n.dispatch(&message);
+                        }
+                    }
+                    _ = shutdown.changed() => return,
+                }
+            }
+            if let Some(n) = notifier.upgrade() {
+                n.ready.send_modify(|r| *r = r.saturating_sub(1));
+            }
+            tracing::debug!(
+                node = node.name(),
+                "release subscription ended; reconnecting"
+            );
+        }
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            _ = shutdown.changed() => return,
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_wake_per_release_and_clean_up() {
+        let notifier = Arc::new(Notifier::new(
+            Vec::new(),
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+        ));
+        let keys: Arc<[String]> = vec!["k:1".to_owned()].into();
+        let mut registration = notifier.register(&keys);
+        // Three nodes announce the same release: one stored wake-up.
+        for _ in 0..3 {
+            notifier.dispatch("t1:k:1");
+        }
+        registration.notified().await;
+        let again = tokio::time::timeout(Duration::from_millis(20), registration.notified()).await;
+        assert!(again.is_err(), "duplicates of one release wake only once");
+        // A new release wakes again; other keys and channels do not.
+        notifier.dispatch("t2:other");
+        notifier.dispatch("garbage");
+        notifier.dispatch("t2:k:1");
+        registration.notified().await;
+        registration.set_acquired();
+        drop(registration);
+        assert!(notifier.lock().is_empty());
+    }
+}
