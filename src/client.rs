@@ -363,7 +363,7 @@ impl LockRequest {
                 // A release may have been announced before we listened: once the
                 // subscription stands, try again at once instead of sleeping.
                 notifier
-                    .wait_ready(remaining.min(config.node_timeout * 4))
+                    .wait_ready(inner.quorum, remaining.min(config.node_timeout * 4))
                     .await;
                 continue;
             }
@@ -462,15 +462,16 @@ async fn attempt(
         .map(|(i, node)| acquire_on(i, node, inner, plan, holding.token(), enqueue))
         .collect();
     let collected = fanout::collect(n, &mut pending, is_acquired, true).await;
-    // Requests still in flight are dropped: one already written to its connection is
-    // followed there by our release, and one not yet written is never sent.
-    drop(pending);
     let decided = Instant::now();
     let elapsed = decided - start;
     let report = collected.report(inner);
     let validity = quorum::validity(plan.ttl, elapsed, inner.config.drift_factor);
 
     if let (Verdict::Reached, Some(validity)) = (collected.tally.verdict(), validity) {
+        // The slower nodes still get their SET: copies beyond the bare majority let the
+        // lock survive (and be extended through) the loss of one of the first nodes. Every
+        // release goes to all nodes and follows the SET on the same connection.
+        fanout::finish_in_background(pending);
         metrics::attempt("acquired");
         tracing::debug!(resources = ?plan.resources, votes = collected.tally.yes(), ?elapsed, ?validity, "acquired");
         return Ok(LockGuard::new(
@@ -482,7 +483,10 @@ async fn attempt(
         ));
     }
 
-    // Failed: release wherever our token may be. Nodes that answered "held by another" or
+    // Failed. Requests still in flight are dropped: one already written to its connection is
+    // followed there by the release below, and one not yet written is never sent.
+    drop(pending);
+    // Release wherever our token may be. Nodes that answered "held by another" or
     // "wrong type" certainly do not have it; every other node might (a timed-out SET may
     // still have been applied).
     let maybe_ours: Vec<usize> = collected
@@ -526,6 +530,9 @@ fn acquire_on(
     enqueue: Option<(&str, bool)>,
 ) -> fanout::NodeFuture {
     let timeout = inner.config.node_timeout;
+    // Only join a node's waiting list where our subscription stands: a release there pops
+    // the entry and must be heard.
+    let enqueue = enqueue.filter(|_| inner.notifier.as_ref().is_some_and(|n| n.is_subscribed(i)));
     match (&plan.keys[..], enqueue) {
         ([key], None) => {
             let mut cmd = redis::cmd("SET");

@@ -124,8 +124,15 @@ pub(crate) async fn run(lease: Arc<Lease>, policy: AutoExtend, acquired: Instant
                     return;
                 }
                 Err(e) => {
-                    tracing::debug!(resources = ?lease.resources, error = %e, "extension failed; retrying");
                     let left = lease.validity();
+                    // Not enough validity for another try to complete: say so now, while the
+                    // lock is still held, so the work under it can stop in time.
+                    if left <= node_timeout.saturating_mul(2) {
+                        tracing::debug!(resources = ?lease.resources, error = %e, "extension failed; lock about to expire");
+                        lease.mark_lost(LostReason::Expired);
+                        return;
+                    }
+                    tracing::debug!(resources = ?lease.resources, error = %e, "extension failed; retrying");
                     tokio::time::sleep(retry_pause.min(left / 4)).await;
                 }
             }

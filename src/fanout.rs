@@ -93,6 +93,23 @@ impl Collected {
     pub(crate) fn failures(&self) -> usize {
         self.outcomes.iter().filter(|(o, _)| o.is_failure()).count()
     }
+
+    /// Whether the nodes that definitely do not hold our token (absent, another owner's, a
+    /// foreign type) are enough on their own to deny a majority. Failures and unanswered
+    /// nodes prove nothing: a mix of them is "unavailable", not "not held".
+    pub(crate) fn definitely_not_held(&self, quorum: usize) -> bool {
+        let denied = self
+            .outcomes
+            .iter()
+            .filter(|(o, _)| {
+                matches!(
+                    o,
+                    NodeOutcome::NotHeld | NodeOutcome::WrongType | NodeOutcome::HeldByOther
+                )
+            })
+            .count();
+        self.outcomes.len().saturating_sub(denied) < quorum
+    }
 }
 
 /// Polls `pending` and records every answer. With `stop_early`, returns as soon as the

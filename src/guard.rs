@@ -280,13 +280,13 @@ impl LockGuard {
         let report = collected.report(&inner);
         if collected.tally.verdict() == Verdict::Reached {
             Ok(report)
-        } else if n - collected.failures() < inner.quorum {
+        } else if collected.definitely_not_held(inner.quorum) {
+            Err(Error::NotHeld { report })
+        } else {
             Err(Error::Unavailable {
                 quorum: inner.quorum,
                 report,
             })
-        } else {
-            Err(Error::NotHeld { report })
         }
     }
 

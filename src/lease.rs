@@ -21,7 +21,9 @@ use crate::scripts;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LostReason {
-    /// The validity deadline passed without a successful extension on a quorum.
+    /// The validity deadline passed without a successful extension on a quorum, or (with
+    /// auto-extension) extensions kept failing until too little validity was left for
+    /// another try to complete.
     Expired,
     /// An extension found that a majority no longer has our token: it expired there or
     /// another owner took it.
@@ -170,17 +172,17 @@ impl Lease {
                 }
             };
         }
-        if n - collected.failures() < inner.quorum {
+        if collected.definitely_not_held(inner.quorum) {
+            metrics::extended("not_held");
+            // Too many nodes said definitely not ours: nothing can bring it back.
+            self.mark_lost(LostReason::NotHeld);
+            Err(Error::NotHeld { report })
+        } else {
             metrics::extended("unavailable");
             Err(Error::Unavailable {
                 quorum: inner.quorum,
                 report,
             })
-        } else {
-            metrics::extended("not_held");
-            // A majority said definitely not ours: nothing can bring it back.
-            self.mark_lost(LostReason::NotHeld);
-            Err(Error::NotHeld { report })
         }
     }
 }

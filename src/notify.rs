@@ -45,6 +45,9 @@ pub(crate) struct Notifier {
     interests: Mutex<HashMap<String, Interest>>,
     next_id: AtomicU64,
     started: AtomicBool,
+    /// Per node: is our subscription confirmed? A waiting list entry is only made on such
+    /// a node, so a release there never pops our id without us hearing of it.
+    subscribed: Vec<AtomicBool>,
     /// Number of nodes with a confirmed subscription.
     ready: watch::Sender<usize>,
     /// Dropped with the notifier, which ends the subscriber tasks.
@@ -110,6 +113,7 @@ impl Notifier {
             .simple()
             .to_string();
         Notifier {
+            subscribed: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
             nodes,
             channel: format!("{CHANNEL_PREFIX}{id}"),
             id,
@@ -184,10 +188,27 @@ impl Notifier {
         });
     }
 
-    /// Waits until at least one node confirmed its subscription, or `timeout`.
-    pub(crate) async fn wait_ready(&self, timeout: Duration) {
+    /// Whether our subscription on node `index` is confirmed.
+    pub(crate) fn is_subscribed(&self, index: usize) -> bool {
+        self.subscribed
+            .get(index)
+            .is_some_and(|s| s.load(Ordering::Acquire))
+    }
+
+    fn set_subscribed(&self, index: usize, on: bool) {
+        if let Some(flag) = self.subscribed.get(index) {
+            if flag.swap(on, Ordering::AcqRel) != on {
+                self.ready.send_modify(|r| {
+                    *r = if on { *r + 1 } else { r.saturating_sub(1) };
+                });
+            }
+        }
+    }
+
+    /// Waits until `count` nodes confirmed their subscription, or `timeout`.
+    pub(crate) async fn wait_ready(&self, count: usize, timeout: Duration) {
         let mut ready = self.ready.subscribe();
-        let _ = tokio::time::timeout(timeout, ready.wait_for(|n| *n > 0)).await;
+        let _ = tokio::time::timeout(timeout, ready.wait_for(|n| *n >= count)).await;
     }
 
     fn start(self: &Arc<Self>) {
@@ -249,7 +270,7 @@ async fn subscriber(notifier: Weak<Notifier>, index: usize, mut shutdown: watch:
         if let Ok(Ok((_sink, mut stream))) = connected {
             backoff = MIN_BACKOFF;
             if let Some(n) = notifier.upgrade() {
-                n.ready.send_modify(|r| *r += 1);
+                n.set_subscribed(index, true);
             }
             loop {
                 tokio::select! {
@@ -264,7 +285,7 @@ async fn subscriber(notifier: Weak<Notifier>, index: usize, mut shutdown: watch:
                 }
             }
             if let Some(n) = notifier.upgrade() {
-                n.ready.send_modify(|r| *r = r.saturating_sub(1));
+                n.set_subscribed(index, false);
             }
             tracing::debug!(
                 node = node.name(),

@@ -1,0 +1,517 @@
+//! Long critical sections and waiting: auto-extension, the lost-lock signal, scoped runs,
+//! wake-ups on release, and several resources at once.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Cluster, RedisServer, eventually, unique};
+use quorum_lock::{AutoExtend, Error, LostReason, Redlock};
+use tokio::time::Instant;
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+fn client(urls: &[String]) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_millis(5))
+        .max_retry_delay(Duration::from_millis(50))
+        .build()
+        .unwrap()
+}
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_extension_keeps_ownership_for_three_ttls() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster.urls());
+    let rival = client(&cluster.urls());
+    let resource = unique("long");
+    let ttl = Duration::from_secs(1);
+    let guard = holder
+        .lock(&resource, ttl)
+        .auto_extend(AutoExtend::new())
+        .await
+        .unwrap();
+    let signal = guard.lost_signal();
+    let start = Instant::now();
+    let mut checks = 0;
+    while start.elapsed() < ttl * 3 {
+        assert!(
+            rival.try_lock(&resource, ttl).await.unwrap().is_none(),
+            "the rival got the lock after {:?}",
+            start.elapsed()
+        );
+        assert!(!signal.is_lost());
+        checks += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(checks > 10);
+    assert!(guard.validity() > Duration::ZERO);
+    guard.release().await.unwrap();
+    assert_eq!(signal.lost().await, LostReason::Released);
+    assert!(rival.try_lock(&resource, ttl).await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_majority_fires_the_signal_and_cancels_the_scoped_run() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("paused-majority");
+    let cancelled_late = Arc::new(AtomicBool::new(false));
+    let deadline_at_pause = Arc::new(std::sync::Mutex::new(None));
+    let nodes = Arc::new(cluster);
+
+    let work = {
+        let nodes = Arc::clone(&nodes);
+        let late = Arc::clone(&cancelled_late);
+        let deadline_at_pause = Arc::clone(&deadline_at_pause);
+        move |ctx: quorum_lock::LockContext| async move {
+            // Let one extension happen, then cut off a majority.
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            let nodes2 = Arc::clone(&nodes);
+            tokio::task::spawn_blocking(move || {
+                nodes2.nodes[0].pause();
+                nodes2.nodes[1].pause();
+            })
+            .await
+            .unwrap();
+            // No extension can succeed from here on: this is the last deadline.
+            *deadline_at_pause.lock().unwrap() = Some(Instant::now() + ctx.validity());
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            late.store(true, Ordering::SeqCst);
+        }
+    };
+    let result = redlock
+        .lock(&resource, Duration::from_millis(1500))
+        .run(work)
+        .await;
+    let fired = Instant::now();
+    nodes.nodes[0].resume();
+    nodes.nodes[1].resume();
+    let err = result.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Lost {
+                reason: LostReason::Expired
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        !cancelled_late.load(Ordering::SeqCst),
+        "the closure was cancelled"
+    );
+    let deadline = deadline_at_pause
+        .lock()
+        .unwrap()
+        .expect("the closure paused the nodes");
+    assert!(
+        fired <= deadline,
+        "the signal fired {:?} after the validity deadline",
+        fired - deadline
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extension_budget_is_honoured() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("budget");
+    let ttl = Duration::from_millis(900);
+    let guard = redlock
+        .lock(&resource, ttl)
+        .auto_extend(AutoExtend::new().max_extensions(2))
+        .await
+        .unwrap();
+    let signal = guard.lost_signal();
+    // Count extensions as upward jumps of the key's remaining TTL on one node that has it.
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|n| pttl(n, &resource) > 0)
+        .unwrap();
+    let mut last = pttl(node, &resource);
+    let mut jumps = 0;
+    let start = std::time::Instant::now();
+    loop {
+        let now = pttl(node, &resource);
+        if now < 0 {
+            break; // expired
+        }
+        if now > last + 50 {
+            jumps += 1;
+        }
+        last = now;
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "lock never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(jumps, 2, "exactly the budgeted number of extensions");
+    assert_eq!(signal.lost().await, LostReason::Expired);
+    assert!(!guard.is_valid());
+    drop(guard);
+
+    // A hold-time budget: the lock ends at most `max_hold` after acquisition.
+    let guard = redlock
+        .lock(&resource, ttl)
+        .auto_extend(AutoExtend::new().max_hold(Duration::from_millis(1500)))
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    assert_eq!(guard.lost_signal().lost().await, LostReason::Expired);
+    // `acquired` is read after the acquisition, so these bounds are on the safe side.
+    let held = guard.deadline() - acquired;
+    assert!(held >= ttl, "it was extended at least once: held {held:?}");
+    assert!(
+        held <= Duration::from_millis(1500),
+        "never beyond max_hold: held {held:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_guard_stops_the_extender() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("stop-extender");
+    let ttl = Duration::from_millis(600);
+    let guard = redlock
+        .lock(&resource, ttl)
+        .auto_extend(AutoExtend::new())
+        .await
+        .unwrap();
+    let signal = guard.lost_signal();
+    // Wait for at least one extension to be sure the extender runs.
+    eventually(Duration::from_secs(5), "one extension", || {
+        evalsha_calls(&cluster.nodes[0]) >= 1
+    })
+    .await;
+    drop(guard);
+    assert_eq!(signal.lost().await, LostReason::Released);
+    eventually(Duration::from_secs(5), "dropped guard released", || {
+        cluster.keys_everywhere(&resource).is_empty()
+    })
+    .await;
+    // Two TTLs without any further script call on the node: nothing extends any more.
+    let baseline = evalsha_calls(&cluster.nodes[0]);
+    let quiet_until = Instant::now() + ttl * 2;
+    while Instant::now() < quiet_until {
+        assert_eq!(
+            evalsha_calls(&cluster.nodes[0]),
+            baseline,
+            "an extension ran after drop"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_long_before_its_poll() {
+    let cluster = Cluster::start(3);
+    let holder = client(&cluster.urls());
+    // Polls only every 10 s: only a notification can make it fast.
+    let waiter = Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_secs(10))
+        .max_retry_delay(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let resource = unique("wake");
+    let ttl = Duration::from_secs(30);
+    let guard = holder.lock(&resource, ttl).await.unwrap();
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            let guard = waiter
+                .lock(&resource, ttl)
+                .wait(Duration::from_secs(60))
+                .await
+                .unwrap();
+            (Instant::now(), guard)
+        })
+    };
+    // The waiter is queued on a majority once its waiting list entries exist.
+    let list = format!("quorum-lock:waiters:{resource}");
+    eventually(Duration::from_secs(10), "waiter queued", || {
+        cluster
+            .nodes
+            .iter()
+            .filter(|n| {
+                redis::cmd("LLEN")
+                    .arg(&list)
+                    .query::<i64>(&mut n.conn())
+                    .unwrap()
+                    > 0
+            })
+            .count()
+            >= 2
+    })
+    .await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (acquired, guard) = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("woken")
+        .unwrap();
+    let gap = acquired - released;
+    assert!(gap < Duration::from_secs(5), "hand-off took {gap:?}");
+    guard.release().await.unwrap();
+    // Nothing of the waiting list is left once the waiter got the lock.
+    eventually(Duration::from_secs(5), "waiting lists emptied", || {
+        cluster.keys_everywhere(&list).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_notification_the_poll_still_acquires() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("expiry");
+    // The holder never releases: its key expires, which announces nothing.
+    let holder = redlock
+        .lock(&resource, Duration::from_millis(800))
+        .await
+        .unwrap();
+    std::mem::forget(holder);
+    let waiter = Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_millis(200))
+        .max_retry_delay(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let guard = waiter
+        .lock(&resource, Duration::from_secs(5))
+        .wait(Duration::from_secs(30))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+
+    // Notifications off on both sides: polling alone.
+    let quiet = Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(NODE_TIMEOUT)
+        .notifications(false)
+        .build()
+        .unwrap();
+    let held = quiet.lock(&resource, Duration::from_secs(5)).await.unwrap();
+    let task = {
+        let quiet = quiet.clone();
+        let resource = resource.clone();
+        tokio::spawn(async move { quiet.lock(&resource, Duration::from_secs(5)).await })
+    };
+    held.release().await.unwrap();
+    task.await.unwrap().unwrap().release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contended_tasks_all_get_turns_and_the_count_is_exact() {
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 25;
+    let cluster = Cluster::start(5);
+    let redlock = client(&cluster.urls());
+    let resource = unique("turns");
+    let inside = Arc::new(AtomicUsize::new(0));
+    let total = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let redlock = redlock.clone();
+        let resource = resource.clone();
+        let inside = Arc::clone(&inside);
+        let total = Arc::clone(&total);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = redlock
+                    .lock(&resource, Duration::from_secs(10))
+                    .wait(Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                total.fetch_add(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(total.load(Ordering::SeqCst), TASKS * ROUNDS);
+}
+
+#[tokio::test]
+async fn scoped_run_returns_output_and_releases_on_error_and_panic() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("scoped");
+    let ttl = Duration::from_secs(5);
+
+    let out = redlock
+        .run(&resource, ttl, |ctx| async move {
+            assert!(ctx.validity() > Duration::ZERO);
+            assert!(!ctx.lost_signal().is_lost());
+            assert_eq!(ctx.token().len(), 32);
+            7 * 6
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, 42);
+    eventually(Duration::from_secs(5), "released after the run", || {
+        cluster.keys_everywhere(&resource).is_empty()
+    })
+    .await;
+
+    let out: Result<(), &str> = redlock
+        .run(&resource, ttl, |_| async { Err("failed inside") })
+        .await
+        .unwrap();
+    assert_eq!(out, Err("failed inside"));
+    eventually(Duration::from_secs(5), "released after an error", || {
+        cluster.keys_everywhere(&resource).is_empty()
+    })
+    .await;
+
+    let panicking = {
+        let redlock = redlock.clone();
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .run(&resource, ttl, |_| async {
+                    panic!("boom");
+                })
+                .await
+        })
+    };
+    let err = panicking.await.unwrap_err();
+    assert!(err.is_panic());
+    eventually(Duration::from_secs(5), "released after a panic", || {
+        cluster.keys_everywhere(&resource).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_resources_at_once() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let p = unique("many");
+    let (a, b, c, d) = (
+        format!("{p}:a"),
+        format!("{p}:b"),
+        format!("{p}:c"),
+        format!("{p}:d"),
+    );
+    let ttl = Duration::from_secs(10);
+    let ab = redlock.lock_many([&b, &a], ttl).await.unwrap();
+    assert_eq!(ab.resources(), [a.clone(), b.clone()]);
+    // Overlapping sets exclude each other, disjoint ones do not.
+    let err = redlock
+        .lock_many([&b, &c], ttl)
+        .max_attempts(1)
+        .await
+        .unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    assert!(redlock.try_lock(&a, ttl).await.unwrap().is_none());
+    let cd = redlock.lock_many([&c, &d], ttl).await.unwrap();
+    // One guard covers the set: extend and release act on every key.
+    ab.extend(ttl).await.unwrap();
+    ab.release().await.unwrap();
+    cd.release().await.unwrap();
+    eventually(Duration::from_secs(5), "all keys released", || {
+        cluster.keys_everywhere(&format!("{p}:*")).is_empty()
+    })
+    .await;
+
+    // A partial failure leaves nothing: a foreign `b` on two of three nodes.
+    for node in &cluster.nodes[..2] {
+        let _: () = redis::cmd("SET")
+            .arg(&b)
+            .arg("foreign")
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    let err = redlock
+        .lock_many([&a, &b], ttl)
+        .max_attempts(3)
+        .await
+        .unwrap_err();
+    assert!(err.is_contended(), "{err:?}");
+    eventually(Duration::from_secs(5), "no partial keys", || {
+        cluster.keys_everywhere(&format!("{p}:*")).len() == 2
+    })
+    .await;
+    assert!(
+        cluster
+            .keys_everywhere(&format!("{p}:*"))
+            .iter()
+            .all(|(_, k)| *k == b),
+        "only the foreign keys remain"
+    );
+    for node in &cluster.nodes[..2] {
+        let _: () = redis::cmd("DEL").arg(&b).query(&mut node.conn()).unwrap();
+    }
+
+    // [a, b] against [b, a] from many tasks: no deadlock, always exclusive.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..6 {
+        let redlock = redlock.clone();
+        let names = if i % 2 == 0 {
+            [a.clone(), b.clone()]
+        } else {
+            [b.clone(), a.clone()]
+        };
+        let inside = Arc::clone(&inside);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let g = redlock
+                    .lock_many(names.clone(), ttl)
+                    .wait(Duration::from_secs(60))
+                    .await
+                    .unwrap();
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0);
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                g.release().await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("no deadlock")
+            .unwrap();
+    }
+}
