@@ -864,8 +864,11 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
             } else {
                 continue;
             };
-            related[i] = true;
-            related[j] = true;
+            for k in [i, j] {
+                if let Some(flag) = related.get_mut(k) {
+                    *flag = true;
+                }
+            }
             out.push(finding(
                 FindingKind::Replicated,
                 Severity::Error,
@@ -935,7 +938,7 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
                 "use standalone masters (cluster-enabled no), each one an independent vote",
             ));
         }
-        if node.is_replica() && !related[i] {
+        if node.is_replica() && !related.get(i).copied().unwrap_or(false) {
             let master = match (&node.master_host, node.master_port) {
                 (Some(host), Some(port)) => format!("{host}:{port}"),
                 _ => "an unlisted master".into(),
@@ -1082,7 +1085,7 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
     }
 
     // Most severe first; equal severities keep the order above.
-    out.sort_by(|a, b| b.severity.cmp(&a.severity));
+    out.sort_by_key(|f| std::cmp::Reverse(f.severity));
     out
 }
 
@@ -1263,7 +1266,13 @@ mod tests {
 
     #[test]
     fn persistence() {
-        let table: [(Option<bool>, Option<&str>, Option<(FindingKind, Severity)>); 7] = [
+        // appendonly, appendfsync, expected finding.
+        type Case = (
+            Option<bool>,
+            Option<&'static str>,
+            Option<(FindingKind, Severity)>,
+        );
+        let table: [Case; 7] = [
             (Some(true), Some("always"), None),
             (Some(true), Some("everysec"), Some((K::WeakFsync, I))),
             (Some(true), Some("no"), Some((K::WeakFsync, W))),

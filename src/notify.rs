@@ -196,12 +196,14 @@ impl Notifier {
     }
 
     fn set_subscribed(&self, index: usize, on: bool) {
-        if let Some(flag) = self.subscribed.get(index) {
-            if flag.swap(on, Ordering::AcqRel) != on {
-                self.ready.send_modify(|r| {
-                    *r = if on { *r + 1 } else { r.saturating_sub(1) };
-                });
-            }
+        let changed = self
+            .subscribed
+            .get(index)
+            .is_some_and(|flag| flag.swap(on, Ordering::AcqRel) != on);
+        if changed {
+            self.ready.send_modify(|r| {
+                *r = if on { *r + 1 } else { r.saturating_sub(1) };
+            });
         }
     }
 

@@ -213,6 +213,20 @@ pub struct ServerOptions {
     pub appendonly: bool,
 }
 
+/// Less common settings for [`RedisServer::start_extended`]. Default: none. (Kept apart
+/// from [`ServerOptions`] because some tests build that one with an exhaustive literal.)
+#[derive(Clone, Debug, Default)]
+pub struct ServerExtras {
+    /// More `redis-server` arguments, put after the harness's own (a repeated directive's
+    /// last value wins, so these can override), e.g. `["--replicaof", "127.0.0.1", "P"]`.
+    pub extra_args: Vec<String>,
+    /// Run the server under the `tests/shim/clockshift.c` LD_PRELOAD shim: its wall clock
+    /// is shifted by the milliseconds written in this file, re-read at most every
+    /// [`CLOCKSHIFT_REFRESH`] (see [`ClockFile`]). Needs a C compiler; check
+    /// [`clockshift_lib`] first and skip when it is `None`.
+    pub clock_offset_file: Option<PathBuf>,
+}
+
 struct Proc {
     child: Option<Child>,
     pid: u32,
@@ -221,6 +235,7 @@ struct Proc {
 /// One `redis-server` child process with its own temp dir.
 pub struct RedisServer {
     opts: ServerOptions,
+    extras: ServerExtras,
     port: u16,
     dir: PathBuf,
     ca_pem: Option<Vec<u8>>,
@@ -236,6 +251,11 @@ impl RedisServer {
     }
 
     pub fn start_with(opts: ServerOptions) -> RedisServer {
+        Self::start_extended(opts, ServerExtras::default())
+    }
+
+    /// Like [`start_with`](Self::start_with), with extra arguments or a shifted clock.
+    pub fn start_extended(opts: ServerOptions, extras: ServerExtras) -> RedisServer {
         let dir = make_temp_dir();
         let ca_pem = if opts.tls {
             Some(write_tls_files(&dir))
@@ -244,6 +264,7 @@ impl RedisServer {
         };
         let mut server = RedisServer {
             opts,
+            extras,
             port: 0,
             dir,
             ca_pem,
@@ -276,6 +297,10 @@ impl RedisServer {
 
     pub fn options(&self) -> &ServerOptions {
         &self.opts
+    }
+
+    pub fn extras(&self) -> &ServerExtras {
+        &self.extras
     }
 
     /// The server's temp dir (data, log, TLS files).
@@ -457,6 +482,13 @@ impl RedisServer {
             cmd.args(["--requirepass", pw]);
         }
         cmd.args(["--dir", &dir, "--logfile", &log, "--daemonize", "no"]);
+        cmd.args(&self.extras.extra_args);
+        if let Some(file) = &self.extras.clock_offset_file {
+            let lib = clockshift_lib().unwrap_or_else(|| {
+                panic!("clock_offset_file needs the clockshift shim, but `cc` is not available")
+            });
+            cmd.env("LD_PRELOAD", lib).env("CLOCKSHIFT_FILE", file);
+        }
         cmd.current_dir(&self.dir);
         cmd
     }
@@ -637,6 +669,113 @@ impl Cluster {
             .flat_map(|(i, n)| n.keys(pattern).into_iter().map(move |k| (i, k)))
             .collect()
     }
+}
+
+/// How often, at most, the clockshift shim re-reads its offset file: after
+/// [`ClockFile::set`], wait this long (plus a margin) before relying on the new offset.
+pub const CLOCKSHIFT_REFRESH: Duration = Duration::from_millis(100);
+
+/// The clockshift LD_PRELOAD shim (`tests/shim/clockshift.c`), compiled with `cc` on first
+/// use (once per process; the library is cached in the target dir by source hash).
+/// `None` when `cc` is not installed; panics if it is installed but compiling fails.
+pub fn clockshift_lib() -> Option<PathBuf> {
+    static LIB: OnceLock<Option<PathBuf>> = OnceLock::new();
+    LIB.get_or_init(build_clockshift).clone()
+}
+
+fn build_clockshift() -> Option<PathBuf> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    const FLAGS: [&str; 4] = ["-shared", "-fPIC", "-O2", "-Wall"];
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shim/clockshift.c");
+    let source = fs::read(&src).unwrap_or_else(|e| panic!("cannot read {}: {e}", src.display()));
+    let mut hasher = DefaultHasher::new();
+    (&source, FLAGS).hash(&mut hasher);
+    let hash = hasher.finish();
+    let dir = option_env!("CARGO_TARGET_TMPDIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let lib = dir.join(format!("clockshift-{hash:016x}.so"));
+    if lib.is_file() {
+        return Some(lib);
+    }
+    // Built under a private name and renamed into place, so concurrent test processes
+    // never load a half-written library.
+    let tmp = dir.join(format!("clockshift-{hash:016x}.{}.tmp", std::process::id()));
+    let output = match Command::new("cc")
+        .args(FLAGS)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&src)
+        .output()
+    {
+        Ok(output) => output,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => panic!("cannot run cc: {e}"),
+    };
+    assert!(
+        output.status.success(),
+        "cc failed to build {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    fs::rename(&tmp, &lib).unwrap_or_else(|e| panic!("rename {}: {e}", tmp.display()));
+    Some(lib)
+}
+
+/// The offset file of the clockshift shim: whole milliseconds, written atomically (a
+/// temporary file renamed over it). Removed when dropped.
+pub struct ClockFile {
+    path: PathBuf,
+}
+
+impl ClockFile {
+    /// A new file in the temp dir holding `offset_ms`.
+    pub fn new(offset_ms: i64) -> ClockFile {
+        let file = ClockFile {
+            path: std::env::temp_dir().join(unique("quorum-lock-clockshift")),
+        };
+        file.set(offset_ms);
+        file
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Moves the shifted clocks to `offset_ms` from real time; servers see the change
+    /// within [`CLOCKSHIFT_REFRESH`].
+    pub fn set(&self, offset_ms: i64) {
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        fs::write(&tmp, format!("{offset_ms}\n"))
+            .unwrap_or_else(|e| panic!("write {}: {e}", self.path.display()));
+        fs::rename(&tmp, &self.path)
+            .unwrap_or_else(|e| panic!("rename to {}: {e}", self.path.display()));
+    }
+}
+
+impl Drop for ClockFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+/// The server's wall clock minus ours, in milliseconds, from one `TIME` round trip
+/// (assuming the server read its clock halfway through); also returns the round trip.
+pub fn server_clock_offset_ms(server: &RedisServer) -> (f64, Duration) {
+    let mut conn = server.conn();
+    let sent = SystemTime::now();
+    let start = Instant::now();
+    let (secs, micros): (i64, i64) = redis::cmd("TIME")
+        .query(&mut conn)
+        .unwrap_or_else(|e| panic!("TIME on {}: {e}", server.url()));
+    let rtt = start.elapsed();
+    let local = sent
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs_f64()
+        + rtt.as_secs_f64() / 2.0;
+    let remote = secs as f64 + micros as f64 / 1e6;
+    ((remote - local) * 1e3, rtt)
 }
 
 /// A TCP listener on 127.0.0.1 that accepts connections and never replies,

@@ -1,0 +1,617 @@
+//! The deployment check (`Redlock::check_deployment`) against real `redis-server`
+//! processes, each configured to trigger one finding.
+//!
+//! The harness's servers run without persistence, so every reachable node without
+//! `appendonly` also yields a `no_persistence` warning; the expectations list it explicitly.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    BlackHole, CLOCKSHIFT_REFRESH, ClockFile, Cluster, RedisServer, ServerExtras, ServerOptions,
+    clockshift_lib, eventually, server_clock_offset_ms, wait_until,
+};
+use quorum_lock::{DeploymentReport, FindingKind, Redlock, Severity};
+
+use FindingKind as K;
+use Severity::{Error as E, Info as I, Warning as W};
+
+/// The check must end within its per-node deadline (2.5 s) plus scheduling slack.
+const CHECK_BOUND: Duration = Duration::from_millis(4000);
+
+type Summary = Vec<(&'static str, Severity, Option<String>)>;
+
+fn client(urls: &[String]) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .build()
+        .expect("valid configuration")
+}
+
+/// The node name the client shows for a harness server.
+fn name(server: &RedisServer) -> String {
+    format!("127.0.0.1:{}", server.port())
+}
+
+/// Runs the check, prints it (shown when a test fails) and checks it was quick.
+async fn check(redlock: &Redlock) -> DeploymentReport {
+    let start = Instant::now();
+    let report = redlock.check_deployment().await;
+    let took = start.elapsed();
+    println!("{report}\n{}\n(took {took:?})", report.to_json());
+    assert!(took < CHECK_BOUND, "the check took {took:?}");
+    report
+}
+
+/// Every finding as (kind, severity, node), sorted, for exact comparison.
+fn summary(report: &DeploymentReport) -> Summary {
+    let mut s: Summary = report
+        .findings
+        .iter()
+        .map(|f| (f.kind.as_str(), f.severity, f.node.clone()))
+        .collect();
+    s.sort();
+    s
+}
+
+fn expected(items: impl IntoIterator<Item = (FindingKind, Severity, Option<String>)>) -> Summary {
+    let mut s: Summary = items
+        .into_iter()
+        .map(|(k, sev, node)| (k.as_str(), sev, node))
+        .collect();
+    s.sort();
+    s
+}
+
+/// The `no_persistence` warnings of the given node names.
+fn no_persistence<'a>(
+    names: impl IntoIterator<Item = &'a String>,
+) -> impl Iterator<Item = (FindingKind, Severity, Option<String>)> {
+    names
+        .into_iter()
+        .map(|n| (K::NoPersistence, W, Some(n.clone())))
+}
+
+fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query(&mut server.conn())
+        .expect("INFO");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_owned())
+}
+
+fn extras(args: &[&str]) -> ServerExtras {
+    ServerExtras {
+        extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
+        ..ServerExtras::default()
+    }
+}
+
+fn appendonly() -> ServerOptions {
+    ServerOptions {
+        appendonly: true,
+        ..ServerOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn healthy_masters_only_lack_persistence() {
+    let cluster = Cluster::start(3);
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    let redlock = client(&cluster.urls());
+    // The check can run in a spawned task.
+    let report = tokio::spawn(async move { check(&redlock).await })
+        .await
+        .expect("check task");
+
+    assert_eq!(summary(&report), expected(no_persistence(&names)));
+    assert_eq!(report.worst(), Some(W));
+    assert_eq!(report.quorum, 2);
+    assert_eq!(report.nodes.len(), 3);
+    let version = info_field(&cluster.nodes[0], "server", "redis_version");
+    for (info, n) in report.nodes.iter().zip(&names) {
+        assert_eq!(&info.name, n);
+        assert!(info.reachable, "{info:?}");
+        assert_eq!(info.error, None);
+        assert_eq!(info.redis_version, version);
+        assert_eq!(info.run_id.as_ref().map(String::len), Some(40), "{info:?}");
+        assert_eq!(info.role.as_deref(), Some("master"));
+        assert!(!info.is_replica());
+        assert_eq!(info.master_replid.as_ref().map(String::len), Some(40));
+        assert_eq!(
+            (info.master_host.as_deref(), info.master_port),
+            (None, None)
+        );
+        assert_eq!(info.appendonly, Some(false));
+        assert_eq!(
+            info.appendfsync.as_deref(),
+            Some("everysec"),
+            "Redis default"
+        );
+        assert_eq!(info.maxmemory, Some(0));
+        assert_eq!(info.maxmemory_policy.as_deref(), Some("noeviction"));
+        assert_eq!(info.cluster_enabled, Some(false));
+        assert!(info.uptime.is_some_and(|u| u < Duration::from_secs(600)));
+        // Same host, same clock: the server's time lies within the round trip.
+        let clock = info.clock.expect("clock sampled");
+        assert!(clock.rtt > Duration::ZERO && clock.rtt < Duration::from_secs(1));
+        assert_eq!(clock.uncertainty, clock.rtt / 2);
+        assert!(clock.excess() <= Duration::from_millis(1), "{clock:?}");
+    }
+    let mut run_ids: Vec<_> = report.nodes.iter().map(|i| i.run_id.clone()).collect();
+    run_ids.dedup();
+    assert_eq!(run_ids.len(), 3, "independent servers");
+
+    let json = report.to_json();
+    assert!(json.starts_with(r#"{"quorum":2,"worst":"warning","nodes":[{"name":""#));
+    assert_eq!(
+        json.matches(r#""kind":"no_persistence","severity":"warning""#)
+            .count(),
+        3
+    );
+    let text = report.to_string();
+    assert!(text.starts_with("3 nodes, quorum 2: 0 error(s), 3 warning(s), 0 note(s)"));
+    for n in &names {
+        assert!(text.contains(&format!("  {n}  up ")), "{text}");
+    }
+}
+
+#[tokio::test]
+async fn unreachable_nodes_warn_then_break_the_quorum() {
+    let mut cluster = Cluster::start(3);
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    let redlock = client(&cluster.urls());
+
+    cluster.nodes[2].kill();
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names[..2]).chain([(K::Unreachable, W, Some(names[2].clone()))]))
+    );
+    let down = &report.nodes[2];
+    assert!(!down.reachable);
+    assert!(down.error.is_some(), "{down:?}");
+    assert_eq!((down.run_id.as_ref(), down.clock), (None, None));
+
+    cluster.nodes[1].kill();
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names[..1]).chain([
+            (K::Unreachable, E, Some(names[1].clone())),
+            (K::Unreachable, E, Some(names[2].clone())),
+        ]))
+    );
+    assert_eq!(report.worst(), Some(E));
+    assert_eq!(report.findings[0].severity, E, "most severe first");
+}
+
+#[tokio::test]
+async fn hung_nodes_do_not_hold_up_the_check() {
+    let cluster = Cluster::start(3);
+    let hole = BlackHole::start();
+    let paused = RedisServer::start();
+    paused.pause();
+    let mut urls = cluster.urls();
+    urls.push(hole.url());
+    urls.push(paused.url());
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    let report = check(&client(&urls)).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names).chain([
+            (
+                K::Unreachable,
+                W,
+                Some(format!("127.0.0.1:{}", hole.port()))
+            ),
+            (K::Unreachable, W, Some(name(&paused))),
+        ]))
+    );
+    assert!(hole.accepted() >= 1, "the black hole was contacted");
+}
+
+#[tokio::test]
+async fn credentials_are_used_and_refusals_are_unreachable() {
+    let server = RedisServer::start_with(ServerOptions {
+        password: Some("s3cret".into()),
+        ..ServerOptions::default()
+    });
+    let port = server.port();
+    let redlock = client(&[
+        server.url(),
+        format!("redis://localhost:{port}"),
+        format!("redis://:wrong@127.0.0.1:{port}/1"),
+    ]);
+    let names: Vec<String> = redlock.nodes().map(str::to_owned).collect();
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names[..1]).chain([
+            (K::Unreachable, E, Some(names[1].clone())),
+            (K::Unreachable, E, Some(names[2].clone())),
+        ]))
+    );
+    assert!(report.nodes[0].reachable);
+    for refused in &report.nodes[1..] {
+        assert!(!refused.reachable, "{refused:?}");
+        let error = refused.error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains("NOAUTH") || error.contains("WRONGPASS") || error.contains("auth"),
+            "{error}"
+        );
+    }
+}
+
+#[cfg(feature = "tls")]
+#[tokio::test]
+async fn tls_nodes_are_checked_over_tls() {
+    let server = RedisServer::start_with(ServerOptions {
+        tls: true,
+        ..ServerOptions::default()
+    });
+    let redlock = Redlock::builder()
+        .node(server.url())
+        .tls_root_certificate(server.ca_pem().expect("test CA"))
+        .build()
+        .expect("valid configuration");
+    let n = name(&server);
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence([&n]).chain([(K::SingleNode, I, None)]))
+    );
+    assert!(report.nodes[0].clock.is_some());
+}
+
+#[tokio::test]
+async fn the_same_server_listed_twice_votes_twice() {
+    let cluster = Cluster::start(2);
+    let port = cluster.nodes[0].port();
+    let other = cluster.nodes[1].url();
+    // Different names for one server pass the builder's duplicate check.
+    for alias in [
+        format!("redis://localhost:{port}"),
+        format!("redis://127.0.0.1:{port}/1"),
+    ] {
+        let redlock = client(&[cluster.nodes[0].url(), alias, other.clone()]);
+        let names: Vec<String> = redlock.nodes().map(str::to_owned).collect();
+        let report = check(&redlock).await;
+        assert_eq!(
+            summary(&report),
+            expected(no_persistence(&names).chain([(
+                K::DuplicateServer,
+                E,
+                Some(names[1].clone())
+            )]))
+        );
+        assert_eq!(report.nodes[0].run_id, report.nodes[1].run_id);
+        let finding = &report.findings[0];
+        assert!(finding.message.contains(&names[0]), "{}", finding.message);
+        assert_eq!(finding.fix, "list each Redis server once");
+    }
+}
+
+#[tokio::test]
+async fn replicas_are_not_independent_masters() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_extended(
+        ServerOptions::default(),
+        extras(&["--replicaof", "127.0.0.1", &master.port().to_string()]),
+    );
+    let others = Cluster::start(2);
+    let (m, r, o1, o2) = (
+        name(&master),
+        name(&replica),
+        name(&others.nodes[0]),
+        name(&others.nodes[1]),
+    );
+
+    // By address: the replica names a listed master (even before it has synchronised).
+    let report = check(&client(&[
+        master.url(),
+        replica.url(),
+        others.nodes[0].url(),
+    ]))
+    .await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence([&m, &r, &o1]).chain([(K::Replicated, E, Some(r.clone()))]))
+    );
+    let info = &report.nodes[1];
+    assert!(info.is_replica(), "{info:?}");
+    assert_eq!(info.role.as_deref(), Some("slave"));
+    assert_eq!(info.master_host.as_deref(), Some("127.0.0.1"));
+    assert_eq!(info.master_port, Some(master.port()));
+
+    // By replication ID: the master listed under another name than the replica knows.
+    wait_until(Duration::from_secs(10), "replica in sync", || {
+        info_field(&replica, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    let alias = format!("redis://localhost:{}", master.port());
+    let redlock = client(&[alias, replica.url(), others.nodes[0].url()]);
+    let m_alias = format!("localhost:{}", master.port());
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence([&m_alias, &r, &o1]).chain([(K::Replicated, E, Some(r.clone()))]))
+    );
+    assert_eq!(report.nodes[0].master_replid, report.nodes[1].master_replid);
+    assert!(
+        report.findings[0].message.contains("shares replication ID"),
+        "{}",
+        report.findings[0].message
+    );
+
+    // A replica whose master is not listed: no lock can be written on it.
+    let report = check(&client(&[
+        replica.url(),
+        others.nodes[0].url(),
+        others.nodes[1].url(),
+    ]))
+    .await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence([&r, &o1, &o2]).chain([(K::Replica, W, Some(r.clone()))]))
+    );
+}
+
+#[tokio::test]
+async fn cluster_mode_is_flagged() {
+    let cluster = Cluster::start(2);
+    // `nodes.conf` is relative to the server's own `--dir`.
+    let sharded = RedisServer::start_extended(
+        ServerOptions::default(),
+        extras(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ]),
+    );
+    assert!(sharded.dir().join("nodes.conf").exists());
+    let mut urls = cluster.urls();
+    urls.push(sharded.url());
+    let mut names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    names.push(name(&sharded));
+    let report = check(&client(&urls)).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names).chain([(K::ClusterMode, W, Some(name(&sharded)))]))
+    );
+    assert_eq!(report.nodes[2].cluster_enabled, Some(true));
+    assert_eq!(report.nodes[0].cluster_enabled, Some(false));
+}
+
+#[tokio::test]
+async fn node_counts_even_two_and_one() {
+    let cluster = Cluster::start(4);
+    let urls = cluster.urls();
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    for (n, finding) in [
+        (4, (K::EvenNodeCount, W)),
+        (2, (K::TooFewNodes, W)),
+        (1, (K::SingleNode, I)),
+    ] {
+        let report = check(&client(&urls[..n])).await;
+        assert_eq!(
+            summary(&report),
+            expected(no_persistence(&names[..n]).chain([(finding.0, finding.1, None)])),
+            "{n} nodes"
+        );
+        assert_eq!(report.quorum, n / 2 + 1);
+    }
+}
+
+#[tokio::test]
+async fn append_only_file_and_fsync_policy() {
+    let always = RedisServer::start_with(appendonly());
+    let everysec =
+        RedisServer::start_extended(appendonly(), extras(&["--appendfsync", "everysec"]));
+    let never = RedisServer::start_extended(appendonly(), extras(&["--appendfsync", "no"]));
+    let redlock = client(&[always.url(), everysec.url(), never.url()]);
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected([
+            (K::WeakFsync, I, Some(name(&everysec))),
+            (K::WeakFsync, W, Some(name(&never))),
+        ])
+    );
+    let fsync: Vec<_> = report
+        .nodes
+        .iter()
+        .map(|i| (i.appendonly, i.appendfsync.as_deref()))
+        .collect();
+    assert_eq!(
+        fsync,
+        [
+            (Some(true), Some("always")),
+            (Some(true), Some("everysec")),
+            (Some(true), Some("no")),
+        ]
+    );
+
+    // CONFIG refused by an ACL: appendonly still known (INFO), appendfsync unknown.
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "-config"])
+        .query(&mut always.conn())
+        .expect("ACL SETUSER");
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected([
+            (K::FsyncUnknown, I, Some(name(&always))),
+            (K::WeakFsync, I, Some(name(&everysec))),
+            (K::WeakFsync, W, Some(name(&never))),
+        ])
+    );
+    assert_eq!(report.nodes[0].appendonly, Some(true));
+    assert_eq!(report.nodes[0].appendfsync, None);
+    assert_eq!(
+        report.nodes[0].error, None,
+        "a refused CONFIG is expected, not an error"
+    );
+}
+
+#[tokio::test]
+async fn eviction_policies_that_can_drop_lock_keys() {
+    let lru = RedisServer::start_extended(
+        appendonly(),
+        extras(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]),
+    );
+    let volatile = RedisServer::start_extended(
+        appendonly(),
+        extras(&["--maxmemory", "100mb", "--maxmemory-policy", "volatile-ttl"]),
+    );
+    let safe = RedisServer::start_extended(
+        appendonly(),
+        extras(&["--maxmemory", "100mb", "--maxmemory-policy", "noeviction"]),
+    );
+    let report = check(&client(&[lru.url(), volatile.url(), safe.url()])).await;
+    assert_eq!(
+        summary(&report),
+        expected([
+            (K::Eviction, W, Some(name(&lru))),
+            (K::Eviction, W, Some(name(&volatile))),
+        ])
+    );
+    assert_eq!(report.nodes[0].maxmemory, Some(100 << 20));
+    assert_eq!(
+        report.nodes[0].maxmemory_policy.as_deref(),
+        Some("allkeys-lru")
+    );
+}
+
+#[tokio::test]
+async fn a_ttl_eaten_by_drift_and_node_timeout() {
+    let cluster = Cluster::start(3);
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    let redlock = Redlock::builder()
+        .nodes(cluster.urls())
+        .default_ttl(Duration::from_millis(120))
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .expect("accepted: some validity is left");
+    let report = check(&redlock).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names).chain([(K::TtlBudget, W, None)]))
+    );
+    let finding = report
+        .findings
+        .iter()
+        .find(|f| f.kind == K::TtlBudget)
+        .expect("ttl finding");
+    assert!(finding.fix.contains("at least 209 ms"), "{}", finding.fix);
+}
+
+/// Starts a server whose wall clock runs `file`'s offset ahead of ours.
+fn shifted_server(file: &ClockFile) -> RedisServer {
+    RedisServer::start_extended(
+        ServerOptions::default(),
+        ServerExtras {
+            clock_offset_file: Some(file.path().to_owned()),
+            ..ServerExtras::default()
+        },
+    )
+}
+
+fn skip_without_cc(test: &str) -> bool {
+    if clockshift_lib().is_none() {
+        eprintln!(
+            "skipping {test}: no `cc` to build the clockshift shim (tests/shim/clockshift.c)"
+        );
+        return true;
+    }
+    false
+}
+
+/// Whether `server`'s clock is `want_ms` off ours, give or take 100 ms plus the round trip.
+fn offset_near(server: &RedisServer, want_ms: f64) -> bool {
+    let (got, rtt) = server_clock_offset_ms(server);
+    (got - want_ms).abs() < 100.0 + rtt.as_secs_f64() * 1e3
+}
+
+#[test]
+fn clock_shim_shifts_a_running_server() {
+    if skip_without_cc("clock_shim_shifts_a_running_server") {
+        return;
+    }
+    let file = ClockFile::new(5_000);
+    let server = shifted_server(&file);
+    let plain = RedisServer::start();
+    let (offset, rtt) = server_clock_offset_ms(&server);
+    assert!(
+        offset_near(&server, 5_000.0),
+        "offset {offset} ms (rtt {rtt:?})"
+    );
+    assert!(offset_near(&plain, 0.0), "an unshifted server is in sync");
+
+    // Moving the offset moves the running server's clock within the refresh period.
+    file.set(-3_000);
+    wait_until(CLOCKSHIFT_REFRESH * 20, "the clock to move to -3 s", || {
+        offset_near(&server, -3_000.0)
+    });
+    file.set(120_000);
+    wait_until(
+        CLOCKSHIFT_REFRESH * 20,
+        "the clock to move to +120 s",
+        || offset_near(&server, 120_000.0),
+    );
+    // A malformed file keeps the last offset.
+    std::fs::write(file.path(), "soon\n").expect("write");
+    std::thread::sleep(CLOCKSHIFT_REFRESH * 3);
+    assert!(offset_near(&server, 120_000.0));
+    // The server keeps working under the shim (monotonic clocks are not shifted).
+    let pong: String = redis::cmd("PING").query(&mut server.conn()).expect("PING");
+    assert_eq!(pong, "PONG");
+    assert!(server.is_running());
+}
+
+#[tokio::test]
+async fn clock_skew_beyond_drift_and_beyond_the_ttl() {
+    if skip_without_cc("clock_skew_beyond_drift_and_beyond_the_ttl") {
+        return;
+    }
+    let file = ClockFile::new(5_000);
+    let cluster = Cluster::start(2);
+    let shifted = shifted_server(&file);
+    let mut urls = cluster.urls();
+    urls.push(shifted.url());
+    let mut names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    names.push(name(&shifted));
+    // Default TTL 30 s: drift allowance 302 ms.
+    let redlock = client(&urls);
+
+    for (offset_ms, severity) in [(5_000, W), (45_000, E), (-2_000, W)] {
+        file.set(offset_ms);
+        eventually(Duration::from_secs(2), "the shifted clock to move", || {
+            offset_near(&shifted, offset_ms as f64)
+        })
+        .await;
+        let report = check(&redlock).await;
+        assert_eq!(
+            summary(&report),
+            expected(no_persistence(&names).chain([(
+                K::ClockSkew,
+                severity,
+                Some(name(&shifted))
+            )])),
+            "offset {offset_ms} ms"
+        );
+        let clock = report.nodes[2].clock.expect("clock sampled");
+        let measured_ms = clock.offset_micros as f64 / 1e3;
+        assert!(
+            (measured_ms - offset_ms as f64).abs() < 100.0 + clock.uncertainty.as_secs_f64() * 1e3,
+            "measured {measured_ms} ms for {offset_ms} ms"
+        );
+        for unshifted in &report.nodes[..2] {
+            let c = unshifted.clock.expect("clock sampled");
+            assert!(c.excess() <= Duration::from_millis(1), "{c:?}");
+        }
+    }
+}
