@@ -19,6 +19,7 @@ mod report;
 mod retry;
 mod scoped;
 mod scripts;
+mod status;
 
 pub use builder::RedlockBuilder;
 pub use client::{LockRequest, Redlock};
@@ -29,3 +30,4 @@ pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};
 pub use report::{NodeOutcome, NodeReport, NodeResult};
 pub use retry::RetryPolicy;
+pub use status::{Holder, KeyState, LockStatus, Verdict};

@@ -102,6 +102,20 @@ return n
 ";
 pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_SRC));
 
+/// Reads a lock key without touching it (operators' `status`).
+///
+/// KEYS[1]: the lock key. Returns `{type, pttl, value}` where value is the string's
+/// content, or nil for other types.
+const INSPECT_SRC: &str = r"
+local kind = redis.call('TYPE', KEYS[1]).ok
+local pttl = redis.call('PTTL', KEYS[1])
+if kind == 'string' then
+    return {kind, pttl, redis.call('GET', KEYS[1])}
+end
+return {kind, pttl, false}
+";
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
+
 /// Compare-and-PEXPIRE, all or nothing.
 ///
 /// KEYS: the lock keys. ARGV[1]: our token. ARGV[2]: new TTL in milliseconds.
@@ -121,4 +135,5 @@ return 1
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 4] = [ACQUIRE_SRC, RELEASE_SRC, EXTEND_SRC, LEAVE_SRC];
+pub(crate) const SOURCES: [&str; 5] =
+    [ACQUIRE_SRC, RELEASE_SRC, EXTEND_SRC, LEAVE_SRC, INSPECT_SRC];

@@ -828,3 +828,70 @@ async fn guards_are_owned_and_move_into_tasks() {
     handle.await.unwrap().unwrap();
     assert!(cluster.keys_everywhere(&resource).is_empty());
 }
+
+#[tokio::test]
+async fn status_reports_what_each_node_holds() {
+    use quorum_lock::{Holder, Verdict};
+    let mut cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("status");
+    let free = redlock.status(&resource).await.unwrap();
+    assert_eq!(free.verdict, Verdict::Free);
+    assert!(free.nodes.iter().all(|n| n.holder == Some(Holder::Free)));
+
+    let guard = redlock.lock(&resource, TTL).await.unwrap();
+    eventually(Duration::from_secs(5), "key on every node", || {
+        holders(&cluster, &resource, guard.token()) == 3
+    })
+    .await;
+    let held = redlock.status(&resource).await.unwrap();
+    assert_eq!(
+        held.verdict,
+        Verdict::Held {
+            token: guard.token().to_owned()
+        }
+    );
+    for node in &held.nodes {
+        let Some(Holder::Token { token, ttl }) = &node.holder else {
+            panic!("{node:?}");
+        };
+        assert_eq!(token, guard.token());
+        assert!(ttl.unwrap() <= TTL && ttl.unwrap() > Duration::ZERO);
+    }
+
+    // A foreign value on one node and another owner's token on another: split.
+    let _: () = redis::cmd("DEL")
+        .arg(&resource)
+        .query(&mut cluster.nodes[0].conn())
+        .unwrap();
+    let _: () = redis::cmd("RPUSH")
+        .arg(&resource)
+        .arg("x")
+        .query(&mut cluster.nodes[0].conn())
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&resource)
+        .arg("other")
+        .query(&mut cluster.nodes[1].conn())
+        .unwrap();
+    let split = redlock.status(&resource).await.unwrap();
+    assert_eq!(split.verdict, Verdict::Split);
+    assert_eq!(split.nodes[0].holder, Some(Holder::Foreign("list".into())));
+    assert_eq!(
+        split.nodes[1].holder,
+        Some(Holder::Token {
+            token: "other".into(),
+            ttl: None
+        })
+    );
+
+    // reset() deletes whatever is there and says where it was.
+    let report = redlock.reset(&resource).await.unwrap();
+    assert_eq!(report.count(&NodeOutcome::Released), 3);
+    drop(guard);
+    cluster.nodes[2].kill();
+    cluster.nodes[1].kill();
+    let unknown = redlock.status(&resource).await.unwrap();
+    assert_eq!(unknown.verdict, Verdict::Unknown);
+    assert!(unknown.nodes[2].error.is_some());
+}

@@ -1,0 +1,213 @@
+//! Read-only inspection of a lock on every node, for operators (`quorum-lock status`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Redlock;
+use crate::error::{Error, Result};
+use crate::report::NodeOutcome;
+use crate::scripts;
+
+/// What one node holds for a lock key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyState {
+    /// The node as `host:port`.
+    pub node: String,
+    /// `None` when the node did not answer; the error message is in `error`.
+    pub holder: Option<Holder>,
+    /// Why the node could not be read.
+    pub error: Option<String>,
+}
+
+/// The content of a lock key on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Holder {
+    /// No such key.
+    Free,
+    /// A string value (an owner token) with its remaining time to live; `None` when the key
+    /// has no expiry (never set by this crate).
+    Token {
+        /// The stored value.
+        token: String,
+        /// Remaining time to live.
+        ttl: Option<Duration>,
+    },
+    /// A key of another type (`list`, `hash`, ...): foreign data.
+    Foreign(String),
+}
+
+/// The verdict over all nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// One token is stored on a majority: the lock is held.
+    Held {
+        /// The owner's token.
+        token: String,
+    },
+    /// A majority of nodes answered that the key is absent.
+    Free,
+    /// Enough nodes answered but no token and no absence reaches a majority.
+    Split,
+    /// Too few nodes answered to tell.
+    Unknown,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Held { .. } => f.write_str("held by a majority"),
+            Verdict::Free => f.write_str("free"),
+            Verdict::Split => f.write_str("split"),
+            Verdict::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// A lock as seen on every node, from [`Redlock::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The resource inspected.
+    pub resource: String,
+    /// The Redis key.
+    pub key: String,
+    /// Per node, in configuration order.
+    pub nodes: Vec<KeyState>,
+    /// The verdict for the set.
+    pub verdict: Verdict,
+}
+
+/// A node's answer to [`scripts::INSPECT`] as a [`Holder`].
+fn holder(kind: &str, pttl: i64, value: Option<Vec<u8>>) -> Holder {
+    match (kind, value) {
+        ("none", _) => Holder::Free,
+        ("string", Some(bytes)) => Holder::Token {
+            token: String::from_utf8_lossy(&bytes).into_owned(),
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        },
+        ("string", None) => Holder::Free,
+        (other, _) => Holder::Foreign(other.to_owned()),
+    }
+}
+
+/// The verdict from per-node holders (`None`: no answer) and the quorum. Pure.
+pub(crate) fn verdict(holders: &[Option<&Holder>], quorum: usize) -> Verdict {
+    let answered = holders.iter().flatten().count();
+    if answered < quorum {
+        return Verdict::Unknown;
+    }
+    let free = holders
+        .iter()
+        .flatten()
+        .filter(|h| matches!(h, Holder::Free))
+        .count();
+    if free >= quorum {
+        return Verdict::Free;
+    }
+    let mut tokens: HashMap<&str, usize> = HashMap::new();
+    for h in holders.iter().flatten() {
+        if let Holder::Token { token, .. } = h {
+            *tokens.entry(token.as_str()).or_default() += 1;
+        }
+    }
+    match tokens.into_iter().find(|(_, n)| *n >= quorum) {
+        Some((token, _)) => Verdict::Held {
+            token: token.to_owned(),
+        },
+        None => Verdict::Split,
+    }
+}
+
+impl Redlock {
+    /// Reads the lock of `resource` on every node (type, value and remaining TTL, in one
+    /// round trip each) and judges the set. Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name. Unreachable nodes are reported per
+    /// node, not as an error.
+    pub async fn status(&self, resource: &str) -> Result<LockStatus> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        let inner = self.inner();
+        let key = self.key(resource);
+        let reads = inner.nodes.iter().map(|node| {
+            let mut invocation = scripts::INSPECT.prepare_invoke();
+            invocation.key(&key);
+            async move {
+                let (result, _) = node
+                    .run(inner.config.node_timeout, move |mut conn| async move {
+                        invocation
+                            .invoke_async::<(String, i64, Option<Vec<u8>>)>(&mut conn)
+                            .await
+                    })
+                    .await;
+                let (holder, error) = match result {
+                    Ok((kind, pttl, value)) => (Some(holder(&kind, pttl, value)), None),
+                    Err(failure) => (None, Some(NodeOutcome::from(failure).to_string())),
+                };
+                KeyState {
+                    node: node.name().to_owned(),
+                    holder,
+                    error,
+                }
+            }
+        });
+        let nodes = futures::future::join_all(reads).await;
+        let holders: Vec<Option<&Holder>> = nodes.iter().map(|s| s.holder.as_ref()).collect();
+        let verdict = verdict(&holders, inner.quorum);
+        Ok(LockStatus {
+            resource: resource.to_owned(),
+            key,
+            nodes,
+            verdict,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(t: &str) -> Holder {
+        Holder::Token {
+            token: t.into(),
+            ttl: Some(Duration::from_secs(1)),
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let (a, b, free) = (token("a"), token("b"), Holder::Free);
+        let foreign = Holder::Foreign("list".into());
+        let cases: Vec<(Vec<Option<&Holder>>, Verdict)> = vec![
+            (
+                vec![Some(&a), Some(&a), Some(&free)],
+                Verdict::Held { token: "a".into() },
+            ),
+            (vec![Some(&free), Some(&free), Some(&a)], Verdict::Free),
+            (vec![Some(&a), Some(&b), Some(&free)], Verdict::Split),
+            (vec![Some(&a), Some(&foreign), Some(&free)], Verdict::Split),
+            (vec![Some(&a), None, None], Verdict::Unknown),
+            (
+                vec![Some(&a), Some(&a), None],
+                Verdict::Held { token: "a".into() },
+            ),
+            (vec![Some(&a)], Verdict::Held { token: "a".into() }),
+            (vec![None], Verdict::Unknown),
+            (vec![Some(&free)], Verdict::Free),
+        ];
+        for (holders, expected) in cases {
+            assert_eq!(
+                verdict(&holders, holders.len() / 2 + 1),
+                expected,
+                "{holders:?}"
+            );
+        }
+    }
+}
