@@ -86,7 +86,7 @@ async fn round(redlock: &Redlock, label: &str, workers: usize, per_worker: usize
             for _ in 0..per_worker {
                 match redlock
                     .lock("demo:nightly-report", Duration::from_secs(2))
-                    .wait(Duration::from_secs(2))
+                    .wait(Duration::from_secs(5))
                     .await
                 {
                     Ok(guard) => {
@@ -141,8 +141,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let urls: Vec<String> = nodes.iter().map(Node::url).collect();
     println!("five independent Redis masters: {}", urls.join(" "));
 
-    let redlock = Redlock::builder().nodes(&urls).build()?;
+    // The longest TTL in use (2 s) also sets the restart quarantine: nodes that started
+    // less than that ago do not vote yet, as they may have lost locks they granted.
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .default_ttl(Duration::from_secs(2))
+        .build()?;
     println!("quorum: {} of {}", redlock.quorum(), urls.len());
+    println!("the nodes just started: their votes count once they have run for one TTL (2 s)");
 
     round(&redlock, "all five nodes up", 4, 3).await;
 

@@ -24,6 +24,7 @@ pub(crate) struct Config {
     pub(crate) max_attempts: Option<u32>,
     pub(crate) default_ttl: Duration,
     pub(crate) notifications: bool,
+    pub(crate) quarantine: bool,
 }
 
 /// Builds a [`Redlock`]. Setters never fail; [`build`](Self::build) reports the first
@@ -42,6 +43,7 @@ pub struct RedlockBuilder {
     default_ttl: Duration,
     tls_root_cert: Option<Vec<u8>>,
     notifications: bool,
+    quarantine: bool,
 }
 
 impl Default for RedlockBuilder {
@@ -58,6 +60,7 @@ impl Default for RedlockBuilder {
             default_ttl: Self::DEFAULT_TTL,
             tls_root_cert: None,
             notifications: true,
+            quarantine: true,
         }
     }
 }
@@ -172,6 +175,20 @@ impl RedlockBuilder {
         self
     }
 
+    /// Restart quarantine (on by default). On every (re)connect the client reads each
+    /// node's `run_id` and uptime; a node that started less than the longest TTL this
+    /// client uses (plus drift) ago has its votes ignored until then, because it may have
+    /// lost locks it granted before the restart (Redlock's "delayed restart", done by the
+    /// client). The report shows such votes as [`NodeOutcome::Quarantined`]. Nodes started
+    /// just before the client are quarantined too: turn this off only where every node
+    /// persists with `appendfsync always`.
+    ///
+    /// [`NodeOutcome::Quarantined`]: crate::NodeOutcome::Quarantined
+    pub fn restart_quarantine(mut self, on: bool) -> Self {
+        self.quarantine = on;
+        self
+    }
+
     /// A PEM certificate (or bundle) to trust for `rediss://` nodes instead of the
     /// platform's roots, e.g. a private CA.
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -237,6 +254,7 @@ impl RedlockBuilder {
             max_attempts: self.max_attempts,
             default_ttl: self.default_ttl,
             notifications: self.notifications,
+            quarantine: self.quarantine,
         };
         Ok(Redlock::from_inner(Inner::new(
             nodes,

@@ -31,11 +31,15 @@ pub(crate) struct Inner {
     pub(crate) queue: Arc<LocalQueue>,
     /// Present when release notifications are on.
     pub(crate) notifier: Option<Arc<Notifier>>,
+    /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
+    /// that long plus its drift allowance.
+    max_ttl_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Inner {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
         let quorum = quorum::quorum(nodes.len());
+        let default_ttl_ms = u64::try_from(config.default_ttl.as_millis()).unwrap_or(u64::MAX);
         let notifier = config.notifications.then(|| {
             Arc::new(Notifier::new(
                 nodes.clone(),
@@ -47,9 +51,24 @@ impl Inner {
             nodes,
             config,
             quorum,
+            max_ttl_ms: std::sync::atomic::AtomicU64::new(default_ttl_ms),
             queue: Arc::new(LocalQueue::default()),
             notifier,
         }
+    }
+
+    /// Records a TTL in use, lengthening the restart quarantine if it is the longest yet.
+    pub(crate) fn saw_ttl(&self, ttl: Duration) {
+        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        self.max_ttl_ms
+            .fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long a (re)started node's vote does not count: the longest TTL this client uses
+    /// plus its drift allowance. Locks it granted before a restart have expired by then.
+    pub(crate) fn quarantine_period(&self) -> Duration {
+        let ttl = Duration::from_millis(self.max_ttl_ms.load(std::sync::atomic::Ordering::Relaxed));
+        ttl.saturating_add(quorum::drift(ttl, self.config.drift_factor))
     }
 }
 
@@ -119,6 +138,7 @@ impl Redlock {
             wait: None,
             max_attempts: None,
             auto_extend: None,
+            fencing: false,
         }
     }
 
@@ -138,6 +158,7 @@ impl Redlock {
             wait: None,
             max_attempts: None,
             auto_extend: None,
+            fencing: false,
         }
     }
 
@@ -157,7 +178,7 @@ impl Redlock {
         resource: impl Into<String>,
         ttl: Duration,
     ) -> Result<Option<LockGuard>> {
-        let plan = Plan::new(&self.inner, vec![resource.into()], ttl)?;
+        let plan = Plan::new(&self.inner, vec![resource.into()], ttl, false)?;
         match attempt(&self.inner, &plan, None).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Contended { .. }) => Ok(None),
@@ -267,6 +288,7 @@ pub struct LockRequest {
     wait: Option<Duration>,
     max_attempts: Option<u32>,
     pub(crate) auto_extend: Option<AutoExtend>,
+    fencing: bool,
 }
 
 impl LockRequest {
@@ -284,6 +306,15 @@ impl LockRequest {
         self
     }
 
+    /// Mints a fencing token with the lock: a number that strictly increases from one
+    /// holder of these resources to the next, read from and committed to a majority of
+    /// nodes (one more round trip). See [`LockGuard::fencing_token`] and the
+    /// [`fencing`](crate::fencing) module.
+    pub fn fencing(mut self) -> Self {
+        self.fencing = true;
+        self
+    }
+
     /// Keeps the lock extended in the background once acquired (see [`AutoExtend`]).
     pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
         self.auto_extend = Some(policy);
@@ -293,7 +324,7 @@ impl LockRequest {
     async fn acquire(self) -> Result<LockGuard> {
         let inner = &self.client.inner;
         let config = &inner.config;
-        let plan = Plan::new(inner, self.resources, self.ttl)?;
+        let plan = Plan::new(inner, self.resources, self.ttl, self.fencing)?;
         let max_attempts = self.max_attempts.or(config.max_attempts);
         if max_attempts == Some(0) {
             return Err(Error::Config("max attempts is zero; use at least 1".into()));
@@ -400,10 +431,16 @@ pub(crate) struct Plan {
     pub(crate) resources: Arc<[String]>,
     pub(crate) keys: Arc<[String]>,
     pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
 }
 
 impl Plan {
-    fn new(inner: &Inner, mut resources: Vec<String>, ttl: Duration) -> Result<Plan> {
+    fn new(
+        inner: &Inner,
+        mut resources: Vec<String>,
+        ttl: Duration,
+        fencing: bool,
+    ) -> Result<Plan> {
         if resources.is_empty() {
             return Err(Error::Config("no resource names given".into()));
         }
@@ -418,6 +455,7 @@ impl Plan {
         // never assumes more time than the server grants.
         let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         check_ttl(ttl, config.drift_factor, config.node_timeout)?;
+        inner.saw_ttl(ttl);
         let keys: Arc<[String]> = resources
             .iter()
             .map(|r| format!("{}{r}", config.key_prefix))
@@ -426,6 +464,7 @@ impl Plan {
             resources: resources.into(),
             keys,
             ttl,
+            fencing,
         })
     }
 
@@ -442,6 +481,9 @@ fn new_token() -> Arc<str> {
         .into()
 }
 
+/// Fencing counters read by one attempt, per node.
+type Counters = Arc<std::sync::Mutex<Vec<Option<u64>>>>;
+
 /// One acquisition attempt with a fresh token. `enqueue` is this client's id for the
 /// waiting lists and whether other local tasks still wait (see [`scripts::ACQUIRE`]).
 async fn attempt(
@@ -454,65 +496,155 @@ async fn attempt(
     // have set is released on every node in the background.
     let mut holding = Holding::new(Arc::clone(inner), Arc::clone(&plan.keys), token);
     let n = inner.nodes.len();
+    let counters: Counters = Arc::new(std::sync::Mutex::new(vec![None; n]));
     let start = Instant::now();
     let mut pending: Stragglers = inner
         .nodes
         .iter()
         .enumerate()
-        .map(|(i, node)| acquire_on(i, node, inner, plan, holding.token(), enqueue))
+        .map(|(i, node)| acquire_on(i, node, inner, plan, holding.token(), enqueue, &counters))
         .collect();
     let collected = fanout::collect(n, &mut pending, is_acquired, true).await;
-    let decided = Instant::now();
-    let elapsed = decided - start;
-    let report = collected.report(inner);
-    let validity = quorum::validity(plan.ttl, elapsed, inner.config.drift_factor);
+    let mut report = collected.report(inner);
+    let mut failure = None;
 
-    if let (Verdict::Reached, Some(validity)) = (collected.tally.verdict(), validity) {
+    if collected.tally.verdict() == Verdict::Reached {
         // The slower nodes still get their SET: copies beyond the bare majority let the
         // lock survive (and be extended through) the loss of one of the first nodes. Every
         // release goes to all nodes and follows the SET on the same connection.
         fanout::finish_in_background(pending);
-        metrics::attempt("acquired");
-        tracing::debug!(resources = ?plan.resources, votes = collected.tally.yes(), ?elapsed, ?validity, "acquired");
-        return Ok(LockGuard::new(
-            holding,
-            Arc::clone(&plan.resources),
-            plan.ttl,
-            decided + validity,
-            report,
-        ));
+        let fencing_token = if plan.fencing {
+            match commit_fence(inner, plan, holding.token(), &counters).await {
+                Ok(fence) => Some(fence),
+                Err(e) => {
+                    failure = Some(e);
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let decided = Instant::now();
+        let elapsed = decided - start;
+        match (
+            failure.is_none(),
+            quorum::validity(plan.ttl, elapsed, inner.config.drift_factor),
+        ) {
+            (true, Some(validity)) => {
+                metrics::attempt("acquired");
+                tracing::debug!(resources = ?plan.resources, votes = collected.tally.yes(), ?elapsed, ?validity, ?fencing_token, "acquired");
+                return Ok(LockGuard::new(
+                    holding,
+                    Arc::clone(&plan.resources),
+                    plan.ttl,
+                    decided + validity,
+                    report,
+                    fencing_token,
+                ));
+            }
+            (true, None) => {
+                metrics::attempt("validity_spent");
+                failure = Some(Error::ValiditySpent {
+                    elapsed,
+                    report: report.clone(),
+                });
+            }
+            (false, _) => metrics::attempt("unavailable"),
+        }
+        // The keys may be anywhere now: release everywhere.
+        holding.release_on(&(0..n).collect::<Vec<_>>()).await;
+    } else {
+        // Requests still in flight are dropped: one already written to its connection is
+        // followed there by the release below, and one not yet written is never sent.
+        drop(pending);
+        // Release wherever our token may be. Nodes that answered "held by another" or
+        // "wrong type" certainly do not have it; every other node might (a timed-out SET
+        // may still have been applied).
+        let maybe_ours: Vec<usize> = collected
+            .outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+            .map(|(i, _)| i)
+            .collect();
+        holding.release_on(&maybe_ours).await;
     }
 
-    // Failed. Requests still in flight are dropped: one already written to its connection is
-    // followed there by the release below, and one not yet written is never sent.
-    drop(pending);
-    // Release wherever our token may be. Nodes that answered "held by another" or
-    // "wrong type" certainly do not have it; every other node might (a timed-out SET may
-    // still have been applied).
-    let maybe_ours: Vec<usize> = collected
-        .outcomes
-        .iter()
-        .enumerate()
-        .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
-        .map(|(i, _)| i)
-        .collect();
-    holding.release_on(&maybe_ours).await;
-
-    let err = if collected.tally.verdict() == Verdict::Reached {
-        metrics::attempt("validity_spent");
-        Error::ValiditySpent { elapsed, report }
-    } else if n - collected.failures() < inner.quorum {
-        metrics::attempt("unavailable");
-        Error::Unavailable {
-            quorum: inner.quorum,
-            report,
+    let err = match failure {
+        Some(e) => e,
+        None if n - collected.unavailable() < inner.quorum => {
+            metrics::attempt("unavailable");
+            Error::Unavailable {
+                quorum: inner.quorum,
+                report: std::mem::take(&mut report),
+            }
         }
-    } else {
-        metrics::attempt("contended");
-        Error::Contended { report }
+        None => {
+            metrics::attempt("contended");
+            Error::Contended {
+                report: std::mem::take(&mut report),
+            }
+        }
     };
     tracing::debug!(resources = ?plan.resources, error = %err, "attempt failed");
     Err(err)
+}
+
+/// Second round of a fencing acquisition: the new token is one above the highest counter
+/// any node reported, and is committed next to the lock on a majority of voting nodes
+/// before the guard exists. Any two majorities share a node, so the next holder reads a
+/// counter at least this high and mints a larger token.
+async fn commit_fence(
+    inner: &Arc<Inner>,
+    plan: &Plan,
+    token: &str,
+    counters: &Counters,
+) -> Result<u64> {
+    let highest = counters
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .flatten()
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let fence = highest.saturating_add(1);
+    let period = inner.quarantine_period();
+    let mut pending: Stragglers = inner
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
+            let mut invocation = scripts::FENCE.prepare_invoke();
+            for key in plan.keys.iter() {
+                invocation.key(key.as_str());
+            }
+            invocation.arg(token).arg(fence);
+            let voter = Arc::clone(node);
+            let quarantine = inner.config.quarantine;
+            fanout::script(
+                i,
+                node,
+                inner.config.node_timeout,
+                invocation,
+                move |ok: i64| match ok {
+                    1 if quarantine && voter.is_quarantined(period) => NodeOutcome::Quarantined,
+                    1 => NodeOutcome::Acquired,
+                    _ => NodeOutcome::NotHeld,
+                },
+            )
+        })
+        .collect();
+    let collected = fanout::collect(inner.nodes.len(), &mut pending, is_acquired, true).await;
+    fanout::finish_in_background(pending);
+    if collected.tally.verdict() == Verdict::Reached {
+        Ok(fence)
+    } else {
+        Err(Error::Unavailable {
+            quorum: inner.quorum,
+            report: collected.report(inner),
+        })
+    }
 }
 
 fn is_acquired(o: &NodeOutcome) -> bool {
@@ -520,7 +652,7 @@ fn is_acquired(o: &NodeOutcome) -> bool {
 }
 
 /// The acquire request for one node: plain `SET NX PX` for one key, the all-or-nothing
-/// script for several keys or to keep the waiting lists.
+/// script for several keys, to keep the waiting lists or to read fencing counters.
 fn acquire_on(
     i: usize,
     node: &Arc<Node>,
@@ -528,13 +660,26 @@ fn acquire_on(
     plan: &Plan,
     token: &str,
     enqueue: Option<(&str, bool)>,
+    counters: &Counters,
 ) -> fanout::NodeFuture {
     let timeout = inner.config.node_timeout;
     // Only join a node's waiting list where our subscription stands: a release there pops
     // the entry and must be heard.
     let enqueue = enqueue.filter(|_| inner.notifier.as_ref().is_some_and(|n| n.is_subscribed(i)));
-    match (&plan.keys[..], enqueue) {
-        ([key], None) => {
+    // A node that restarted recently may have lost locks it granted: its yes is not a vote.
+    let voter = Arc::clone(node);
+    let quarantine = inner.config.quarantine;
+    let period = inner.quarantine_period();
+    let vote = move || {
+        if quarantine && voter.is_quarantined(period) {
+            metrics::quarantined_vote(voter.name());
+            NodeOutcome::Quarantined
+        } else {
+            NodeOutcome::Acquired
+        }
+    };
+    match (&plan.keys[..], enqueue, plan.fencing) {
+        ([key], None, false) => {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key)
                 .arg(token)
@@ -546,14 +691,14 @@ fn acquire_on(
                 node,
                 timeout,
                 move |mut conn| async move { cmd.query_async::<Value>(&mut conn).await },
-                |reply| match reply {
-                    Value::Okay => NodeOutcome::Acquired,
+                move |reply| match reply {
+                    Value::Okay => vote(),
                     Value::Nil => NodeOutcome::HeldByOther,
                     other => NodeOutcome::Failed(format!("unexpected reply to SET: {other:?}")),
                 },
             )
         }
-        (keys, enqueue) => {
+        (keys, enqueue, fencing) => {
             let mut invocation = scripts::ACQUIRE.prepare_invoke();
             for key in keys {
                 invocation.key(key.as_str());
@@ -563,14 +708,29 @@ fn acquire_on(
                 .arg(token)
                 .arg(plan.ttl_ms())
                 .arg(client)
-                .arg(if stay { "1" } else { "0" });
-            fanout::script(i, node, timeout, invocation, |set: i64| {
-                if set == 1 {
-                    NodeOutcome::Acquired
-                } else {
-                    NodeOutcome::HeldByOther
-                }
-            })
+                .arg(if stay { "1" } else { "0" })
+                .arg(if fencing { "1" } else { "0" });
+            let counters = Arc::clone(counters);
+            fanout::script(
+                i,
+                node,
+                timeout,
+                invocation,
+                move |(set, fence): (i64, Option<u64>)| {
+                    if let Some(slot) = counters
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_mut(i)
+                    {
+                        *slot = fence;
+                    }
+                    if set == 1 {
+                        vote()
+                    } else {
+                        NodeOutcome::HeldByOther
+                    }
+                },
+            )
         }
     }
 }

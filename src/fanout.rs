@@ -89,9 +89,12 @@ impl Collected {
         )
     }
 
-    /// Nodes that could not give an answer.
-    pub(crate) fn failures(&self) -> usize {
-        self.outcomes.iter().filter(|(o, _)| o.is_failure()).count()
+    /// Nodes whose vote is missing: no answer, or a recently restarted node.
+    pub(crate) fn unavailable(&self) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|(o, _)| o.is_failure() || *o == NodeOutcome::Quarantined)
+            .count()
     }
 
     /// Whether the nodes that definitely do not hold our token (absent, another owner's, a

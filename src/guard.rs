@@ -116,6 +116,7 @@ pub struct LockGuard {
     extender: Option<JoinHandle<()>>,
     acquired_at: Instant,
     report: NodeReport,
+    fencing_token: Option<u64>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -136,6 +137,7 @@ impl LockGuard {
         ttl: Duration,
         deadline: Instant,
         report: NodeReport,
+        fencing_token: Option<u64>,
     ) -> Self {
         let lease = Arc::new(Lease::new(
             Arc::clone(&holding.inner),
@@ -151,7 +153,16 @@ impl LockGuard {
             extender: None,
             acquired_at: Instant::now(),
             report,
+            fencing_token,
         }
+    }
+
+    /// The fencing token minted with this lock when it was requested with
+    /// [`LockRequest::fencing`](crate::LockRequest::fencing): strictly greater than the
+    /// token of every earlier holder of these resources. Pass it to the storage you write
+    /// to and let it reject writes that carry an older token.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
     }
 
     /// Starts extending the lock in the background (see [`AutoExtend`]); replaces any

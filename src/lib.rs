@@ -8,6 +8,7 @@ mod doctor;
 mod error;
 mod extend;
 mod fanout;
+pub mod fencing;
 mod guard;
 mod lease;
 pub mod metrics;

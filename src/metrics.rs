@@ -11,6 +11,8 @@
 //! | `quorum_lock_extensions_total` | counter | `outcome`: `extended`, `not_held`, `unavailable`, `validity_spent` |
 //! | `quorum_lock_releases_total` | counter | `kind`: `explicit`, `drop` (guard or cancelled attempt, released in a spawned task), `skipped` (dropped without a runtime) |
 //! | `quorum_lock_hold_duration_seconds` | histogram | — (acquire to release or drop) |
+//! | `quorum_lock_node_restarts_total` | counter | `node` (`host:port`): a new `run_id` seen on reconnect |
+//! | `quorum_lock_quarantined_votes_total` | counter | `node`: votes not counted because the node restarted recently |
 
 use std::time::Duration;
 
@@ -49,4 +51,17 @@ pub(crate) fn released(kind: &'static str) {
 
 pub(crate) fn held(duration: Duration) {
     metrics::histogram!(HOLD_DURATION).record(duration.as_secs_f64());
+}
+
+/// Counter of node restarts noticed on reconnect.
+pub const NODE_RESTARTS: &str = "quorum_lock_node_restarts_total";
+/// Counter of votes ignored because of restart quarantine.
+pub const QUARANTINED_VOTES: &str = "quorum_lock_quarantined_votes_total";
+
+pub(crate) fn node_restarted(node: &str) {
+    metrics::counter!(NODE_RESTARTS, "node" => node.to_owned()).increment(1);
+}
+
+pub(crate) fn quarantined_vote(node: &str) {
+    metrics::counter!(QUARANTINED_VOTES, "node" => node.to_owned()).increment(1);
 }

@@ -58,6 +58,17 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     slot: Mutex<Slot>,
     generation: AtomicU64,
+    /// The server instance behind the current connection, learnt on every (re)connect.
+    identity: Mutex<Option<Identity>>,
+}
+
+/// Which Redis process a node is, and since when it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) run_id: String,
+    /// When the process started, on our monotonic clock (rounded towards later: uptime is
+    /// reported in whole seconds, so the estimate errs on the quarantining side).
+    pub(crate) started: Instant,
 }
 
 impl std::fmt::Debug for Node {
@@ -84,7 +95,64 @@ impl Node {
             connect_timeout,
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
+            identity: Mutex::new(None),
         }
+    }
+
+    /// Reads `run_id` and uptime from `INFO server`. A refusal (say, an ACL without
+    /// `INFO`) leaves the identity unknown, which disables quarantine for this node.
+    async fn learn_identity(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let asked = Instant::now();
+        let info = match redis::cmd("INFO")
+            .arg("server")
+            .query_async::<String>(conn)
+            .await
+        {
+            Ok(info) => info,
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
+            Err(_) => return Ok(()),
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let identity = match (field("run_id"), field("uptime_in_seconds")) {
+            (Some(run_id), Some(uptime)) => uptime.parse::<u64>().ok().map(|secs| Identity {
+                run_id: run_id.to_owned(),
+                started: asked
+                    .checked_sub(Duration::from_secs(secs))
+                    .unwrap_or(asked),
+            }),
+            _ => None,
+        };
+        let mut known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(old), Some(new)) = (&*known, &identity) {
+            if old.run_id != new.run_id {
+                tracing::info!(node = %self.name, "node restarted (new run_id)");
+                crate::metrics::node_restarted(&self.name);
+            }
+        }
+        *known = identity;
+        Ok(())
+    }
+
+    /// Whether this node's vote must not count yet: it (re)started less than `period` ago,
+    /// so it may have lost locks granted before. Unknown identity: not quarantined.
+    pub(crate) fn is_quarantined(&self, period: Duration) -> bool {
+        let known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
+        known
+            .as_ref()
+            .is_some_and(|id| id.started.elapsed() < period)
+    }
+
+    /// The identity learnt at the last connect.
+    #[allow(dead_code)]
+    pub(crate) fn identity(&self) -> Option<Identity> {
+        self.identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -135,6 +203,7 @@ impl Node {
                     .get_multiplexed_async_connection_with_config(&node.config)
                     .await?;
                 preload_scripts(&mut conn).await?;
+                node.learn_identity(&mut conn).await?;
                 Ok::<_, RedisError>(conn)
             })
             .await;

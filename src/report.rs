@@ -19,6 +19,9 @@ pub enum NodeOutcome {
     Extended,
     /// Our token was found and deleted (release).
     Released,
+    /// The node stored our token but restarted too recently for its vote to count (restart
+    /// quarantine): it may have lost locks granted before the restart.
+    Quarantined,
     /// The key is absent or holds another token: we do not hold it here (extend, release).
     NotHeld,
     /// No answer within the per-node timeout. The request may still have been applied.
@@ -48,6 +51,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::NotHeld => f.write_str("not held"),
+            NodeOutcome::Quarantined => f.write_str("restarted recently, vote not counted"),
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::Failed(msg) => write!(f, "error: {msg}"),
             NodeOutcome::Reachable => f.write_str("reachable"),

@@ -13,18 +13,21 @@ use std::sync::LazyLock;
 use redis::Script;
 
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
-/// bookkeeping of release notifications.
+/// bookkeeping of release notifications and the fencing counter read.
 ///
 /// KEYS: the lock keys (sorted, distinct). ARGV[1]: our token. ARGV[2]: TTL in
 /// milliseconds. ARGV[3]: our client id, or `''` for no bookkeeping. ARGV[4]: `'1'` when
-/// other tasks of our client still wait for these keys.
+/// other tasks of our client still wait for these keys. ARGV[5]: `'1'` to read the fencing
+/// counters.
 ///
-/// Sets every key to the token with the TTL and returns 1, or, when any key already exists
-/// (whatever its type), sets nothing and returns 0. With a client id, a failed attempt
-/// appends the id (once) to each key's waiting list `quorum-lock:waiters:<key>`, so the
-/// next release wakes this client; a successful one removes it again unless other tasks of
-/// the client still wait (ARGV[4]), in which case it stays queued. Lists expire after
-/// twice the TTL unless renewed by a later attempt.
+/// Returns `{acquired, fence}`. `acquired` is 1 after setting every key to the token with
+/// the TTL, or 0 (and nothing set) when any key already exists, whatever its type. `fence`
+/// is, with ARGV[5], the highest fencing counter `quorum-lock:fence:<key>` of the keys
+/// (0 when none exists), else nil. With a client id, a failed attempt appends the id (once)
+/// to each key's waiting list `quorum-lock:waiters:<key>`, so the next release wakes this
+/// client; a successful one removes it again unless other tasks of the client still wait
+/// (ARGV[4]), in which case it stays queued. Lists expire after twice the TTL unless renewed
+/// by a later attempt. Counters never expire.
 const ACQUIRE_SRC: &str = r"
 local function enqueue(key)
     local list = 'quorum-lock:waiters:' .. key
@@ -33,6 +36,16 @@ local function enqueue(key)
     end
     redis.call('PEXPIRE', list, 2 * tonumber(ARGV[2]))
 end
+local fence = false
+if ARGV[5] == '1' then
+    fence = 0
+    for i = 1, #KEYS do
+        local f = tonumber(redis.call('GET', 'quorum-lock:fence:' .. KEYS[i]) or '0') or 0
+        if f > fence then
+            fence = f
+        end
+    end
+end
 for i = 1, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then
         if ARGV[3] ~= '' then
@@ -40,7 +53,7 @@ for i = 1, #KEYS do
                 enqueue(KEYS[j])
             end
         end
-        return 0
+        return {0, fence}
     end
 end
 for i = 1, #KEYS do
@@ -53,7 +66,7 @@ for i = 1, #KEYS do
         end
     end
 end
-return 1
+return {1, fence}
 ";
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
 
@@ -102,6 +115,46 @@ return n
 ";
 pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_SRC));
 
+/// Commits a fencing token next to a lock we hold.
+///
+/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2]: the fencing token.
+/// Returns 1 after raising every counter `quorum-lock:fence:<key>` to at least ARGV[2]
+/// (never lowering one), or 0, changing nothing, when any lock key does not hold our
+/// token.
+const FENCE_SRC: &str = r"
+for i = 1, #KEYS do
+    if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+        return 0
+    end
+end
+local value = tonumber(ARGV[2])
+for i = 1, #KEYS do
+    local counter = 'quorum-lock:fence:' .. KEYS[i]
+    if value > (tonumber(redis.call('GET', counter) or '0') or 0) then
+        redis.call('SET', counter, ARGV[2])
+    end
+end
+return 1
+";
+pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_SRC));
+
+/// A write guarded by a fencing token, for data kept in Redis.
+///
+/// KEYS[1]: the data key. KEYS[2]: the highest token seen for the resource on this server.
+/// ARGV[1]: the writer's fencing token. ARGV[2]: the value.
+/// Sets KEYS[1] to ARGV[2] and records the token, returning 1, when the token is at least
+/// the highest seen; returns 0 and writes nothing for an older token.
+const FENCED_SET_SRC: &str = r"
+local token = tonumber(ARGV[1])
+if token < (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) then
+    return 0
+end
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[2])
+return 1
+";
+pub(crate) static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET_SRC));
+
 /// Reads a lock key without touching it (operators' `status`).
 ///
 /// KEYS[1]: the lock key. Returns `{type, pttl, value}` where value is the string's
@@ -135,5 +188,12 @@ return 1
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 5] =
-    [ACQUIRE_SRC, RELEASE_SRC, EXTEND_SRC, LEAVE_SRC, INSPECT_SRC];
+pub(crate) const SOURCES: [&str; 7] = [
+    ACQUIRE_SRC,
+    RELEASE_SRC,
+    EXTEND_SRC,
+    LEAVE_SRC,
+    INSPECT_SRC,
+    FENCE_SRC,
+    FENCED_SET_SRC,
+];

@@ -15,6 +15,8 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 
 fn client(urls: &[String]) -> Redlock {
     Redlock::builder()
+        // Fresh test servers: quarantine would hold every vote for one TTL.
+        .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(NODE_TIMEOUT)
         .retry_delay(Duration::from_millis(5))
@@ -236,6 +238,8 @@ async fn a_release_wakes_the_waiter_long_before_its_poll() {
     let holder = client(&cluster.urls());
     // Polls only every 10 s: only a notification can make it fast.
     let waiter = Redlock::builder()
+        // Fresh test servers: quarantine would hold every vote for one TTL.
+        .restart_quarantine(false)
         .nodes(cluster.urls())
         .node_timeout(NODE_TIMEOUT)
         .retry_delay(Duration::from_secs(10))
@@ -301,6 +305,8 @@ async fn without_a_notification_the_poll_still_acquires() {
         .unwrap();
     std::mem::forget(holder);
     let waiter = Redlock::builder()
+        // Fresh test servers: quarantine would hold every vote for one TTL.
+        .restart_quarantine(false)
         .nodes(cluster.urls())
         .node_timeout(NODE_TIMEOUT)
         .retry_delay(Duration::from_millis(200))
@@ -316,6 +322,8 @@ async fn without_a_notification_the_poll_still_acquires() {
 
     // Notifications off on both sides: polling alone.
     let quiet = Redlock::builder()
+        // Fresh test servers: quarantine would hold every vote for one TTL.
+        .restart_quarantine(false)
         .nodes(cluster.urls())
         .node_timeout(NODE_TIMEOUT)
         .notifications(false)

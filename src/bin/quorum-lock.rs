@@ -1,0 +1,426 @@
+//! `quorum-lock`: run a program under a Redlock held on N independent Redis masters, and
+//! inspect or clear such locks.
+#![forbid(unsafe_code)]
+
+#[path = "quorum-lock/duration.rs"]
+mod duration;
+#[path = "quorum-lock/run.rs"]
+mod run;
+#[path = "quorum-lock/show.rs"]
+mod show;
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{Args, Parser, Subcommand};
+use quorum_lock::{Error, NodeOutcome, Redlock, Severity, Verdict};
+
+use crate::run::{RunOptions, Signals};
+
+/// Usage or configuration error (sysexits `EX_USAGE`).
+pub(crate) const EX_USAGE: u8 = 64;
+/// Not enough nodes reachable for a majority (`EX_UNAVAILABLE`).
+pub(crate) const EX_UNAVAILABLE: u8 = 69;
+/// The lock was lost while the program ran (`EX_SOFTWARE`).
+pub(crate) const EX_SOFTWARE: u8 = 70;
+/// The operating system refused something (`EX_OSERR`): runtime, signal handlers.
+pub(crate) const EX_OSERR: u8 = 71;
+/// The lock is held elsewhere (`EX_TEMPFAIL`).
+pub(crate) const EX_TEMPFAIL: u8 = 75;
+
+/// Environment variable with the node URLs, used when `--nodes` is absent.
+const ENV_NODES: &str = "QUORUM_LOCK_NODES";
+/// Default of `run --wait`.
+const DEFAULT_WAIT: &str = "10s";
+/// Default of `run --grace`.
+const DEFAULT_GRACE: &str = "10s";
+/// Default of `run --ttl`.
+const DEFAULT_TTL: &str = "30s";
+
+const AFTER_HELP: &str = "\
+Nodes come from --nodes or, when it is absent, from QUORUM_LOCK_NODES (comma-separated
+redis:// or rediss:// URLs of independent masters). Durations: 500ms, 30s, 2m, 1h, 1m30s.
+
+Exit status of `run`: the program's own status when it ran to the end (128+N when a signal
+N ended it); otherwise
+   64  usage or configuration error
+   69  not enough nodes reachable for a majority
+   70  the lock was lost while the program ran (it was sent SIGTERM, then SIGKILL)
+   75  the lock is held elsewhere (not acquired within the wait)
+  126  the program could not be started;  127  the program was not found";
+
+const RUN_AFTER_HELP: &str = "\
+PROGRAM runs without a shell, with QUORUM_LOCK_RESOURCE set (and QUORUM_LOCK_FENCING_TOKEN
+with --fencing). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.
+quorum-lock exits with its status, or 128+N if signal N ended it. If the lock is lost, the
+program is sent SIGTERM, then SIGKILL after the grace period, and quorum-lock exits 70.
+Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere.";
+
+/// Redlock over N independent Redis masters, from the command line.
+#[derive(Debug, Parser)]
+#[command(name = "quorum-lock", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Redis masters as comma-separated URLs [env: QUORUM_LOCK_NODES]
+    #[arg(long, global = true, value_name = "URL,URL,...")]
+    nodes: Option<String>,
+
+    /// Prefix put before the resource name to form the Redis key [default: none]
+    #[arg(long, global = true, value_name = "PREFIX")]
+    key_prefix: Option<String>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Acquire RESOURCE, run PROGRAM while keeping the lock extended, release it afterwards
+    Run(RunArgs),
+    /// Show, per node, what holds RESOURCE, and a verdict for the set
+    Status(StatusArgs),
+    /// Delete RESOURCE's lock on every node, whoever holds it
+    Release(ReleaseArgs),
+    /// Check the deployment: reachability, replication, persistence, clocks
+    Doctor(DoctorArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(
+    override_usage = "quorum-lock run [OPTIONS] RESOURCE -- PROGRAM [ARGS...]",
+    after_help = RUN_AFTER_HELP
+)]
+struct RunArgs {
+    /// Lock time to live; renewed while the program runs unless --no-extend
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_TTL, value_parser = duration::parse)]
+    ttl: Duration,
+
+    /// How long to keep trying when the lock is held elsewhere
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_WAIT, value_parser = duration::parse)]
+    wait: Duration,
+
+    /// Make a single attempt; exit 75 at once if the lock is held elsewhere
+    #[arg(long, conflicts_with = "wait")]
+    no_wait: bool,
+
+    /// Do not extend the lock: the program must finish within the TTL or it is stopped
+    #[arg(long)]
+    no_extend: bool,
+
+    /// Obtain a fencing token and pass it in QUORUM_LOCK_FENCING_TOKEN
+    #[arg(long)]
+    fencing: bool,
+
+    /// After a lost lock, how long the program has between SIGTERM and SIGKILL
+    #[arg(long, value_name = "DURATION", default_value = DEFAULT_GRACE, value_parser = duration::parse)]
+    grace: Duration,
+
+    /// Name of the lock
+    #[arg(value_name = "RESOURCE")]
+    resource: String,
+
+    /// The program to run and its arguments, after `--`
+    #[arg(last = true, value_name = "PROGRAM")]
+    program: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    /// Name of the lock
+    #[arg(value_name = "RESOURCE")]
+    resource: String,
+
+    /// Print one line of JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+struct ReleaseArgs {
+    /// Required: the lock is deleted whoever holds it, so its holder may still be running
+    #[arg(long)]
+    force: bool,
+
+    /// Name of the lock
+    #[arg(value_name = "RESOURCE")]
+    resource: String,
+}
+
+#[derive(Debug, Args)]
+struct DoctorArgs {
+    /// Print one line of JSON instead of a table
+    #[arg(long)]
+    json: bool,
+}
+
+/// A command that did not succeed: its exit status and the one-line reason for stderr.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    pub(crate) fn new(code: u8, message: impl Into<String>) -> Self {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn usage(message: impl Into<String>) -> Self {
+        Failure::new(EX_USAGE, message)
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(err) => return ExitCode::from(clap_failure(&err, &args)),
+    };
+    let code = match execute(cli) {
+        Ok(code) => code,
+        Err(failure) => {
+            eprintln!("quorum-lock: {}", failure.message);
+            failure.code
+        }
+    };
+    ExitCode::from(code)
+}
+
+/// Prints clap's message (help and version to stdout) and picks the exit status: 0 for
+/// help and version, 64 for every usage error (clap's own choice would be 2).
+fn clap_failure(err: &clap::Error, args: &[OsString]) -> u8 {
+    if !err.use_stderr() {
+        let _ = err.print();
+        return 0;
+    }
+    if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        eprint!("{}", err.render());
+        eprintln!("quorum-lock: missing command: run, status, release or doctor");
+        return EX_USAGE;
+    }
+    let rendered = err.render().to_string();
+    let text = rendered.strip_prefix("error: ").unwrap_or(&rendered);
+    eprint!("quorum-lock: {text}");
+    let unexpected = matches!(
+        err.kind(),
+        ErrorKind::UnknownArgument | ErrorKind::TooManyValues | ErrorKind::InvalidSubcommand
+    );
+    let is_run = args.iter().skip(1).any(|a| a == "run");
+    if unexpected && is_run && !args.iter().any(|a| a == "--") {
+        eprintln!(
+            "quorum-lock: missing `--` between RESOURCE and PROGRAM: \
+             quorum-lock run [OPTIONS] RESOURCE -- PROGRAM [ARGS...]"
+        );
+    }
+    EX_USAGE
+}
+
+/// The node URLs from `--nodes` or the environment; empty entries (a trailing comma) are
+/// skipped.
+fn node_urls(flag: Option<String>) -> Result<Vec<String>, Failure> {
+    let (list, source) = match flag {
+        Some(list) => (list, "--nodes"),
+        None => match std::env::var(ENV_NODES) {
+            Ok(list) => (list, ENV_NODES),
+            Err(std::env::VarError::NotPresent) => (String::new(), ENV_NODES),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(Failure::usage(format!("{ENV_NODES} is not valid UTF-8")));
+            }
+        },
+    };
+    let urls: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if urls.is_empty() {
+        let hint = if source == "--nodes" {
+            "--nodes is empty"
+        } else {
+            "neither --nodes nor QUORUM_LOCK_NODES is set"
+        };
+        return Err(Failure::usage(format!(
+            "no nodes given ({hint}): pass --nodes redis://host:6379,... or set {ENV_NODES}"
+        )));
+    }
+    Ok(urls)
+}
+
+fn client(
+    nodes: Option<String>,
+    key_prefix: Option<String>,
+    ttl: Duration,
+) -> Result<Redlock, Failure> {
+    let urls = node_urls(nodes)?;
+    let mut builder = Redlock::builder().nodes(urls).default_ttl(ttl);
+    if let Some(prefix) = key_prefix {
+        builder = builder.key_prefix(prefix);
+    }
+    builder.build().map_err(|e| match e {
+        Error::Config(msg) => Failure::usage(msg),
+        other => Failure::usage(other.to_string()),
+    })
+}
+
+fn execute(cli: Cli) -> Result<u8, Failure> {
+    // Validate everything that needs no network before starting anything.
+    let (redlock, run_options) = match &cli.command {
+        Command::Run(args) => {
+            let Some((program, rest)) = args.program.split_first() else {
+                return Err(Failure::usage(
+                    "run: missing `-- PROGRAM [ARGS...]` after RESOURCE",
+                ));
+            };
+            if program.is_empty() {
+                return Err(Failure::usage("run: the program name is empty"));
+            }
+            if args.ttl.is_zero() {
+                return Err(Failure::usage("--ttl must be above zero, e.g. --ttl 30s"));
+            }
+            let options = RunOptions {
+                resource: args.resource.clone(),
+                ttl: args.ttl,
+                wait: (!args.no_wait).then_some(args.wait),
+                extend: !args.no_extend,
+                fencing: args.fencing,
+                grace: args.grace,
+                program: program.clone(),
+                args: rest.to_vec(),
+            };
+            let redlock = client(cli.nodes, cli.key_prefix, args.ttl)?;
+            (redlock, Some(options))
+        }
+        _ => (
+            client(cli.nodes, cli.key_prefix, parse_default(DEFAULT_TTL))?,
+            None,
+        ),
+    };
+    if let Some(resource) = match &cli.command {
+        Command::Run(a) => Some(&a.resource),
+        Command::Status(a) => Some(&a.resource),
+        Command::Release(a) => Some(&a.resource),
+        Command::Doctor(_) => None,
+    } && resource.is_empty()
+    {
+        return Err(Failure::usage("the resource name is empty"));
+    }
+    if let Command::Release(args) = &cli.command
+        && !args.force
+    {
+        return Err(Failure::usage(format!(
+            "release deletes the lock whoever holds it, and its holder may still be running: \
+             pass --force to confirm (quorum-lock release --force {})",
+            args.resource
+        )));
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(EX_OSERR, format!("cannot start the async runtime: {e}")))?;
+    runtime.block_on(async {
+        match (cli.command, run_options) {
+            (Command::Run(_), Some(options)) => {
+                // First thing: from here on no forwarded signal can kill us with the lock held.
+                let mut signals = Signals::install().map_err(|e| {
+                    Failure::new(EX_OSERR, format!("cannot install signal handlers: {e}"))
+                })?;
+                run::run(&redlock, options, &mut signals).await
+            }
+            (Command::Status(args), _) => status(&redlock, &args).await,
+            (Command::Release(args), _) => release(&redlock, &args.resource).await,
+            (Command::Doctor(args), _) => doctor(&redlock, args.json).await,
+            (Command::Run(_), None) => Err(Failure::new(EX_SOFTWARE, "run options missing")),
+        }
+    })
+}
+
+/// The value of a compile-time default; they are all well-formed.
+fn parse_default(text: &str) -> Duration {
+    duration::parse(text).unwrap_or(Duration::from_secs(30))
+}
+
+async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
+    let status = redlock
+        .status(&args.resource)
+        .await
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    if args.json {
+        println!("{}", show::status_json(&status, redlock.quorum()));
+    } else {
+        print!("{}", show::status_text(&status, redlock.quorum()));
+    }
+    if status.verdict == Verdict::Unknown {
+        let answered = status.nodes.iter().filter(|n| n.holder.is_some()).count();
+        return Err(Failure::new(
+            EX_UNAVAILABLE,
+            format!(
+                "not enough nodes reachable for a majority: {answered} of {} answered, {} needed",
+                status.nodes.len(),
+                redlock.quorum()
+            ),
+        ));
+    }
+    Ok(0)
+}
+
+async fn release(redlock: &Redlock, resource: &str) -> Result<u8, Failure> {
+    let report = redlock
+        .reset(resource)
+        .await
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let total = report.results().len();
+    let had = report.count(&NodeOutcome::Released);
+    let failed = report.failures();
+    println!(
+        "{resource}: deleted on {had} of {total} nodes (key {:?}): {report}",
+        redlock.key(resource)
+    );
+    if total - failed < redlock.quorum() {
+        return Err(Failure::new(
+            EX_UNAVAILABLE,
+            format!(
+                "not enough nodes reachable for a majority: {} of {total} answered, {} needed; \
+                 the lock may still be held: {report}",
+                total - failed,
+                redlock.quorum()
+            ),
+        ));
+    }
+    if failed > 0 {
+        eprintln!(
+            "quorum-lock: warning: {failed} node(s) did not answer; a copy left there expires with its TTL"
+        );
+    }
+    Ok(0)
+}
+
+async fn doctor(redlock: &Redlock, json: bool) -> Result<u8, Failure> {
+    let report = redlock.check_deployment().await;
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        print!("{report}");
+    }
+    let reachable = report.nodes.iter().filter(|n| n.reachable).count();
+    if reachable < report.quorum {
+        return Err(Failure::new(
+            EX_UNAVAILABLE,
+            format!(
+                "not enough nodes reachable for a majority: {reachable} of {} answered, {} needed",
+                report.nodes.len(),
+                report.quorum
+            ),
+        ));
+    }
+    Ok(if report.worst() == Some(Severity::Error) {
+        1
+    } else {
+        0
+    })
+}
