@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use redis::Value;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::builder::{Config, RedlockBuilder, check_ttl};
 use crate::error::{Error, Result};
@@ -484,9 +485,27 @@ fn new_token() -> Arc<str> {
 /// Fencing counters read by one attempt, per node.
 type Counters = Arc<std::sync::Mutex<Vec<Option<u64>>>>;
 
-/// One acquisition attempt with a fresh token. `enqueue` is this client's id for the
-/// waiting lists and whether other local tasks still wait (see [`scripts::ACQUIRE`]).
+/// One acquisition attempt with a fresh token, in a `quorum_lock.acquire` span whose
+/// `votes` and `outcome` fields are filled in when it ends. `enqueue` is this client's id
+/// for the waiting lists and whether other local tasks still wait (see
+/// [`scripts::ACQUIRE`]).
 async fn attempt(
+    inner: &Arc<Inner>,
+    plan: &Plan,
+    enqueue: Option<(&str, bool)>,
+) -> Result<LockGuard> {
+    let span = tracing::debug_span!(
+        "quorum_lock.acquire",
+        resources = ?plan.resources,
+        nodes = inner.nodes.len(),
+        quorum = inner.quorum,
+        votes = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    attempt_inner(inner, plan, enqueue).instrument(span).await
+}
+
+async fn attempt_inner(
     inner: &Arc<Inner>,
     plan: &Plan,
     enqueue: Option<(&str, bool)>,
@@ -531,8 +550,11 @@ async fn attempt(
             quorum::validity(plan.ttl, elapsed, inner.config.drift_factor),
         ) {
             (true, Some(validity)) => {
-                metrics::attempt("acquired");
-                tracing::debug!(resources = ?plan.resources, votes = collected.tally.yes(), ?elapsed, ?validity, ?fencing_token, "acquired");
+                metrics::attempt("acquired", elapsed);
+                let span = tracing::Span::current();
+                span.record("votes", collected.tally.yes());
+                span.record("outcome", "acquired");
+                tracing::debug!(?elapsed, ?validity, ?fencing_token, "acquired");
                 return Ok(LockGuard::new(
                     holding,
                     Arc::clone(&plan.resources),
@@ -543,13 +565,13 @@ async fn attempt(
                 ));
             }
             (true, None) => {
-                metrics::attempt("validity_spent");
+                metrics::attempt("validity_spent", elapsed);
                 failure = Some(Error::ValiditySpent {
                     elapsed,
                     report: report.clone(),
                 });
             }
-            (false, _) => metrics::attempt("unavailable"),
+            (false, _) => metrics::attempt("unavailable", elapsed),
         }
         // The keys may be anywhere now: release everywhere.
         holding.release_on(&(0..n).collect::<Vec<_>>()).await;
@@ -570,23 +592,27 @@ async fn attempt(
         holding.release_on(&maybe_ours).await;
     }
 
+    let took = start.elapsed();
     let err = match failure {
         Some(e) => e,
         None if n - collected.unavailable() < inner.quorum => {
-            metrics::attempt("unavailable");
+            metrics::attempt("unavailable", took);
             Error::Unavailable {
                 quorum: inner.quorum,
                 report: std::mem::take(&mut report),
             }
         }
         None => {
-            metrics::attempt("contended");
+            metrics::attempt("contended", took);
             Error::Contended {
                 report: std::mem::take(&mut report),
             }
         }
     };
-    tracing::debug!(resources = ?plan.resources, error = %err, "attempt failed");
+    let span = tracing::Span::current();
+    span.record("votes", collected.tally.yes());
+    span.record("outcome", tracing::field::display(&err));
+    tracing::debug!(report = %err.report().map(ToString::to_string).unwrap_or_default(), "attempt failed");
     Err(err)
 }
 
@@ -672,9 +698,12 @@ fn acquire_on(
     let period = inner.quarantine_period();
     let vote = move || {
         if quarantine && voter.is_quarantined(period) {
-            metrics::quarantined_vote(voter.name());
+            metrics::vote_counted(voter.name(), true);
             NodeOutcome::Quarantined
         } else {
+            if quarantine {
+                metrics::vote_counted(voter.name(), false);
+            }
             NodeOutcome::Acquired
         }
     };

@@ -552,6 +552,11 @@ impl Redlock {
         let nodes: Vec<NodeInfo> =
             futures::future::join_all(inner.nodes.iter().map(|node| probe(node))).await;
         let findings = findings(&nodes, inner.quorum, &Limits::from(&inner.config));
+        for node in &nodes {
+            if let Some(clock) = &node.clock {
+                crate::metrics::clock_offset(&node.name, clock.offset_micros as f64 / 1e6);
+            }
+        }
         DeploymentReport {
             quorum: inner.quorum,
             nodes,

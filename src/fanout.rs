@@ -11,6 +11,7 @@ use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 use tokio::time::Instant;
 
 use crate::client::Inner;
+use crate::metrics;
 use crate::node::Node;
 use crate::quorum::{Tally, Verdict};
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
@@ -41,7 +42,10 @@ where
         let (result, latency) = node.run(timeout, op).await;
         let outcome = match result {
             Ok(answer) => interpret(answer),
-            Err(failure) => failure.into(),
+            Err(failure) => {
+                metrics::node_failure(node.name(), failure.kind());
+                failure.into()
+            }
         };
         (index, outcome, latency)
     })

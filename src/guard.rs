@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::client::Inner;
 use crate::error::{Error, Result};
@@ -269,8 +270,9 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`Error::NotHeld`] when fewer than a majority still had our token: the lock had
-    /// expired (or was taken over) before the release, like the seeds' `ExpiredLockError`.
+    /// [`Error::NotHeld`] when the validity had run out before the release, or fewer than a
+    /// majority still had our token (it expired or was taken over), like the seeds'
+    /// `ExpiredLockError`; whatever of ours was still on the nodes is deleted all the same.
     /// [`Error::Unavailable`] when too many nodes failed to answer to tell. Either way
     /// nothing of ours is left except on nodes that did not answer, where the TTL removes
     /// it.
@@ -279,7 +281,32 @@ impl LockGuard {
     ///
     /// Dropping the future releases in the background instead.
     pub async fn release(mut self) -> Result<NodeReport> {
+        let span = tracing::debug_span!(
+            "quorum_lock.release",
+            resources = ?self.lease.resources,
+            votes = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let result = self.release_inner().instrument(span.clone()).await;
+        match &result {
+            Ok(report) => {
+                span.record("votes", report.count(&NodeOutcome::Released));
+                span.record("outcome", "released");
+            }
+            Err(e) => {
+                span.record("outcome", tracing::field::display(e));
+            }
+        }
+        result
+    }
+
+    async fn release_inner(&mut self) -> Result<NodeReport> {
         self.stop_extender();
+        let expired = self.lease.validity().is_zero();
+        if expired {
+            // Released after its validity ran out: it was lost before (counted once).
+            self.lease.mark_lost(LostReason::Expired);
+        }
         let inner = Arc::clone(&self.holding.inner);
         let n = inner.nodes.len();
         let mut pending = self.holding.release_requests(0..n);
@@ -289,7 +316,11 @@ impl LockGuard {
         self.holding.armed = false;
         metrics::released("explicit");
         let report = collected.report(&inner);
-        if collected.tally.verdict() == Verdict::Reached {
+        if expired {
+            // Whatever was still on the nodes is gone now, but the lock was not safely held
+            // up to this release: say so, like the seeds' `ExpiredLockError`.
+            Err(Error::NotHeld { report })
+        } else if collected.tally.verdict() == Verdict::Reached {
             Ok(report)
         } else if collected.definitely_not_held(inner.quorum) {
             Err(Error::NotHeld { report })
@@ -311,6 +342,9 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.stop_extender();
+        if self.lease.validity().is_zero() {
+            self.lease.mark_lost(LostReason::Expired);
+        }
         self.lease.mark_lost(LostReason::Released);
         metrics::held(self.acquired_at.elapsed());
         // Then `Holding` drops and releases if still armed.

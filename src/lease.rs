@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::builder::check_ttl;
 use crate::client::Inner;
@@ -89,7 +90,7 @@ impl Lease {
 
     /// Marks the lease lost (the first reason sticks).
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        self.state.send_if_modified(|s| {
+        let first = self.state.send_if_modified(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
                 true
@@ -97,6 +98,16 @@ impl Lease {
                 false
             }
         });
+        if first {
+            match reason {
+                LostReason::Expired => metrics::lost("expired"),
+                LostReason::NotHeld => metrics::lost("not_held"),
+                LostReason::Released => {}
+            }
+            if reason != LostReason::Released {
+                tracing::warn!(resources = ?self.resources, %reason, "lock lost");
+            }
+        }
     }
 
     pub(crate) fn signal(&self) -> LostSignal {
@@ -116,12 +127,29 @@ impl Lease {
 
     /// Compare-and-PEXPIRE on every node; see [`LockGuard::extend`](crate::LockGuard::extend).
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<Duration> {
+        let span = tracing::debug_span!(
+            "quorum_lock.extend",
+            resources = ?self.resources,
+            ?ttl,
+            votes = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let result = self.extend_inner(ttl).instrument(span.clone()).await;
+        match &result {
+            Ok(_) => span.record("outcome", "extended"),
+            Err(e) => span.record("outcome", tracing::field::display(e)),
+        };
+        result
+    }
+
+    async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
         let inner = &self.inner;
         let config = &inner.config;
         let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
         check_ttl(ttl, config.drift_factor, config.node_timeout)?;
         if self.validity().is_zero() {
             metrics::extended("not_held");
+            self.mark_lost(LostReason::Expired);
             return Err(Error::NotHeld {
                 report: NodeReport::default(),
             });
@@ -163,7 +191,8 @@ impl Lease {
                         s.ttl = ttl;
                     });
                     metrics::extended("extended");
-                    tracing::debug!(resources = ?self.resources, votes = collected.tally.yes(), ?elapsed, "extended");
+                    tracing::Span::current().record("votes", collected.tally.yes());
+                    tracing::debug!(?elapsed, "extended");
                     Ok(validity)
                 }
                 None => {

@@ -1,36 +1,58 @@
-//! Metric names and the helpers that emit them through the [`metrics`] facade.
+//! Every metric the crate emits, through the [`metrics`] facade.
 //!
-//! Labels are bounded: outcomes and kinds come from fixed sets, never from resource names.
-//! Without an installed recorder every call is a no-op.
+//! Install any `metrics` recorder (for example `metrics-exporter-prometheus`, see
+//! `examples/prometheus.rs`); without one every call is a no-op. Labels are bounded:
+//! outcomes and kinds come from fixed sets and nodes from the configured list, never from
+//! resource names.
 //!
-//! | name | type | labels |
-//! |---|---|---|
-//! | `quorum_lock_acquire_attempts_total` | counter | `outcome`: `acquired`, `contended`, `unavailable`, `validity_spent` |
-//! | `quorum_lock_acquire_timeouts_total` | counter | — (a `lock()` call gave up) |
-//! | `quorum_lock_acquire_duration_seconds` | histogram | — (successful `lock()` call, waiting included) |
-//! | `quorum_lock_extensions_total` | counter | `outcome`: `extended`, `not_held`, `unavailable`, `validity_spent` |
-//! | `quorum_lock_releases_total` | counter | `kind`: `explicit`, `drop` (guard or cancelled attempt, released in a spawned task), `skipped` (dropped without a runtime) |
-//! | `quorum_lock_hold_duration_seconds` | histogram | — (acquire to release or drop) |
-//! | `quorum_lock_node_restarts_total` | counter | `node` (`host:port`): a new `run_id` seen on reconnect |
-//! | `quorum_lock_quarantined_votes_total` | counter | `node`: votes not counted because the node restarted recently |
+//! | name | type | labels | what |
+//! |---|---|---|---|
+//! | `quorum_lock_acquire_attempts_total` | counter | `outcome`: `acquired`, `contended`, `unavailable`, `validity_spent` | every acquisition attempt (`lock` retries make several) |
+//! | `quorum_lock_acquire_timeouts_total` | counter | — | `lock()` calls that spent their wait budget |
+//! | `quorum_lock_attempt_duration_seconds` | histogram | — | one attempt, first request to decision (acquire latency) |
+//! | `quorum_lock_acquire_duration_seconds` | histogram | — | successful `lock()` calls, waiting included (wait time) |
+//! | `quorum_lock_hold_duration_seconds` | histogram | — | acquisition to release or drop |
+//! | `quorum_lock_extensions_total` | counter | `outcome`: `extended`, `not_held`, `unavailable`, `validity_spent` | extensions, manual or automatic |
+//! | `quorum_lock_lost_total` | counter | `reason`: `expired`, `not_held` | locks that could no longer be assumed held |
+//! | `quorum_lock_releases_total` | counter | `kind`: `explicit`, `drop` (guard or cancelled attempt, released in a spawned task), `skipped` (dropped without a runtime: the TTL frees it) | releases |
+//! | `quorum_lock_node_failures_total` | counter | `node` (`host:port`), `kind`: `timeout`, `error`, `wrong_type` | per-node requests without a usable answer |
+//! | `quorum_lock_node_restarts_total` | counter | `node` | a new `run_id` seen on reconnect |
+//! | `quorum_lock_quarantined_votes_total` | counter | `node` | votes not counted because the node restarted recently |
+//! | `quorum_lock_node_quarantined` | gauge | `node` | 1 while the node's votes are quarantined, 0 once they count (updated at each vote) |
+//! | `quorum_lock_node_clock_offset_seconds` | gauge | `node` | clock offset measured by the last [`check_deployment`](crate::Redlock::check_deployment) |
 
 use std::time::Duration;
 
-/// Counter of acquisition attempts by outcome.
+/// See the table above.
 pub const ACQUIRE_ATTEMPTS: &str = "quorum_lock_acquire_attempts_total";
-/// Counter of `lock()` calls that gave up.
+/// See the table above.
 pub const ACQUIRE_TIMEOUTS: &str = "quorum_lock_acquire_timeouts_total";
-/// Histogram of successful `lock()` call durations in seconds.
+/// See the table above.
+pub const ATTEMPT_DURATION: &str = "quorum_lock_attempt_duration_seconds";
+/// See the table above.
 pub const ACQUIRE_DURATION: &str = "quorum_lock_acquire_duration_seconds";
-/// Counter of extensions by outcome.
-pub const EXTENSIONS: &str = "quorum_lock_extensions_total";
-/// Counter of releases by kind.
-pub const RELEASES: &str = "quorum_lock_releases_total";
-/// Histogram of hold durations in seconds.
+/// See the table above.
 pub const HOLD_DURATION: &str = "quorum_lock_hold_duration_seconds";
+/// See the table above.
+pub const EXTENSIONS: &str = "quorum_lock_extensions_total";
+/// See the table above.
+pub const LOST: &str = "quorum_lock_lost_total";
+/// See the table above.
+pub const RELEASES: &str = "quorum_lock_releases_total";
+/// See the table above.
+pub const NODE_FAILURES: &str = "quorum_lock_node_failures_total";
+/// See the table above.
+pub const NODE_RESTARTS: &str = "quorum_lock_node_restarts_total";
+/// See the table above.
+pub const QUARANTINED_VOTES: &str = "quorum_lock_quarantined_votes_total";
+/// See the table above.
+pub const NODE_QUARANTINED: &str = "quorum_lock_node_quarantined";
+/// See the table above.
+pub const NODE_CLOCK_OFFSET: &str = "quorum_lock_node_clock_offset_seconds";
 
-pub(crate) fn attempt(outcome: &'static str) {
+pub(crate) fn attempt(outcome: &'static str, took: Duration) {
     metrics::counter!(ACQUIRE_ATTEMPTS, "outcome" => outcome).increment(1);
+    metrics::histogram!(ATTEMPT_DURATION).record(took.as_secs_f64());
 }
 
 pub(crate) fn acquired(waited: Duration) {
@@ -45,6 +67,10 @@ pub(crate) fn extended(outcome: &'static str) {
     metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(1);
 }
 
+pub(crate) fn lost(reason: &'static str) {
+    metrics::counter!(LOST, "reason" => reason).increment(1);
+}
+
 pub(crate) fn released(kind: &'static str) {
     metrics::counter!(RELEASES, "kind" => kind).increment(1);
 }
@@ -53,15 +79,25 @@ pub(crate) fn held(duration: Duration) {
     metrics::histogram!(HOLD_DURATION).record(duration.as_secs_f64());
 }
 
-/// Counter of node restarts noticed on reconnect.
-pub const NODE_RESTARTS: &str = "quorum_lock_node_restarts_total";
-/// Counter of votes ignored because of restart quarantine.
-pub const QUARANTINED_VOTES: &str = "quorum_lock_quarantined_votes_total";
+pub(crate) fn node_failure(node: &str, kind: &'static str) {
+    metrics::counter!(NODE_FAILURES, "node" => node.to_owned(), "kind" => kind).increment(1);
+}
 
 pub(crate) fn node_restarted(node: &str) {
     metrics::counter!(NODE_RESTARTS, "node" => node.to_owned()).increment(1);
 }
 
-pub(crate) fn quarantined_vote(node: &str) {
-    metrics::counter!(QUARANTINED_VOTES, "node" => node.to_owned()).increment(1);
+pub(crate) fn vote_counted(node: &str, quarantined: bool) {
+    if quarantined {
+        metrics::counter!(QUARANTINED_VOTES, "node" => node.to_owned()).increment(1);
+    }
+    metrics::gauge!(NODE_QUARANTINED, "node" => node.to_owned()).set(if quarantined {
+        1.0
+    } else {
+        0.0
+    });
+}
+
+pub(crate) fn clock_offset(node: &str, seconds: f64) {
+    metrics::gauge!(NODE_CLOCK_OFFSET, "node" => node.to_owned()).set(seconds);
 }

@@ -40,6 +40,17 @@ pub(crate) enum NodeFailure {
     Failed(String),
 }
 
+impl NodeFailure {
+    /// The `kind` label of the failure metric.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            NodeFailure::WrongType => "wrong_type",
+            NodeFailure::TimedOut => "timeout",
+            NodeFailure::Failed(_) => "error",
+        }
+    }
+}
+
 impl From<NodeFailure> for NodeOutcome {
     fn from(f: NodeFailure) -> Self {
         match f {

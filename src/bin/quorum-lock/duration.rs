@@ -22,8 +22,9 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
                 "{s:?} is not a duration; expected a number with a unit, e.g. 500ms, 30s, 2m"
             ));
         }
+        // The unit runs up to the next number (`1m30s`).
         let unit_len = after
-            .find(|c: char| !c.is_ascii_alphabetic())
+            .find(|c: char| c.is_ascii_digit() || c == '.')
             .unwrap_or(after.len());
         let (unit, after) = after.split_at(unit_len);
         let scale = match unit {
@@ -101,6 +102,8 @@ mod tests {
         let err = |s: &str| parse(s).expect_err(s);
         assert!(err("30").contains("no unit"), "{}", err("30"));
         assert!(err("30x").contains("unknown unit \"x\""), "{}", err("30x"));
+        assert!(err("5 s").contains("unknown unit \" s\""), "{}", err("5 s"));
+        assert!(err("-1s").contains("not a duration"));
         assert!(err("").contains("empty"));
         assert!(err("s").contains("not a duration"));
         assert!(err("1.2.3s").contains("not a number"));

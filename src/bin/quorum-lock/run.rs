@@ -5,8 +5,10 @@ use std::io;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use std::io::IsTerminal as _;
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::{Pid, getpgrp};
 use quorum_lock::{AutoExtend, Error, LockGuard, LostReason, Redlock};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
@@ -102,11 +104,45 @@ fn describe(status: ExitStatus) -> String {
     }
 }
 
-/// Sends `sig` to the child if it has not been reaped yet.
-fn send(child: &Child, sig: Signal) {
+/// Whether `quorum-lock` runs in the foreground of a terminal: its stdin is a terminal and
+/// the foreground process group of its controlling terminal is its own (from
+/// `/proc/self/stat`; where that cannot be read, the answer is no).
+fn in_terminal_foreground() -> bool {
+    if !std::io::stdin().is_terminal() {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return false;
+    };
+    // After the command name in parentheses: state ppid pgrp session tty_nr tpgid ...
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let field = |i: usize| fields.get(i).and_then(|f| f.parse::<i32>().ok());
+    matches!((field(2), field(5)), (Some(pgrp), Some(tpgid)) if pgrp == tpgid && pgrp == getpgrp().as_raw())
+}
+
+/// Where signals for the program go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    /// The program leads a process group of its own: signals go to the whole group, so a
+    /// shell script's children get them too (as from a terminal).
+    Group,
+    /// In a terminal's foreground the program stays in our process group, keeping the
+    /// terminal and job control: signals go to the program's process only.
+    Process,
+}
+
+/// Sends `sig` to the program (see [`Target`]) if it has not been reaped yet.
+fn send(child: &Child, target: Target, sig: Signal) {
     if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
+        let pid = Pid::from_raw(pid);
         // ESRCH (already gone) is fine: its exit is about to be seen.
-        let _ = kill(Pid::from_raw(pid), sig);
+        let _ = match target {
+            Target::Group => killpg(pid, sig),
+            Target::Process => kill(pid, sig),
+        };
     }
 }
 
@@ -184,6 +220,12 @@ pub(crate) async fn run(
         .args(&opts.args)
         .env(ENV_RESOURCE, &opts.resource)
         .kill_on_drop(true);
+    let target = if in_terminal_foreground() {
+        Target::Process
+    } else {
+        command.process_group(0);
+        Target::Group
+    };
     if opts.fencing {
         match guard.fencing_token() {
             Some(token) => {
@@ -216,7 +258,7 @@ pub(crate) async fn run(
             ));
         }
     };
-    supervise(child, guard, &opts, signals).await
+    supervise(child, target, guard, &opts, signals).await
 }
 
 /// How the lock ended while the program ran.
@@ -230,6 +272,7 @@ struct Loss {
 /// Waits for the program while forwarding signals and watching the lock.
 async fn supervise(
     mut child: Child,
+    target: Target,
     guard: LockGuard,
     opts: &RunOptions,
     signals: &mut Signals,
@@ -243,17 +286,16 @@ async fn supervise(
             biased;
             status = child.wait() => break status,
             reason = lost.lost(), if loss.is_none() => {
-                send(&child, Signal::SIGTERM);
+                send(&child, target, Signal::SIGTERM);
                 loss = Some(Loss { reason, kill_at: Instant::now() + opts.grace, killed: false });
             }
             () = sleep_until(kill_at), if kill_at.is_some() => {
-                // SIGKILL; an error means it has already exited, which `wait` reports next.
-                let _ = child.start_kill();
+                send(&child, target, Signal::SIGKILL);
                 if let Some(l) = loss.as_mut() {
                     l.killed = true;
                 }
             }
-            sig = signals.recv() => send(&child, sig),
+            sig = signals.recv() => send(&child, target, sig),
         }
     };
     let released = guard.release().await;
@@ -281,11 +323,16 @@ async fn supervise(
         } else {
             format!("it was sent SIGTERM and {}", describe(status))
         };
+        let why = if !opts.extend && loss.reason == LostReason::Expired {
+            format!("it outlived --ttl {} with --no-extend", display(opts.ttl))
+        } else {
+            loss.reason.to_string()
+        };
         return Err(Failure::new(
             EX_SOFTWARE,
             format!(
-                "lock on {:?} was lost while the program ran ({}); {ending}; release: {nodes}",
-                opts.resource, loss.reason
+                "lock on {:?} was lost while the program ran ({why}); {ending}; release: {nodes}",
+                opts.resource
             ),
         ));
     }
