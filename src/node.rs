@@ -138,11 +138,11 @@ impl Node {
             _ => None,
         };
         let mut known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(old), Some(new)) = (&*known, &identity) {
-            if old.run_id != new.run_id {
-                tracing::info!(node = %self.name, "node restarted (new run_id)");
-                crate::metrics::node_restarted(&self.name);
-            }
+        if let (Some(old), Some(new)) = (&*known, &identity)
+            && old.run_id != new.run_id
+        {
+            tracing::info!(node = %self.name, "node restarted (new run_id)");
+            crate::metrics::node_restarted(&self.name);
         }
         *known = identity;
         Ok(())
