@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Cluster, RedisServer, eventually, unique};
-use quorum_lock::{Error, NodeOutcome, Redlock, fencing};
+use quorum_lock::{NodeOutcome, Redlock, fencing};
 
 fn client(urls: &[String], quarantine: bool, ttl: Duration) -> Redlock {
     Redlock::builder()
