@@ -641,10 +641,7 @@ async fn commit_fence(
         .iter()
         .enumerate()
         .map(|(i, node)| {
-            let mut invocation = scripts::FENCE.prepare_invoke();
-            for key in plan.keys.iter() {
-                invocation.key(key.as_str());
-            }
+            let mut invocation = scripts::on_keys(&scripts::FENCE, &plan.keys);
             invocation.arg(token).arg(fence);
             let voter = Arc::clone(node);
             let quarantine = inner.config.quarantine;
@@ -728,10 +725,7 @@ fn acquire_on(
             )
         }
         (keys, enqueue, fencing) => {
-            let mut invocation = scripts::ACQUIRE.prepare_invoke();
-            for key in keys {
-                invocation.key(key.as_str());
-            }
+            let mut invocation = scripts::on_keys(&scripts::ACQUIRE, keys);
             let (client, stay) = enqueue.unwrap_or(("", false));
             invocation
                 .arg(token)

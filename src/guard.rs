@@ -52,10 +52,7 @@ impl Holding {
         which
             .filter_map(|i| self.inner.nodes.get(i).map(|node| (i, node)))
             .map(|(i, node)| {
-                let mut invocation = scripts::RELEASE.prepare_invoke();
-                for key in self.keys.iter() {
-                    invocation.key(key.as_str());
-                }
+                let mut invocation = scripts::on_keys(&scripts::RELEASE, &self.keys);
                 invocation.arg(&*self.token);
                 if announce {
                     invocation.arg("1");

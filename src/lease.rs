@@ -162,10 +162,7 @@ impl Lease {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let mut invocation = scripts::EXTEND.prepare_invoke();
-                for key in self.keys.iter() {
-                    invocation.key(key.as_str());
-                }
+                let mut invocation = scripts::on_keys(&scripts::EXTEND, &self.keys);
                 invocation.arg(&*self.token).arg(ttl_ms);
                 fanout::script(i, node, config.node_timeout, invocation, |ok: i64| {
                     if ok == 1 {

@@ -172,10 +172,7 @@ impl Notifier {
             .iter()
             .enumerate()
             .map(|(i, node)| {
-                let mut invocation = scripts::LEAVE.prepare_invoke();
-                for key in keys.iter() {
-                    invocation.key(key.as_str());
-                }
+                let mut invocation = scripts::on_keys(&scripts::LEAVE, &keys);
                 invocation.arg(&self.id);
                 fanout::script(i, node, self.node_timeout, invocation, |_: i64| {
                     NodeOutcome::Released

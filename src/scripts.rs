@@ -10,7 +10,7 @@
 
 use std::sync::LazyLock;
 
-use redis::Script;
+use redis::{Script, ScriptInvocation};
 
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
 /// bookkeeping of release notifications and the fencing counter read.
@@ -197,3 +197,12 @@ pub(crate) const SOURCES: [&str; 7] = [
     FENCE_SRC,
     FENCED_SET_SRC,
 ];
+
+/// An invocation of `script` on the lock keys `keys`; arguments follow.
+pub(crate) fn on_keys(script: &'static Script, keys: &[String]) -> ScriptInvocation<'static> {
+    let mut invocation = script.prepare_invoke();
+    for key in keys {
+        invocation.key(key.as_str());
+    }
+    invocation
+}
