@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
-use quorum_lock::{Error, NodeOutcome, Redlock, Severity, Verdict};
+use quorum_lock::{Error, NodeOutcome, Redlock, RedlockBuilder, Severity, Verdict};
 
 use crate::run::{RunOptions, Signals};
 
@@ -36,6 +36,8 @@ const ENV_NODES: &str = "QUORUM_LOCK_NODES";
 const DEFAULT_WAIT: &str = "10s";
 /// Default of `run --grace`.
 const DEFAULT_GRACE: &str = "10s";
+/// Default of `--node-timeout`: the library's.
+const DEFAULT_NODE_TIMEOUT: &str = "50ms";
 /// Default of `run --ttl`.
 const DEFAULT_TTL: &str = "30s";
 
@@ -69,6 +71,10 @@ struct Cli {
     /// Prefix put before the resource name to form the Redis key [default: none]
     #[arg(long, global = true, value_name = "PREFIX")]
     key_prefix: Option<String>,
+
+    /// Upper bound on one request to one node; raise it for distant or busy nodes
+    #[arg(long, global = true, value_name = "DURATION", default_value = DEFAULT_NODE_TIMEOUT, value_parser = duration::parse)]
+    node_timeout: Duration,
 
     #[command(subcommand)]
     command: Command,
@@ -183,7 +189,7 @@ fn main() -> ExitCode {
     let code = match execute(cli) {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("quorum-lock: {}", failure.message);
+            say_err(&failure.message);
             failure.code
         }
     };
@@ -198,25 +204,41 @@ fn clap_failure(err: &clap::Error, args: &[OsString]) -> u8 {
         return 0;
     }
     if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-        eprint!("{}", err.render());
-        eprintln!("quorum-lock: missing command: run, status, release or doctor");
+        write_to(std::io::stderr(), &err.render().to_string());
+        say_err("missing command: run, status, release or doctor");
         return EX_USAGE;
     }
     let rendered = err.render().to_string();
     let text = rendered.strip_prefix("error: ").unwrap_or(&rendered);
-    eprint!("quorum-lock: {text}");
+    write_to(std::io::stderr(), &format!("quorum-lock: {text}"));
     let unexpected = matches!(
         err.kind(),
         ErrorKind::UnknownArgument | ErrorKind::TooManyValues | ErrorKind::InvalidSubcommand
     );
     let is_run = args.iter().skip(1).any(|a| a == "run");
     if unexpected && is_run && !args.iter().any(|a| a == "--") {
-        eprintln!(
-            "quorum-lock: missing `--` between RESOURCE and PROGRAM: \
-             quorum-lock run [OPTIONS] RESOURCE -- PROGRAM [ARGS...]"
+        say_err(
+            "missing `--` between RESOURCE and PROGRAM: \
+             quorum-lock run [OPTIONS] RESOURCE -- PROGRAM [ARGS...]",
         );
     }
     EX_USAGE
+}
+
+/// Writes `text` whole, ignoring errors: a closed pipe (`| head`) must not panic.
+fn write_to(mut stream: impl std::io::Write, text: &str) {
+    let _ = stream.write_all(text.as_bytes());
+    let _ = stream.flush();
+}
+
+/// One line on stdout.
+fn say(line: &str) {
+    write_to(std::io::stdout(), &format!("{line}\n"));
+}
+
+/// One line on stderr, prefixed `quorum-lock: `.
+pub(crate) fn say_err(line: &str) {
+    write_to(std::io::stderr(), &format!("quorum-lock: {line}\n"));
 }
 
 /// The node URLs from `--nodes` or the environment; empty entries (a trailing comma) are
@@ -251,13 +273,18 @@ fn node_urls(flag: Option<String>) -> Result<Vec<String>, Failure> {
     Ok(urls)
 }
 
+/// The client for the global options, locking with `ttl`.
 fn client(
     nodes: Option<String>,
     key_prefix: Option<String>,
+    node_timeout: Duration,
     ttl: Duration,
 ) -> Result<Redlock, Failure> {
     let urls = node_urls(nodes)?;
-    let mut builder = Redlock::builder().nodes(urls).default_ttl(ttl);
+    let mut builder = Redlock::builder()
+        .nodes(urls)
+        .default_ttl(ttl)
+        .node_timeout(node_timeout);
     if let Some(prefix) = key_prefix {
         builder = builder.key_prefix(prefix);
     }
@@ -268,45 +295,14 @@ fn client(
 }
 
 fn execute(cli: Cli) -> Result<u8, Failure> {
-    // Validate everything that needs no network before starting anything.
-    let (redlock, run_options) = match &cli.command {
-        Command::Run(args) => {
-            let Some((program, rest)) = args.program.split_first() else {
-                return Err(Failure::usage(
-                    "run: missing `-- PROGRAM [ARGS...]` after RESOURCE",
-                ));
-            };
-            if program.is_empty() {
-                return Err(Failure::usage("run: the program name is empty"));
-            }
-            if args.ttl.is_zero() {
-                return Err(Failure::usage("--ttl must be above zero, e.g. --ttl 30s"));
-            }
-            let options = RunOptions {
-                resource: args.resource.clone(),
-                ttl: args.ttl,
-                wait: (!args.no_wait).then_some(args.wait),
-                extend: !args.no_extend,
-                fencing: args.fencing,
-                grace: args.grace,
-                program: program.clone(),
-                args: rest.to_vec(),
-            };
-            let redlock = client(cli.nodes, cli.key_prefix, args.ttl)?;
-            (redlock, Some(options))
-        }
-        _ => (
-            client(cli.nodes, cli.key_prefix, parse_default(DEFAULT_TTL))?,
-            None,
-        ),
-    };
-    if let Some(resource) = match &cli.command {
+    // Everything that needs no network is checked before anything starts.
+    let resource = match &cli.command {
         Command::Run(a) => Some(&a.resource),
         Command::Status(a) => Some(&a.resource),
         Command::Release(a) => Some(&a.resource),
         Command::Doctor(_) => None,
-    } && resource.is_empty()
-    {
+    };
+    if resource.is_some_and(|r| r.is_empty()) {
         return Err(Failure::usage("the resource name is empty"));
     }
     if let Command::Release(args) = &cli.command
@@ -318,42 +314,76 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             args.resource
         )));
     }
+    let ttl = match &cli.command {
+        Command::Run(args) => args.ttl,
+        // Only `run` locks; the others use the library's default.
+        _ => RedlockBuilder::DEFAULT_TTL,
+    };
+    let command = match cli.command {
+        Command::Run(args) => Ok(run_options(args)?),
+        other => Err(other),
+    };
+    let redlock = client(cli.nodes, cli.key_prefix, cli.node_timeout, ttl)?;
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| Failure::new(EX_OSERR, format!("cannot start the async runtime: {e}")))?;
     runtime.block_on(async {
-        match (cli.command, run_options) {
-            (Command::Run(_), Some(options)) => {
+        match command {
+            Ok(options) => {
                 // First thing: from here on no forwarded signal can kill us with the lock held.
                 let mut signals = Signals::install().map_err(|e| {
                     Failure::new(EX_OSERR, format!("cannot install signal handlers: {e}"))
                 })?;
                 run::run(&redlock, options, &mut signals).await
             }
-            (Command::Status(args), _) => status(&redlock, &args).await,
-            (Command::Release(args), _) => release(&redlock, &args.resource).await,
-            (Command::Doctor(args), _) => doctor(&redlock, args.json).await,
-            (Command::Run(_), None) => Err(Failure::new(EX_SOFTWARE, "run options missing")),
+            Err(Command::Status(args)) => status(&redlock, &args).await,
+            Err(Command::Release(args)) => release(&redlock, &args.resource).await,
+            Err(Command::Doctor(args)) => doctor(&redlock, args.json).await,
+            Err(Command::Run(_)) => Err(Failure::new(EX_SOFTWARE, "run options lost")),
         }
     })
 }
 
-/// The value of a compile-time default; they are all well-formed.
-fn parse_default(text: &str) -> Duration {
-    duration::parse(text).unwrap_or(Duration::from_secs(30))
+/// Validates `run`'s arguments.
+fn run_options(args: RunArgs) -> Result<RunOptions, Failure> {
+    let mut program = args.program.into_iter();
+    let Some(name) = program.next() else {
+        return Err(Failure::usage(
+            "run: missing `-- PROGRAM [ARGS...]` after RESOURCE",
+        ));
+    };
+    if name.is_empty() {
+        return Err(Failure::usage("run: the program name is empty"));
+    }
+    Ok(RunOptions {
+        resource: args.resource,
+        ttl: args.ttl,
+        wait: (!args.no_wait).then_some(args.wait),
+        extend: !args.no_extend,
+        fencing: args.fencing,
+        grace: args.grace,
+        program: name,
+        args: program.collect(),
+    })
 }
 
 async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
+    // Connect within the connect timeout first (see `run`): the read itself has only the
+    // node timeout.
+    let _ = redlock.connect().await;
     let status = redlock
         .status(&args.resource)
         .await
         .map_err(|e| Failure::usage(e.to_string()))?;
     if args.json {
-        println!("{}", show::status_json(&status, redlock.quorum()));
+        say(&show::status_json(&status, redlock.quorum()));
     } else {
-        print!("{}", show::status_text(&status, redlock.quorum()));
+        write_to(
+            std::io::stdout(),
+            &show::status_text(&status, redlock.quorum()),
+        );
     }
     if status.verdict == Verdict::Unknown {
         let answered = status.nodes.iter().filter(|n| n.holder.is_some()).count();
@@ -370,6 +400,7 @@ async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
 }
 
 async fn release(redlock: &Redlock, resource: &str) -> Result<u8, Failure> {
+    let _ = redlock.connect().await;
     let report = redlock
         .reset(resource)
         .await
@@ -377,10 +408,10 @@ async fn release(redlock: &Redlock, resource: &str) -> Result<u8, Failure> {
     let total = report.results().len();
     let had = report.count(&NodeOutcome::Released);
     let failed = report.failures();
-    println!(
+    say(&format!(
         "{resource}: deleted on {had} of {total} nodes (key {:?}): {report}",
         redlock.key(resource)
-    );
+    ));
     if total - failed < redlock.quorum() {
         return Err(Failure::new(
             EX_UNAVAILABLE,
@@ -393,9 +424,9 @@ async fn release(redlock: &Redlock, resource: &str) -> Result<u8, Failure> {
         ));
     }
     if failed > 0 {
-        eprintln!(
-            "quorum-lock: warning: {failed} node(s) did not answer; a copy left there expires with its TTL"
-        );
+        say_err(&format!(
+            "warning: {failed} node(s) did not answer; a copy left there expires with its TTL"
+        ));
     }
     Ok(0)
 }
@@ -403,9 +434,9 @@ async fn release(redlock: &Redlock, resource: &str) -> Result<u8, Failure> {
 async fn doctor(redlock: &Redlock, json: bool) -> Result<u8, Failure> {
     let report = redlock.check_deployment().await;
     if json {
-        println!("{}", report.to_json());
+        say(&report.to_json());
     } else {
-        print!("{report}");
+        write_to(std::io::stdout(), &report.to_string());
     }
     let reachable = report.nodes.iter().filter(|n| n.reachable).count();
     if reachable < report.quorum {

@@ -1,11 +1,9 @@
 //! `quorum-lock run`: hold a lock for as long as a program runs.
 
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, IsTerminal as _};
 use std::process::ExitStatus;
 use std::time::Duration;
-
-use std::io::IsTerminal as _;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp};
@@ -193,19 +191,28 @@ pub(crate) async fn run(
     opts: RunOptions,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let mut request = redlock.lock(opts.resource.clone(), opts.ttl);
-    request = match opts.wait {
-        Some(wait) => request.wait(wait),
-        None => request.wait(Duration::ZERO).max_attempts(1),
+    let acquire = async {
+        let started = Instant::now();
+        // A fresh process has no connections yet: open them first, within the connect
+        // timeout, so that the attempts' short per-node timeout is not spent connecting.
+        // Unreachable nodes are left to the attempts (and their retries) to report.
+        let _ = redlock.connect().await;
+        let mut request = redlock.lock(opts.resource.clone(), opts.ttl);
+        request = match opts.wait {
+            // Connecting counts against the wait.
+            Some(wait) => request.wait(wait.saturating_sub(started.elapsed())),
+            None => request.wait(Duration::ZERO).max_attempts(1),
+        };
+        if opts.extend {
+            request = request.auto_extend(AutoExtend::new());
+        }
+        if opts.fencing {
+            request = request.fencing();
+        }
+        request.await
     };
-    if opts.extend {
-        request = request.auto_extend(AutoExtend::new());
-    }
-    if opts.fencing {
-        request = request.fencing();
-    }
     let guard = tokio::select! {
-        acquired = request => acquired.map_err(|e| acquire_failure(&e, &opts, redlock))?,
+        acquired = acquire => acquired.map_err(|e| acquire_failure(&e, &opts, redlock))?,
         sig = signals.recv() => {
             // Whatever a cancelled attempt set expires with the TTL.
             return Err(Failure::new(
@@ -338,11 +345,11 @@ async fn supervise(
     }
     if let Err(e) = released {
         // The program ran to the end, so its status stands; but say that the lock had gone.
-        eprintln!(
-            "quorum-lock: warning: releasing {:?} after the program {}: {e}: {nodes}",
+        crate::say_err(&format!(
+            "warning: releasing {:?} after the program {}: {e}: {nodes}",
             opts.resource,
             describe(status)
-        );
+        ));
     }
     Ok(exit_code(status))
 }

@@ -1,0 +1,1048 @@
+//! The `quorum-lock` binary against real `redis-server` processes, run as a user would:
+//! real processes, real signals, exit statuses and output.
+// The binary exists only with the `cli` feature (on by default).
+#![cfg(feature = "cli")]
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{BlackHole, Cluster, RedisServer, unique, wait_until};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorum-lock");
+
+/// The TTL of most tests: short, yet two node timeouts (below) fit into its extension
+/// margin, so one slow extension on a busy machine does not lose the lock.
+const TTL: Duration = Duration::from_secs(2);
+const TTL_ARG: &str = "2s";
+/// Generous per-node timeout: tests share two cores with many servers (the default of
+/// 50 ms is for production networks, not for a machine running several test suites).
+const NODE_TIMEOUT_ARG: &str = "200ms";
+
+/// Upper bound on any single invocation; reaching it is a hang, and the test fails.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A temp dir for one test's files, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Scratch {
+        let dir = std::env::temp_dir().join(unique("quorum-lock-cli"));
+        fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// The path as a string for shell snippets (temp paths have no quotes in them).
+    fn sh(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A finished invocation.
+#[derive(Debug)]
+struct Done {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+impl Done {
+    fn code(&self) -> i32 {
+        self.status
+            .code()
+            .unwrap_or_else(|| panic!("quorum-lock died by a signal: {self:?}"))
+    }
+
+    #[track_caller]
+    fn expect(&self, code: i32) -> &Self {
+        assert_eq!(self.code(), code, "unexpected exit status: {self:#?}");
+        self
+    }
+
+    #[track_caller]
+    fn stderr_has(&self, text: &str) -> &Self {
+        assert!(
+            self.stderr.contains(text),
+            "stderr lacks {text:?}: {self:#?}"
+        );
+        self
+    }
+
+    #[track_caller]
+    fn stdout_has(&self, text: &str) -> &Self {
+        assert!(
+            self.stdout.contains(text),
+            "stdout lacks {text:?}: {self:#?}"
+        );
+        self
+    }
+}
+
+/// A running `quorum-lock`, its output going to files (no pipe can fill up). Dropping it
+/// sends SIGTERM (which `quorum-lock` passes on to its program), then SIGKILL, and reaps it.
+struct Running {
+    child: Option<Child>,
+    out: PathBuf,
+    err: PathBuf,
+    started: Instant,
+}
+
+impl Running {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.as_ref().unwrap().id() as i32)
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).unwrap();
+    }
+
+    fn try_done(&mut self) -> Option<Done> {
+        let status = self.child.as_mut().unwrap().try_wait().unwrap()?;
+        self.child = None;
+        Some(Done {
+            status,
+            stdout: fs::read_to_string(&self.out).unwrap_or_default(),
+            stderr: fs::read_to_string(&self.err).unwrap_or_default(),
+            elapsed: self.started.elapsed(),
+        })
+    }
+
+    fn is_running(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => child.try_wait().unwrap().is_none(),
+            None => false,
+        }
+    }
+
+    /// Waits for the exit; panics (killing it) after `limit`.
+    #[track_caller]
+    fn wait(mut self, limit: Duration) -> Done {
+        let start = Instant::now();
+        loop {
+            if let Some(done) = self.try_done() {
+                return done;
+            }
+            if start.elapsed() > limit {
+                let stderr = fs::read_to_string(&self.err).unwrap_or_default();
+                panic!("quorum-lock still running after {limit:?}; stderr so far: {stderr}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// `quorum-lock` with `QUORUM_LOCK_NODES` set to `urls` (unset when empty).
+fn ql(urls: &[String]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["--node-timeout", NODE_TIMEOUT_ARG])
+        .env_remove("QUORUM_LOCK_NODES")
+        .env_remove("QUORUM_LOCK_FENCING_TOKEN")
+        .stdin(Stdio::null());
+    if !urls.is_empty() {
+        cmd.env("QUORUM_LOCK_NODES", urls.join(","));
+    }
+    cmd
+}
+
+fn start(mut cmd: Command, scratch: &Scratch) -> Running {
+    let id = unique("out");
+    let out = scratch.path(&format!("{id}.stdout"));
+    let err = scratch.path(&format!("{id}.stderr"));
+    let started = Instant::now();
+    let child = cmd
+        .stdout(fs::File::create(&out).unwrap())
+        .stderr(fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("spawn quorum-lock");
+    Running {
+        child: Some(child),
+        out,
+        err,
+        started,
+    }
+}
+
+/// Runs to the end (at most [`LIMIT`]).
+#[track_caller]
+fn output(cmd: Command) -> Done {
+    let scratch = Scratch::new();
+    start(cmd, &scratch).wait(LIMIT)
+}
+
+/// `ql(urls)` with these arguments.
+fn cli<I, S>(urls: &[String], args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = ql(urls);
+    cmd.args(args);
+    cmd
+}
+
+/// Fresh servers do not vote until they have been up for one TTL (the library's restart
+/// quarantine; every CLI invocation is a new client). Waits that out for `ttl`.
+fn settle(started: Instant, ttl: Duration) {
+    // Uptime is reported in whole seconds: one more second, plus the drift allowance.
+    let until = started + ttl + ttl / 50 + Duration::from_millis(1200);
+    if let Some(left) = until.checked_duration_since(Instant::now()) {
+        std::thread::sleep(left);
+    }
+}
+
+/// A three-node cluster whose votes count for TTLs up to `ttl`.
+fn cluster(ttl: Duration) -> Cluster {
+    let started = Instant::now();
+    let cluster = Cluster::start(3);
+    settle(started, ttl);
+    cluster
+}
+
+fn status_json(urls: &[String], resource: &str) -> String {
+    let done = output(cli(urls, ["status", "--json", resource]));
+    assert!(done.status.success(), "status {resource} failed: {done:#?}");
+    done.stdout
+}
+
+fn verdict(urls: &[String], resource: &str) -> String {
+    let json = status_json(urls, resource);
+    let start = json.find("\"verdict\":\"").expect("verdict in JSON") + 11;
+    json[start..]
+        .split('"')
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn set(server: &RedisServer, key: &str, value: &str, px: u64) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(px)
+        .query(&mut server.conn())
+        .unwrap();
+}
+
+/// SIGKILLs the process group led by the pid in `path` when dropped: a safety net for
+/// programs that ignore SIGTERM, should a test fail before `quorum-lock` ends them.
+struct KillGroup(PathBuf);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Some(pid) = fs::read_to_string(&self.0)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn read_pid(path: &Path) -> i32 {
+    fs::read_to_string(path)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("pid in {}: {e}", path.display()))
+}
+
+// ---------------------------------------------------------------------------------------
+// Usage
+
+#[test]
+fn usage_errors_exit_64_naming_the_problem() {
+    let nodes = vec!["redis://127.0.0.1:1".to_owned()];
+    let none: Vec<String> = Vec::new();
+    let cases: Vec<(Vec<String>, Vec<&str>, &str)> = vec![
+        (nodes.clone(), vec!["--bogus", "status", "r"], "--bogus"),
+        (
+            nodes.clone(),
+            vec!["run", "--frobnicate", "r", "--", "true"],
+            "--frobnicate",
+        ),
+        (nodes.clone(), vec!["run", "r", "true"], "missing `--`"),
+        (nodes.clone(), vec!["run", "r"], "missing `-- PROGRAM"),
+        (nodes.clone(), vec!["run", "r", "--"], "missing `-- PROGRAM"),
+        (
+            none.clone(),
+            vec!["run", "r", "--", "true"],
+            "no nodes given",
+        ),
+        (none.clone(), vec!["status", "r"], "QUORUM_LOCK_NODES"),
+        (
+            none.clone(),
+            vec!["--nodes", " , ", "status", "r"],
+            "no nodes given",
+        ),
+        (
+            none.clone(),
+            vec!["--nodes", "localhost:6379", "status", "r"],
+            "malformed node URL \"localhost:6379\"",
+        ),
+        (
+            none.clone(),
+            vec!["--nodes", "http://h:1", "doctor"],
+            "malformed node URL \"http://h:1\"",
+        ),
+        (
+            none.clone(),
+            vec!["--nodes", "redis://h:1,redis://h:1", "status", "r"],
+            "listed twice",
+        ),
+        (
+            nodes.clone(),
+            vec!["run", "--ttl", "30", "r", "--", "true"],
+            "no unit",
+        ),
+        (
+            nodes.clone(),
+            vec!["run", "--wait", "5 parsecs", "r", "--", "true"],
+            "unknown unit",
+        ),
+        (
+            nodes.clone(),
+            vec!["run", "--ttl", "1ms", "r", "--", "true"],
+            "too short",
+        ),
+        (
+            nodes.clone(),
+            vec!["run", "--wait", "1s", "--no-wait", "r", "--", "true"],
+            "cannot be used with",
+        ),
+        (nodes.clone(), vec!["release", "r"], "--force"),
+        (nodes.clone(), vec!["status", ""], "resource name is empty"),
+        (nodes.clone(), vec!["frobnicate"], "frobnicate"),
+        (nodes.clone(), vec![], "requires a subcommand"),
+    ];
+    // No arguments at all: the help, and a line naming what is missing.
+    let done = output(Command::new(BIN));
+    done.expect(64)
+        .stderr_has("Usage:")
+        .stderr_has("quorum-lock: missing command");
+    for (urls, args, needle) in cases {
+        let done = output(cli(&urls, &args));
+        assert_eq!(done.code(), 64, "{args:?}: {done:#?}");
+        assert!(
+            done.stderr.contains(needle),
+            "{args:?}: stderr lacks {needle:?}: {done:#?}"
+        );
+        assert!(
+            done.stderr.starts_with("quorum-lock: "),
+            "{args:?}: {done:#?}"
+        );
+    }
+}
+
+#[test]
+fn help_and_version_exit_0() {
+    output(cli(&[], ["--help"]))
+        .expect(0)
+        .stdout_has("QUORUM_LOCK_NODES")
+        .stdout_has("75");
+    output(cli(&[], ["run", "--help"]))
+        .expect(0)
+        .stdout_has("--no-wait")
+        .stdout_has("RESOURCE -- PROGRAM");
+    output(cli(&[], ["--version"]))
+        .expect(0)
+        .stdout_has(env!("CARGO_PKG_VERSION"));
+}
+
+// ---------------------------------------------------------------------------------------
+// Unreachable nodes
+
+#[test]
+fn unreachable_nodes_exit_69_within_the_wait() {
+    // Two silent nodes (accept, never answer) and one refusing connections: no majority.
+    let (a, b) = (BlackHole::start(), BlackHole::start());
+    let refused = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("redis://{}", listener.local_addr().unwrap())
+    };
+    let urls = vec![a.url(), b.url(), refused];
+    let scratch = Scratch::new();
+    let ran = scratch.path("ran");
+
+    let done = output(cli(
+        &urls,
+        [
+            "run",
+            "--wait",
+            "1s",
+            "r",
+            "--",
+            "touch",
+            ran.to_str().unwrap(),
+        ],
+    ));
+    done.expect(69)
+        .stderr_has("not enough nodes reachable for a majority")
+        .stderr_has(&a.url()[8..]);
+    assert!(done.elapsed < Duration::from_secs(8), "{done:#?}");
+    assert!(!ran.exists(), "the program must not run without the lock");
+
+    let done = output(cli(&urls, ["run", "--no-wait", "r", "--", "true"]));
+    done.expect(69);
+    assert!(done.elapsed < Duration::from_secs(5), "{done:#?}");
+
+    let done = output(cli(&urls, ["status", "r"]));
+    done.expect(69).stdout_has("unknown");
+    assert!(done.elapsed < Duration::from_secs(5), "{done:#?}");
+
+    let done = output(cli(&urls, ["release", "--force", "r"]));
+    done.expect(69).stderr_has("may still be held");
+    assert!(done.elapsed < Duration::from_secs(5), "{done:#?}");
+
+    let done = output(cli(&urls, ["doctor"]));
+    done.expect(69);
+    assert!(done.elapsed < Duration::from_secs(10), "{done:#?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Mutual exclusion
+
+#[test]
+fn concurrent_runs_never_overlap() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("overlap");
+    // Each program claims a marker directory and fails if it is already there.
+    let script = format!(
+        "mkdir {d} || exit 99; echo \"$QUORUM_LOCK_RESOURCE\" >> {log}; sleep 0.4; rmdir {d}",
+        d = scratch.sh("inside"),
+        log = scratch.sh("log")
+    );
+    let runs: Vec<Running> = (0..3)
+        .map(|_| {
+            start(
+                cli(
+                    &urls,
+                    [
+                        "run", "--ttl", TTL_ARG, "--wait", "30s", &resource, "--", "sh", "-c",
+                        &script,
+                    ],
+                ),
+                &scratch,
+            )
+        })
+        .collect();
+    for run in runs {
+        run.wait(LIMIT).expect(0);
+    }
+    let log = fs::read_to_string(scratch.path("log")).unwrap();
+    assert_eq!(log.lines().collect::<Vec<_>>(), vec![resource.as_str(); 3]);
+    assert_eq!(verdict(&urls, &resource), "free", "released after each run");
+}
+
+#[test]
+fn no_wait_against_a_held_lock_exits_75_at_once() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("held");
+    let ready = scratch.path("ready");
+    let holder = start(
+        cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                TTL_ARG,
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &format!("touch {}; exec sleep 30", ready.display()),
+            ],
+        ),
+        &scratch,
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the holder's program to start",
+        || ready.exists(),
+    );
+
+    let ran = scratch.path("ran");
+    let done = output(cli(
+        &urls,
+        [
+            "run",
+            "--ttl",
+            TTL_ARG,
+            "--no-wait",
+            &resource,
+            "--",
+            "touch",
+            ran.to_str().unwrap(),
+        ],
+    ));
+    done.expect(75)
+        .stderr_has("held elsewhere")
+        .stderr_has("held by another owner");
+    assert!(done.elapsed < Duration::from_secs(5), "{done:#?}");
+    assert!(!ran.exists(), "the program must not run without the lock");
+
+    // With a short wait it gives up with 75 too, after about the wait.
+    let done = output(cli(
+        &urls,
+        [
+            "run", "--ttl", TTL_ARG, "--wait", "700ms", &resource, "--", "true",
+        ],
+    ));
+    done.expect(75).stderr_has("within 700ms");
+    assert!(done.elapsed >= Duration::from_millis(600), "{done:#?}");
+
+    holder.signal(Signal::SIGTERM);
+    holder.wait(LIMIT).expect(128 + 15);
+}
+
+// ---------------------------------------------------------------------------------------
+// The program
+
+#[test]
+fn program_status_and_environment_pass_through() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("status");
+    let run = |program: &[&str]| {
+        let mut args = vec!["run", "--ttl", TTL_ARG, resource.as_str(), "--"];
+        args.extend_from_slice(program);
+        output(cli(&urls, &args))
+    };
+
+    run(&["true"]).expect(0);
+    run(&["sh", "-c", "exit 3"]).expect(3);
+    run(&["sh", "-c", "exit 255"]).expect(255);
+    // Killed by a signal: 128 + its number.
+    run(&["sh", "-c", "kill -9 $$"]).expect(128 + 9);
+    // Arguments arrive exactly as given: no shell in between.
+    let args_file = scratch.sh("args");
+    run(&[
+        "sh",
+        "-c",
+        "printf '%s|' \"$@\" > \"$0\"",
+        &args_file,
+        "a b",
+        "*",
+        "$HOME",
+        "",
+    ])
+    .expect(0);
+    assert_eq!(fs::read_to_string(&args_file).unwrap(), "a b|*|$HOME||");
+    // Programs that cannot start: 127 not found, 126 not executable; the lock is released.
+    run(&["/nonexistent/program"])
+        .expect(127)
+        .stderr_has("/nonexistent/program");
+    run(&[args_file.as_str()]).expect(126);
+    assert_eq!(verdict(&urls, &resource), "free");
+
+    // The environment: the resource, and the fencing token only with --fencing.
+    let env_file = scratch.sh("env");
+    let show =
+        format!("echo \"$QUORUM_LOCK_RESOURCE ${{QUORUM_LOCK_FENCING_TOKEN-none}}\" >> {env_file}");
+    run(&["sh", "-c", &show]).expect(0);
+    for _ in 0..2 {
+        output(cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                TTL_ARG,
+                "--fencing",
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &show,
+            ],
+        ))
+        .expect(0);
+    }
+    let mut stale = ql(&urls);
+    stale
+        .env("QUORUM_LOCK_FENCING_TOKEN", "999")
+        .args(["run", "--ttl", TTL_ARG, &resource, "--", "sh", "-c", &show]);
+    output(stale).expect(0);
+    let lines: Vec<String> = fs::read_to_string(&env_file)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(lines[0], format!("{resource} none"));
+    assert_eq!(
+        lines[3],
+        format!("{resource} none"),
+        "no stale token passed on"
+    );
+    let token = |line: &str| -> u64 {
+        line.rsplit(' ')
+            .next()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no fencing token in {line:?}"))
+    };
+    assert!(
+        token(&lines[2]) > token(&lines[1]),
+        "fencing tokens grow: {lines:?}"
+    );
+}
+
+#[test]
+fn a_program_outliving_several_ttls_keeps_the_lock() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("long");
+    let ready = scratch.path("ready");
+    let mut holder = start(
+        cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                TTL_ARG,
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &format!("touch {}; sleep 6.5", ready.display()),
+            ],
+        ),
+        &scratch,
+    );
+    wait_until(Duration::from_secs(20), "the program to start", || {
+        ready.exists()
+    });
+    let started = Instant::now();
+    let mut checks = 0;
+    while started.elapsed() < Duration::from_millis(6000) && holder.is_running() {
+        assert_eq!(
+            verdict(&urls, &resource),
+            "held",
+            "after {:?}",
+            started.elapsed()
+        );
+        let done = output(cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                TTL_ARG,
+                "--no-wait",
+                &resource,
+                "--",
+                "true",
+            ],
+        ));
+        done.expect(75);
+        checks += 1;
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(6000),
+        "holder ended early"
+    );
+    assert!(checks >= 6, "only {checks} checks");
+    holder.wait(LIMIT).expect(0);
+    assert_eq!(verdict(&urls, &resource), "free");
+}
+
+#[test]
+fn losing_the_majority_terminates_the_program_and_exits_70() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("lost");
+    let pid_file = scratch.path("pid");
+    let holder = start(
+        cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                TTL_ARG,
+                "--grace",
+                "2s",
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &format!("echo $$ > {}; exec sleep 30", pid_file.display()),
+            ],
+        ),
+        &scratch,
+    );
+    wait_until(Duration::from_secs(20), "the program to start", || {
+        fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid = read_pid(&pid_file);
+    let paused = Instant::now();
+    cluster.nodes[0].pause();
+    cluster.nodes[1].pause();
+    let done = holder.wait(LIMIT);
+    cluster.nodes[0].resume();
+    cluster.nodes[1].resume();
+    done.expect(70)
+        .stderr_has("was lost while the program ran")
+        .stderr_has("SIGTERM");
+    // Within the TTL (the lock's validity) plus a little; never the grace period.
+    assert!(
+        paused.elapsed() < Duration::from_secs(8),
+        "took {:?}",
+        paused.elapsed()
+    );
+    assert!(!pid_alive(pid), "program {pid} still running");
+    assert_eq!(done.stderr.lines().count(), 1, "one line: {done:#?}");
+}
+
+#[test]
+fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("stubborn");
+    let pid_file = scratch.path("pid");
+    let _net = KillGroup(pid_file.clone());
+    let holder = start(
+        cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                TTL_ARG,
+                "--grace",
+                "500ms",
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &format!(
+                    "trap '' TERM; echo $$ > {}; while :; do sleep 0.1; done",
+                    pid_file.display()
+                ),
+            ],
+        ),
+        &scratch,
+    );
+    wait_until(Duration::from_secs(20), "the program to start", || {
+        fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid = read_pid(&pid_file);
+    // Another owner takes the lock (an operator's forced release, then a new holder).
+    output(cli(&urls, ["release", "--force", &resource])).expect(0);
+    for node in &cluster.nodes {
+        set(node, &resource, "intruder", 60_000);
+    }
+    let done = holder.wait(LIMIT);
+    done.expect(70)
+        .stderr_has("no longer holds our token")
+        .stderr_has("SIGKILL after the 500ms grace period");
+    assert!(!pid_alive(pid), "program {pid} still running");
+    // The other owner's lock is untouched.
+    assert!(status_json(&urls, &resource).contains("\"owner\":\"intruder\""));
+}
+
+#[test]
+fn no_extend_makes_the_ttl_a_time_limit() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let resource = unique("noextend");
+    let done = output(cli(
+        &urls,
+        [
+            "run",
+            "--ttl",
+            TTL_ARG,
+            "--no-extend",
+            &resource,
+            "--",
+            "sleep",
+            "20",
+        ],
+    ));
+    done.expect(70)
+        .stderr_has(&format!("outlived --ttl {TTL_ARG} with --no-extend"));
+    assert!(done.elapsed < Duration::from_secs(10), "{done:#?}");
+    output(cli(
+        &urls,
+        [
+            "run",
+            "--ttl",
+            TTL_ARG,
+            "--no-extend",
+            &resource,
+            "--",
+            "sleep",
+            "0.2",
+        ],
+    ))
+    .expect(0);
+}
+
+#[test]
+fn sigterm_reaches_the_program_and_the_lock_is_released() {
+    // Long enough that only a release, not expiry, frees the lock before it is checked.
+    let ttl = Duration::from_secs(5);
+    let cluster = cluster(ttl);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("sigterm");
+    let ready = scratch.path("ready");
+    let got = scratch.path("got");
+    let holder = start(
+        cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                "5s",
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &format!(
+                    "trap 'echo TERM > {got}; exit 7' TERM; touch {ready}; \
+                     while :; do sleep 0.1; done",
+                    got = got.display(),
+                    ready = ready.display()
+                ),
+            ],
+        ),
+        &scratch,
+    );
+    wait_until(Duration::from_secs(40), "the program to start", || {
+        ready.exists()
+    });
+    assert_eq!(verdict(&urls, &resource), "held");
+    holder.signal(Signal::SIGTERM);
+    let done = holder.wait(LIMIT);
+    done.expect(7);
+    assert_eq!(fs::read_to_string(&got).unwrap().trim(), "TERM");
+    assert_eq!(
+        verdict(&urls, &resource),
+        "free",
+        "released, not left to expire"
+    );
+
+    // SIGINT too; a program that dies of it gives 128 + 2.
+    let pid_file = scratch.path("pid");
+    let holder = start(
+        cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                "5s",
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &format!("echo $$ > {}; exec sleep 30", pid_file.display()),
+            ],
+        ),
+        &scratch,
+    );
+    wait_until(Duration::from_secs(20), "the program to start", || {
+        fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
+    });
+    holder.signal(Signal::SIGINT);
+    holder.wait(LIMIT).expect(128 + 2);
+    assert!(!pid_alive(read_pid(&pid_file)));
+    assert_eq!(verdict(&urls, &resource), "free");
+}
+
+// ---------------------------------------------------------------------------------------
+// status, release --force, doctor
+
+#[test]
+fn status_and_forced_release_report_what_the_nodes_hold() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("inspect");
+    let ready = scratch.path("ready");
+
+    let done = output(cli(&urls, ["status", &resource]));
+    done.expect(0).stdout_has(": free").stdout_has("absent");
+    assert_eq!(done.stdout.matches("absent").count(), 3, "{}", done.stdout);
+
+    let holder = start(
+        cli(
+            &urls,
+            [
+                "run",
+                "--ttl",
+                TTL_ARG,
+                &resource,
+                "--",
+                "sh",
+                "-c",
+                &format!("touch {}; exec sleep 30", ready.display()),
+            ],
+        ),
+        &scratch,
+    );
+    wait_until(Duration::from_secs(20), "the program to start", || {
+        ready.exists()
+    });
+    let json = status_json(&urls, &resource);
+    assert!(json.contains("\"verdict\":\"held\""), "{json}");
+    // A majority at least; the last node may get its copy a moment later.
+    assert!(json.matches("\"exists\":true").count() >= 2, "{json}");
+    let owner = json
+        .split("\"owner\":\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap()
+        .to_owned();
+    assert_eq!(owner.len(), 32, "{json}");
+    let done = output(cli(&urls, ["status", &resource]));
+    done.expect(0)
+        .stdout_has("held by a majority")
+        .stdout_has(&owner[..8])
+        .stdout_has("exists");
+    for node in &cluster.nodes {
+        done.stdout_has(&format!("127.0.0.1:{}", node.port()));
+    }
+
+    // Forced release deletes it everywhere; the holder then finds its lock gone.
+    output(cli(&urls, ["release", "--force", &resource]))
+        .expect(0)
+        .stdout_has("deleted on 3 of 3 nodes");
+    holder
+        .wait(LIMIT)
+        .expect(70)
+        .stderr_has("no longer holds our token");
+    output(cli(&urls, ["release", "--force", &resource]))
+        .expect(0)
+        .stdout_has("deleted on 0 of 3 nodes");
+
+    // A split: two owners and a free node.
+    set(&cluster.nodes[0], &resource, "owner-a", 60_000);
+    set(&cluster.nodes[1], &resource, "owner-b", 60_000);
+    let done = output(cli(&urls, ["status", &resource]));
+    done.expect(0).stdout_has(": split").stdout_has("owner-a");
+    let json = status_json(&urls, &resource);
+    assert!(json.contains("\"verdict\":\"split\""), "{json}");
+    assert!(json.contains("\"owner\":null"), "{json}");
+    output(cli(&urls, ["release", "--force", &resource]))
+        .expect(0)
+        .stdout_has("deleted on 2 of 3 nodes");
+
+    // Too few nodes answer: unknown, exit 69, quickly.
+    set(&cluster.nodes[2], &resource, "owner-c", 60_000);
+    cluster.nodes[0].pause();
+    cluster.nodes[1].pause();
+    let done = output(cli(&urls, ["status", "--json", &resource]));
+    cluster.nodes[0].resume();
+    cluster.nodes[1].resume();
+    done.expect(69).stderr_has("not enough nodes");
+    assert!(done.stdout.contains("\"verdict\":\"unknown\""), "{done:#?}");
+    assert!(done.stdout.contains("\"reachable\":false"), "{done:#?}");
+    assert!(done.elapsed < Duration::from_secs(5), "{done:#?}");
+}
+
+#[test]
+fn key_prefix_applies_to_every_command() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let resource = unique("prefixed");
+    set(&cluster.nodes[0], &format!("jobs:{resource}"), "x", 60_000);
+    set(&cluster.nodes[1], &format!("jobs:{resource}"), "x", 60_000);
+    output(cli(
+        &urls,
+        [
+            "--key-prefix",
+            "jobs:",
+            "run",
+            "--ttl",
+            TTL_ARG,
+            "--no-wait",
+            &resource,
+            "--",
+            "true",
+        ],
+    ))
+    .expect(75);
+    // Without the prefix it is another key.
+    output(cli(
+        &urls,
+        [
+            "run",
+            "--ttl",
+            TTL_ARG,
+            "--no-wait",
+            &resource,
+            "--",
+            "true",
+        ],
+    ))
+    .expect(0);
+    output(cli(&urls, ["status", "--key-prefix", "jobs:", &resource]))
+        .expect(0)
+        .stdout_has(&format!("key \"jobs:{resource}\""))
+        .stdout_has("held by a majority");
+    output(cli(
+        &urls,
+        ["--key-prefix", "jobs:", "release", "--force", &resource],
+    ))
+    .expect(0)
+    .stdout_has("deleted on 2 of 3 nodes");
+}
+
+#[test]
+fn doctor_prints_the_deployment_check() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let done = output(cli(&urls, ["doctor"]));
+    done.expect(0).stdout_has("3 nodes, quorum 2");
+    let done = output(cli(&urls, ["doctor", "--json"]));
+    done.expect(0).stdout_has("{\"quorum\":2,");
+    // --nodes wins over the environment.
+    let mut cmd = cli(&urls, ["--nodes", &urls[0], "doctor"]);
+    cmd.env("QUORUM_LOCK_NODES", "not a url");
+    output(cmd).stdout_has("1 node, quorum 1");
+}
