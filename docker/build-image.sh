@@ -73,6 +73,18 @@ while IFS= read -r lib; do
   cp -L "$lib" "$ROOTFS$lib"
 done <<<"$libs"
 
+# The clockshift LD_PRELOAD shim (tests/shim/clockshift.c), for clock faults
+# (docker-compose.clock.yml). Optional: without `cc` the image is built without it.
+SHIM_SRC="$SCRIPT_DIR/../tests/shim/clockshift.c"
+if [[ -f "$SHIM_SRC" ]] && command -v cc >/dev/null 2>&1; then
+  mkdir -p "$ROOTFS/usr/local/lib"
+  cc -shared -fPIC -O2 -Wall -o "$ROOTFS/usr/local/lib/clockshift.so" "$SHIM_SRC" \
+    || die "cc failed to build $SHIM_SRC"
+  chmod 0755 "$ROOTFS/usr/local/lib/clockshift.so"
+else
+  echo "note: no cc (or no $SHIM_SRC): image built without the clockshift shim" >&2
+fi
+
 cp "$DOCKERFILE" "$CTX/Dockerfile"
 
 version="$(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"

@@ -2,7 +2,9 @@
 # Fault-injection helper for the five-node Redis ensemble in
 # docker/docker-compose.yml. See docker/README.md.
 #
-#   docker/fault.sh up [persist]   start n1..n5 (persist: AOF + named volumes), wait for PONG
+#   docker/fault.sh up [persist] [clock]
+#                                  start n1..n5, wait for PONG (persist: AOF + named volumes;
+#                                  clock: under the clockshift shim, see `clock`)
 #   docker/fault.sh down           remove containers, network and volumes of the project
 #   docker/fault.sh pause N        freeze node N (cgroup freezer): TCP connects, no replies
 #   docker/fault.sh unpause N
@@ -10,6 +12,12 @@
 #   docker/fault.sh start N        start a killed/stopped node again, wait for PONG
 #   docker/fault.sh disconnect N   detach node N from the ensemble network
 #   docker/fault.sh connect N      re-attach it with the SAME address (--ip)
+#   docker/fault.sh drop N         iptables DROP of port 6379 inside node N's network
+#                                  namespace: a silent partition (root, iptables, nsenter)
+#   docker/fault.sh reject N       the same with REJECT (tcp-reset): clients fail at once
+#   docker/fault.sh undrop N       remove both rules again
+#   docker/fault.sh clock N MS     shift node N's wall clock by MS milliseconds (signed)
+#                                  from real time; needs `up ... clock`
 #   docker/fault.sh ip N           print node N's address (e.g. 172.29.53.11)
 #   docker/fault.sh wait [N]       wait until node N (default: all) answers PING
 #   docker/fault.sh ps             list the project's containers
@@ -25,6 +33,7 @@ set -euo pipefail
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 BASE_FILE="$SCRIPT_DIR/docker-compose.yml"
 PERSIST_FILE="$SCRIPT_DIR/docker-compose.persist.yml"
+CLOCK_FILE="$SCRIPT_DIR/docker-compose.clock.yml"
 LOCAL_IMAGE="quorum-lock/redis:local"
 NODES=(1 2 3 4 5)
 NET_KEY="redlock"   # network name inside docker-compose.yml
@@ -120,6 +129,22 @@ wait_ready() {
   done
 }
 
+# iptables ARGS inside node N's network namespace (the container has no iptables of its
+# own; the host's binary runs in the node's namespace through nsenter).
+netns_iptables() {
+  local n="$1" pid
+  shift
+  [[ "$(id -u)" -eq 0 ]] || die "packet drops need root (nsenter into the node's network namespace)"
+  command -v nsenter >/dev/null 2>&1 || die "nsenter not found (package util-linux)"
+  command -v iptables >/dev/null 2>&1 || die "iptables not found: apt-get install -y iptables"
+  pid="$(docker inspect -f '{{.State.Pid}}' "$(cid "$n")")"
+  [[ "$pid" =~ ^[0-9]+$ && "$pid" -gt 0 ]] || die "n$n is not running"
+  nsenter -t "$pid" -n iptables -w "$@"
+}
+
+DROP_RULE=(INPUT -p tcp --dport 6379 -j DROP)
+REJECT_RULE=(INPUT -p tcp --dport 6379 -j REJECT --reject-with tcp-reset)
+
 ensure_image() {
   local image="${REDIS_IMAGE:-$LOCAL_IMAGE}"
   if ! docker image inspect "$image" >/dev/null 2>&1; then
@@ -137,11 +162,13 @@ cmd="${1:-}"
 case "$cmd" in
   up)
     files=(-f "$BASE_FILE")
-    case "${1:-}" in
-      "") ;;
-      persist) files+=(-f "$PERSIST_FILE") ;;
-      *) die "usage: $0 up [persist]" ;;
-    esac
+    for mode in "$@"; do
+      case "$mode" in
+        persist) files+=(-f "$PERSIST_FILE") ;;
+        clock) files+=(-f "$CLOCK_FILE") ;;
+        *) die "usage: $0 up [persist] [clock]" ;;
+      esac
+    done
     ensure_image
     compose "${files[@]}" up -d --remove-orphans
     wait_ready "${NODES[@]}"
@@ -171,6 +198,27 @@ case "$cmd" in
   connect)
     check_n "${1:-}"
     docker network connect --ip "$(node_ip "$1")" --alias "n$1" "$(net_name)" "$(cid "$1")" ;;
+  drop)
+    check_n "${1:-}"; netns_iptables "$1" -I "${DROP_RULE[@]}" ;;
+  reject)
+    check_n "${1:-}"; netns_iptables "$1" -I "${REJECT_RULE[@]}" ;;
+  undrop)
+    check_n "${1:-}"
+    netns_iptables "$1" -L INPUT -n >/dev/null
+    while netns_iptables "$1" -D "${DROP_RULE[@]}" 2>/dev/null; do :; done
+    while netns_iptables "$1" -D "${REJECT_RULE[@]}" 2>/dev/null; do :; done
+    ;;
+  clock)
+    check_n "${1:-}"
+    [[ "${2:-}" =~ ^[+-]?[0-9]+$ ]] || die "usage: $0 clock N MILLISECONDS"
+    tmp="$(mktemp)"
+    printf '%s\n' "$2" >"$tmp"
+    chmod 0644 "$tmp"
+    if ! docker cp "$tmp" "$(cid "$1"):/tmp/clockshift-offset" >/dev/null; then
+      rm -f "$tmp"; die "cannot copy the offset into n$1"
+    fi
+    rm -f "$tmp"
+    ;;
   ip)
     check_n "${1:-}"; node_ip "$1" ;;
   wait)

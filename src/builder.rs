@@ -177,11 +177,12 @@ impl RedlockBuilder {
 
     /// Restart quarantine (on by default). On every (re)connect the client reads each
     /// node's `run_id` and uptime; a node that started less than the longest TTL this
-    /// client uses (plus drift) ago has its votes ignored until then, because it may have
-    /// lost locks it granted before the restart (Redlock's "delayed restart", done by the
-    /// client). The report shows such votes as [`NodeOutcome::Quarantined`]. Nodes started
-    /// just before the client are quarantined too: turn this off only where every node
-    /// persists with `appendfsync always`.
+    /// client has used so far (plus drift) ago has its votes ignored until then, because it
+    /// may have lost locks it granted before the restart (Redlock's "delayed restart", done
+    /// by the client). The report shows such votes as [`NodeOutcome::Quarantined`]. Nodes
+    /// started just before the client are quarantined too, so a fresh ensemble grants locks
+    /// one TTL after it started. Turn this off only where every node persists with
+    /// `appendfsync always`.
     ///
     /// [`NodeOutcome::Quarantined`]: crate::NodeOutcome::Quarantined
     pub fn restart_quarantine(mut self, on: bool) -> Self {

@@ -40,7 +40,6 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
         let quorum = quorum::quorum(nodes.len());
-        let default_ttl_ms = u64::try_from(config.default_ttl.as_millis()).unwrap_or(u64::MAX);
         let notifier = config.notifications.then(|| {
             Arc::new(Notifier::new(
                 nodes.clone(),
@@ -52,7 +51,9 @@ impl Inner {
             nodes,
             config,
             quorum,
-            max_ttl_ms: std::sync::atomic::AtomicU64::new(default_ttl_ms),
+            // Grows with the TTLs actually used: a fresh ensemble is usable one TTL after
+            // it started, not one `default_ttl`.
+            max_ttl_ms: std::sync::atomic::AtomicU64::new(0),
             queue: Arc::new(LocalQueue::default()),
             notifier,
         }
@@ -360,6 +361,24 @@ impl LockRequest {
         let mut attempts: u32 = 0;
         let mut retries: u32 = 0;
         loop {
+            // A guard of this client holds the lock: an attempt would fail. Wait for its
+            // release to complete, or one poll interval in case the guard was forgotten.
+            if let Some(freed) = inner.queue.held_locally(&plan.keys) {
+                let notified = freed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let remaining = wait.saturating_sub(started.elapsed());
+                if inner.queue.held_locally(&plan.keys).is_some() && !remaining.is_zero() {
+                    let delay = config
+                        .retry
+                        .delay(retries, rand::random::<f64>())
+                        .min(remaining);
+                    tokio::select! {
+                        () = &mut notified => {}
+                        () = tokio::time::sleep(delay) => retries = retries.saturating_add(1),
+                    }
+                }
+            }
             attempts = attempts.saturating_add(1);
             // While listening, each attempt also keeps this client in the waiting lists (and
             // in them after success when other local tasks wait for the same keys).
@@ -550,6 +569,7 @@ async fn attempt_inner(
             quorum::validity(plan.ttl, elapsed, inner.config.drift_factor),
         ) {
             (true, Some(validity)) => {
+                holding.hold_locally();
                 metrics::attempt("acquired", elapsed);
                 let span = tracing::Span::current();
                 span.record("votes", collected.tally.yes());

@@ -15,6 +15,7 @@ use crate::extend::{self, AutoExtend};
 use crate::fanout::{self, Stragglers};
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
+use crate::queue::LocalHold;
 use crate::quorum::Verdict;
 use crate::report::{NodeOutcome, NodeReport};
 use crate::scripts;
@@ -29,6 +30,8 @@ pub(crate) struct Holding {
     keys: Arc<[String]>,
     token: Arc<str>,
     armed: bool,
+    /// Set once acquired: tells the local queue when our release has completed.
+    local: Option<LocalHold>,
 }
 
 impl Holding {
@@ -38,7 +41,13 @@ impl Holding {
             keys,
             token,
             armed: true,
+            local: None,
         }
+    }
+
+    /// Marks the keys as held by this client (see [`LocalQueue`](crate::queue)).
+    pub(crate) fn hold_locally(&mut self) {
+        self.local = Some(self.inner.queue.hold(&self.keys));
     }
 
     pub(crate) fn token(&self) -> &Arc<str> {
@@ -90,8 +99,11 @@ impl Drop for Holding {
             Ok(handle) => {
                 let n = self.inner.nodes.len();
                 let mut pending = self.release_requests(0..n);
+                let local = self.local.take();
                 handle.spawn(async move {
                     fanout::collect(n, &mut pending, |_| false, false).await;
+                    // Only now may the next local task try.
+                    drop(local);
                 });
                 metrics::released("drop");
             }
@@ -311,6 +323,8 @@ impl LockGuard {
             fanout::collect(n, &mut pending, |o| *o == NodeOutcome::Released, true).await;
         fanout::finish_in_background(pending);
         self.holding.armed = false;
+        // A majority is free: the next task of this client may try at once.
+        drop(self.holding.local.take());
         metrics::released("explicit");
         let report = collected.report(&inner);
         if expired {

@@ -1,0 +1,519 @@
+//! Fault-injection suite, portable tier: local `redis-server` processes (no root, no
+//! Docker), faults by SIGSTOP/SIGCONT, SIGKILL and restart (with and without persistence),
+//! a user-space TCP proxy (latency, silent and resetting partitions) and the clock shim.
+//!
+//! Workers run in separate OS processes (this binary re-executed), record every hold on one
+//! clock, and increment a counter in a Redis that is never faulted; the checker fails a run
+//! on overlapping holds, a write after its holder's deadline, or a lost update. Each test
+//! prints a table (`cargo test --test faults -- --nocapture`); `docker/README.md` explains
+//! the columns. `QL_FAULTS_SEED=<n>` replays the random schedules of a run.
+
+mod common;
+#[path = "faults/mod.rs"]
+mod kit;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, clockshift_lib, raw_ping};
+use kit::ensemble::{Fault, LocalEnsemble, NodeKind};
+use kit::history::{self, Done, History, Hold, Row, Verdict, Write};
+use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Plan};
+use kit::proxy::{FaultProxy, Link};
+use kit::scenarios::{self, BareMajority, Hit};
+
+/// The worker entry point (see `kit::worker`); does nothing when run as an ordinary test.
+const WORKER_TEST: &str = "faults_worker";
+
+#[test]
+#[ignore = "child process of the fault-injection runs"]
+fn faults_worker() {
+    kit::worker::worker_main();
+}
+
+const PLAIN: NodeKind = NodeKind {
+    appendonly: false,
+    shifted_clock: false,
+};
+const PERSISTENT: NodeKind = NodeKind {
+    appendonly: true,
+    shifted_clock: false,
+};
+
+fn minority(faults: Vec<FaultGen>) -> Plan {
+    Plan {
+        faults,
+        nodes: (1, 2),
+        hold: (Duration::from_millis(800), Duration::from_millis(1500)),
+        gap: (Duration::from_millis(100), Duration::from_millis(400)),
+        max_windows: 6,
+    }
+}
+
+fn majority(faults: Vec<FaultGen>) -> Plan {
+    Plan {
+        faults,
+        nodes: (3, 4),
+        hold: (Duration::from_millis(1000), Duration::from_millis(1600)),
+        gap: (Duration::from_millis(500), Duration::from_millis(900)),
+        max_windows: 3,
+    }
+}
+
+/// Runs each nemesis run on a fresh five-node ensemble of `kind` (behind proxies) and
+/// prints the table.
+fn nemesis_table(title: &str, runs: Vec<(NodeKind, NemesisRun)>) {
+    let store = RedisServer::start();
+    let base = kit::rng::seed();
+    let rows: Vec<Row> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, (kind, run))| {
+            let mut ens = LocalEnsemble::uniform(5, *kind, true);
+            nemesis::run(&mut ens, &store, WORKER_TEST, run, base + i as u64)
+        })
+        .collect();
+    history::report(&format!("{title} [QL_FAULTS_SEED={base}]"), &rows);
+}
+
+#[test]
+fn nemesis_minority_partition_and_pause() {
+    nemesis_table(
+        "portable: minority partition and pause (5 nodes, 3 worker processes)",
+        vec![
+            (
+                PLAIN,
+                NemesisRun::new("no faults (baseline)", None, Expect::SafeAndLive),
+            ),
+            (
+                PLAIN,
+                NemesisRun::new(
+                    "minority partition (proxy cut)",
+                    Some(minority(vec![FaultGen::AnyCut])),
+                    Expect::SafeAndLive,
+                )
+                .fencing(true),
+            ),
+            (
+                PLAIN,
+                NemesisRun::new(
+                    "minority pause (SIGSTOP)",
+                    Some(minority(vec![FaultGen::Fixed(Fault::Pause)])),
+                    Expect::SafeAndLive,
+                ),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn nemesis_minority_latency_and_restarts() {
+    let below = Plan {
+        nodes: (1, 5),
+        ..minority(vec![FaultGen::Delay {
+            lo: Duration::from_millis(10),
+            hi: nemesis::NODE_TIMEOUT / 4,
+        }])
+    };
+    nemesis_table(
+        "portable: latency and restarts (node timeout 200 ms)",
+        vec![
+            (
+                PLAIN,
+                NemesisRun::new(
+                    "latency below timeout (any nodes)",
+                    Some(below),
+                    Expect::SafeAndLive,
+                ),
+            ),
+            (
+                PLAIN,
+                NemesisRun::new(
+                    "latency above timeout (minority)",
+                    Some(minority(vec![FaultGen::Delay {
+                        lo: nemesis::NODE_TIMEOUT + Duration::from_millis(100),
+                        hi: nemesis::NODE_TIMEOUT * 3,
+                    }])),
+                    Expect::SafeAndLive,
+                )
+                .fencing(true),
+            ),
+            (
+                PERSISTENT,
+                NemesisRun::new(
+                    "kill+restart minority (AOF)",
+                    Some(minority(vec![FaultGen::Fixed(Fault::Kill)])),
+                    Expect::SafeAndLive,
+                )
+                .fencing(true),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn nemesis_majority_faults_block_and_stay_safe() {
+    let mut control = NemesisRun::new("control: no lock at all", None, Expect::Violation);
+    control.use_lock = false;
+    control.run_for = Duration::from_secs(2);
+    nemesis_table(
+        "portable: majority faults, and a control run the checker must fail",
+        vec![
+            (
+                PLAIN,
+                NemesisRun::new(
+                    "majority partition (proxy cut)",
+                    Some(majority(vec![FaultGen::AnyCut])),
+                    Expect::SafeAndBlocked,
+                )
+                .fencing(true),
+            ),
+            (
+                PLAIN,
+                NemesisRun::new(
+                    "majority pause (SIGSTOP)",
+                    Some(majority(vec![FaultGen::Fixed(Fault::Pause)])),
+                    Expect::SafeAndBlocked,
+                ),
+            ),
+            (PLAIN, control),
+        ],
+    );
+}
+
+#[test]
+fn deterministic_bare_majority_and_paused_holder() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store = RedisServer::start();
+    // Started first: scenario (c) with quarantine needs nodes older than the quarantine
+    // period, and the other scenarios run meanwhile.
+    let mut plain = LocalEnsemble::uniform(5, PLAIN, false);
+    let n3_persists = [PLAIN, PLAIN, PERSISTENT, PLAIN, PLAIN];
+    let mut persist3 = LocalEnsemble::start(&n3_persists, false);
+    let mut rows = Vec::new();
+
+    let case = |name: &str, hit: Hit, b_quarantine: bool, fencing: bool, b_acquires: bool, want| {
+        BareMajority {
+            name: name.to_owned(),
+            hit,
+            b_quarantine,
+            fencing,
+            b_acquires,
+            want,
+        }
+    };
+    rows.push(scenarios::bare_majority(
+        &rt,
+        &mut persist3,
+        &store,
+        &case(
+            "(a) n3 paused",
+            Hit::Pause,
+            false,
+            false,
+            false,
+            Verdict::Safe,
+        ),
+    ));
+    rows.push(scenarios::bare_majority(
+        &rt,
+        &mut persist3,
+        &store,
+        &case(
+            "(b) n3 killed+restarted, AOF",
+            Hit::KillRestart,
+            false,
+            false,
+            false,
+            Verdict::Safe,
+        ),
+    ));
+    let jump = Hit::ClockJump(scenarios::TTL + Duration::from_secs(2));
+    let jump_secs = (scenarios::TTL + Duration::from_secs(2)).as_secs();
+    if clockshift_lib().is_some() {
+        let shifted = NodeKind {
+            shifted_clock: true,
+            ..PLAIN
+        };
+        let mut clock3 = LocalEnsemble::start(&[PLAIN, PLAIN, shifted, PLAIN, PLAIN], false);
+        rows.push(scenarios::bare_majority(
+            &rt,
+            &mut clock3,
+            &store,
+            &case(
+                &format!("(d) n3 clock +{}s, no fencing", jump_secs),
+                jump.clone(),
+                false,
+                false,
+                true,
+                Verdict::Unsafe,
+            ),
+        ));
+        rows.push(scenarios::bare_majority(
+            &rt,
+            &mut clock3,
+            &store,
+            &case(
+                &format!("(d) n3 clock +{}s, fencing", jump_secs),
+                jump,
+                false,
+                true,
+                true,
+                Verdict::Fenced,
+            ),
+        ));
+    } else {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"scenario (d) skipped: no `cc` to build the clockshift shim (tests/shim)\n",
+        );
+    }
+    rows.push(scenarios::paused_holder(
+        &rt,
+        &mut persist3,
+        &store,
+        "(e) holder paused past validity, no fencing",
+        false,
+        Verdict::Unsafe,
+    ));
+    rows.push(scenarios::paused_holder(
+        &rt,
+        &mut persist3,
+        &store,
+        "(e) holder paused past validity, fencing",
+        true,
+        Verdict::Fenced,
+    ));
+    rows.push(scenarios::bare_majority(
+        &rt,
+        &mut plain,
+        &store,
+        &case(
+            "(c) n3 restarted empty, no quarantine",
+            Hit::KillRestart,
+            false,
+            false,
+            true,
+            Verdict::Unsafe,
+        ),
+    ));
+    rows.push(scenarios::bare_majority(
+        &rt,
+        &mut plain,
+        &store,
+        &case(
+            "(c) n3 restarted empty, quarantine",
+            Hit::KillRestart,
+            true,
+            false,
+            false,
+            Verdict::Safe,
+        ),
+    ));
+    // (a), (b), ... in order; a stable sort keeps each letter's variants as run.
+    rows.sort_by_key(|r| r.scenario.chars().take(3).collect::<String>());
+    history::report(
+        &format!(
+            "portable: A holds bare majority n1-n3, n3 is hit, B tries (TTL {} s)",
+            scenarios::TTL.as_secs()
+        ),
+        &rows,
+    );
+}
+
+/// The checker itself, on hand-made histories.
+#[test]
+fn checker_judges_synthetic_histories() {
+    const MS: u64 = 1_000_000;
+    let hold =
+        |worker: u32, acquired: u64, end: u64, deadline: u64, write: Option<(u64, bool)>| Hold {
+            worker,
+            seq: 1,
+            start: acquired,
+            acquired,
+            deadline,
+            read: Some(acquired),
+            write: write.map(|(acked, accepted)| Write {
+                sent: acked,
+                acked,
+                accepted,
+                value: 1,
+            }),
+            end,
+            released: end,
+            token: None,
+            release: "ok".into(),
+        };
+    let done = |worker| Done {
+        worker,
+        increments: 1,
+        clock_err: 1_000,
+        clock_step: 0,
+    };
+    let hist = |holds: Vec<Hold>| History {
+        holds,
+        failures: Vec::new(),
+        done: vec![done(1), done(2)],
+    };
+
+    // Back to back: safe.
+    let h = hist(vec![
+        hold(1, 0, 10 * MS, 100 * MS, Some((5 * MS, true))),
+        hold(2, 10 * MS, 20 * MS, 110 * MS, Some((15 * MS, true))),
+    ]);
+    let c = history::check(&h, 2, 0);
+    assert!(c.overlaps.is_empty());
+    assert_eq!(c.verdict(false), Verdict::Safe);
+
+    // Overlapping holds: unsafe, and the overlap is described.
+    let h = hist(vec![
+        hold(1, 0, 10 * MS, 100 * MS, Some((5 * MS, true))),
+        hold(2, 8 * MS, 20 * MS, 110 * MS, Some((15 * MS, true))),
+    ]);
+    let c = history::check(&h, 2, 0);
+    assert_eq!(c.overlaps.len(), 1);
+    assert_eq!(c.overlaps[0].2, 2 * MS);
+    assert_eq!(c.verdict(false), Verdict::Unsafe);
+    assert!(c.describe_overlap(&h).unwrap().contains("share 2ms"));
+
+    // A hold that ran past its deadline does not overlap the next one, but its write
+    // after the deadline is late; accepted it is unsafe, rejected (fenced) it is not.
+    let h = hist(vec![
+        hold(1, 0, 50 * MS, 10 * MS, Some((40 * MS, true))),
+        hold(2, 20 * MS, 30 * MS, 110 * MS, Some((25 * MS, true))),
+    ]);
+    let c = history::check(&h, 2, 0);
+    assert!(c.overlaps.is_empty());
+    assert_eq!(c.late_writes, 1);
+    assert_eq!(c.verdict(true), Verdict::Unsafe);
+    let h = hist(vec![
+        hold(1, 0, 50 * MS, 10 * MS, Some((40 * MS, false))),
+        hold(2, 20 * MS, 30 * MS, 110 * MS, Some((25 * MS, true))),
+    ]);
+    let c = history::check(&h, 1, 0);
+    assert_eq!((c.late_writes, c.rejected, c.expected), (0, 1, 1));
+    assert_eq!(c.verdict(true), Verdict::Fenced);
+
+    // Lost update: two accepted increments, counter 1.
+    let h = hist(vec![
+        hold(1, 0, 10 * MS, 100 * MS, Some((5 * MS, true))),
+        hold(2, 10 * MS, 20 * MS, 110 * MS, Some((15 * MS, true))),
+    ]);
+    assert_eq!(history::check(&h, 1, 0).verdict(false), Verdict::Unsafe);
+
+    // Within the clocks' uncertainty (2 x 1 µs) an apparent overlap is not reported.
+    let h = hist(vec![
+        hold(1, 0, 10 * MS + 1_000, 100 * MS, None),
+        hold(2, 10 * MS, 20 * MS, 110 * MS, None),
+    ]);
+    assert!(history::check(&h, 0, 0).overlaps.is_empty());
+
+    // Fencing tokens must grow in acquisition order.
+    let mut h = hist(vec![
+        hold(1, 0, 10 * MS, 100 * MS, None),
+        hold(2, 10 * MS, 20 * MS, 110 * MS, None),
+    ]);
+    h.holds[0].token = Some(5);
+    h.holds[1].token = Some(5);
+    let c = history::check(&h, 0, 0);
+    assert_eq!(c.token_regressions, 1);
+    assert_eq!(c.verdict(true), Verdict::Unsafe);
+
+    // A step of the wall clock invalidates the run.
+    let mut h = hist(Vec::new());
+    h.done[0].clock_step = 5 * MS as i64;
+    assert_eq!(history::check(&h, 0, 0).verdict(false), Verdict::Invalid);
+
+    // Records survive the round trip through their text form.
+    let mut h2 = History::default();
+    let mut text = String::new();
+    for x in &h.holds {
+        text.push_str(&x.to_line());
+        text.push('\n');
+    }
+    let original = hist(vec![
+        hold(1, 0, 50 * MS, 10 * MS, Some((40 * MS, false))),
+        hold(2, 20 * MS, 30 * MS, 110 * MS, None),
+    ]);
+    for x in &original.holds {
+        text.push_str(&x.to_line());
+        text.push('\n');
+    }
+    text.push_str(&done(1).to_line());
+    history::parse(&text, &mut h2);
+    assert_eq!(h2.holds, original.holds);
+    assert_eq!(h2.done, vec![done(1)]);
+}
+
+/// The fault proxy does what the scenarios rely on.
+#[test]
+fn proxy_delays_blackholes_and_resets() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], server.port())));
+    let port: u16 = proxy.url().rsplit(':').next().unwrap().parse().unwrap();
+    let ping = |timeout: Duration| {
+        let start = Instant::now();
+        let reply = raw_ping(port, timeout);
+        (reply, start.elapsed())
+    };
+    let (reply, _) = ping(Duration::from_secs(2));
+    assert_eq!(reply.unwrap(), "+PONG");
+
+    proxy.set_delay(Duration::from_millis(150));
+    let (reply, took) = ping(Duration::from_secs(2));
+    assert_eq!(reply.unwrap(), "+PONG");
+    assert!(
+        took >= Duration::from_millis(150),
+        "delayed reply after {took:?}"
+    );
+    proxy.set_delay(Duration::ZERO);
+
+    // Silent partition: a request hangs, and is delivered once the link is back.
+    proxy.set_link(Link::Blackhole);
+    let (reply, took) = ping(Duration::from_millis(300));
+    assert!(reply.is_err(), "no reply through a black hole: {reply:?}");
+    assert!(took >= Duration::from_millis(250), "{took:?}");
+    let key = common::unique("proxy-late");
+    let mut held = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    std::io::Write::write_all(
+        &mut held,
+        format!("*3\r\n$3\r\nSET\r\n${}\r\n{key}\r\n$1\r\n1\r\n", key.len()).as_bytes(),
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let exists = |server: &RedisServer| -> bool {
+        redis::cmd("EXISTS")
+            .arg(&key)
+            .query::<i64>(&mut server.conn())
+            .unwrap()
+            == 1
+    };
+    assert!(!exists(&server), "nothing crosses a black hole");
+    proxy.set_link(Link::Up);
+    common::wait_until(Duration::from_secs(5), "the held SET to arrive", || {
+        exists(&server)
+    });
+
+    // Resetting partition: open connections are closed, new ones fail fast.
+    proxy.set_link(Link::Reset);
+    held.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    loop {
+        match std::io::Read::read(&mut held, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let (reply, took) = ping(Duration::from_secs(2));
+    assert!(reply.is_err(), "{reply:?}");
+    assert!(took < Duration::from_secs(1), "reset fails fast: {took:?}");
+    proxy.set_link(Link::Up);
+    let (reply, _) = ping(Duration::from_secs(2));
+    assert_eq!(reply.unwrap(), "+PONG");
+    assert!(proxy.accepted() >= 5);
+}

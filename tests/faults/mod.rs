@@ -1,0 +1,22 @@
+//! Shared machinery of the fault-injection suite, used by `tests/faults.rs` (portable tier:
+//! local `redis-server` processes) and `tests/faults_docker.rs` (Docker tier: one container
+//! per node). See `docker/README.md` for how to run both and read their tables.
+//!
+//! - [`clock`]: one time base for every process of a run;
+//! - [`history`]: the hold records, the checker and the result table;
+//! - [`worker`]: the worker processes (the test binary re-executed) and their parent side;
+//! - [`proxy`]: a user-space TCP proxy that adds latency, black-holes or resets a link;
+//! - [`ensemble`]: the nodes and the faults that can be applied to them;
+//! - [`nemesis`]: randomised fault schedules against concurrent workers;
+//! - [`scenarios`]: the deterministic bare-majority and paused-holder scenarios;
+//! - [`rng`]: a small seeded generator, so a failing schedule can be replayed.
+#![allow(dead_code)]
+
+pub mod clock;
+pub mod ensemble;
+pub mod history;
+pub mod nemesis;
+pub mod proxy;
+pub mod rng;
+pub mod scenarios;
+pub mod worker;

@@ -1,0 +1,433 @@
+//! Worker processes: the test binary re-executes itself (`--exact <worker test> --ignored`,
+//! like `mutual_exclusion_across_processes` in `tests/core.rs`) with the run described in
+//! environment variables. Each worker repeatedly locks the resource, increments a counter
+//! kept in a separate, never-faulted Redis by read-modify-write (GET, a short sleep, SET —
+//! or `fenced_set` with fencing), releases, and records every hold and every failed
+//! `lock()` call as a line in its own file, which the parent reads once it exits.
+
+use std::fs::{self, File};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use quorum_lock::{Error, Redlock, fencing};
+use redis::AsyncCommands;
+
+use super::clock;
+use super::history::{Done, Failure, History, Hold, Write, parse};
+use super::rng::Rng;
+
+/// Everything a worker needs to know; passed through the environment.
+#[derive(Clone, Debug)]
+pub struct WorkerSpec {
+    pub urls: Vec<String>,
+    pub store_url: String,
+    pub resource: String,
+    pub counter: String,
+    /// Common-clock time at which all workers begin (so they contend from the start).
+    pub start_at: u64,
+    /// Common-clock time after which no worker starts a new `lock()` call.
+    pub stop_at: u64,
+    /// Increments per worker, at most.
+    pub max_increments: u64,
+    pub ttl: Duration,
+    pub node_timeout: Duration,
+    /// Wait budget of one `lock()` call.
+    pub lock_wait: Duration,
+    pub quarantine: bool,
+    /// Mint fencing tokens and write the counter with `fenced_set`.
+    pub fencing: bool,
+    /// False for the control run: increments without any lock.
+    pub use_lock: bool,
+    pub seed: u64,
+}
+
+const PREFIX: &str = "QLF_";
+
+impl WorkerSpec {
+    fn to_env(&self) -> Vec<(String, String)> {
+        let ms = |d: Duration| d.as_millis().to_string();
+        [
+            ("URLS", self.urls.join(",")),
+            ("STORE", self.store_url.clone()),
+            ("RESOURCE", self.resource.clone()),
+            ("COUNTER", self.counter.clone()),
+            ("START_AT", self.start_at.to_string()),
+            ("STOP_AT", self.stop_at.to_string()),
+            ("MAX_INCR", self.max_increments.to_string()),
+            ("TTL_MS", ms(self.ttl)),
+            ("NODE_TIMEOUT_MS", ms(self.node_timeout)),
+            ("LOCK_WAIT_MS", ms(self.lock_wait)),
+            ("QUARANTINE", u8::from(self.quarantine).to_string()),
+            ("FENCING", u8::from(self.fencing).to_string()),
+            ("USE_LOCK", u8::from(self.use_lock).to_string()),
+            ("SEED", self.seed.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("{PREFIX}{k}"), v))
+        .collect()
+    }
+
+    fn from_env() -> WorkerSpec {
+        fn var(k: &str) -> String {
+            std::env::var(format!("{PREFIX}{k}")).unwrap_or_else(|_| panic!("{PREFIX}{k} unset"))
+        }
+        fn n(k: &str) -> u64 {
+            var(k)
+                .parse()
+                .unwrap_or_else(|e| panic!("{PREFIX}{k}: {e}"))
+        }
+        let ms = |k: &str| Duration::from_millis(n(k));
+        WorkerSpec {
+            urls: var("URLS").split(',').map(str::to_owned).collect(),
+            store_url: var("STORE"),
+            resource: var("RESOURCE"),
+            counter: var("COUNTER"),
+            start_at: n("START_AT"),
+            stop_at: n("STOP_AT"),
+            max_increments: n("MAX_INCR"),
+            ttl: ms("TTL_MS"),
+            node_timeout: ms("NODE_TIMEOUT_MS"),
+            lock_wait: ms("LOCK_WAIT_MS"),
+            quarantine: n("QUARANTINE") == 1,
+            fencing: n("FENCING") == 1,
+            use_lock: n("USE_LOCK") == 1,
+            seed: n("SEED"),
+        }
+    }
+}
+
+/// The lock client a worker (or a scenario's client) uses.
+pub fn client(urls: &[String], ttl: Duration, node_timeout: Duration, quarantine: bool) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .node_timeout(node_timeout)
+        .retry_delay(Duration::from_millis(5))
+        .max_retry_delay(Duration::from_millis(50))
+        .default_ttl(ttl)
+        .restart_quarantine(quarantine)
+        .build()
+        .expect("valid lock configuration")
+}
+
+/// A multiplexed connection to the counter store with generous timeouts (the store is never
+/// faulted; a slow answer from a loaded machine must not fail a run).
+pub async fn store_conn(url: &str) -> redis::aio::MultiplexedConnection {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_response_timeout(Some(Duration::from_secs(5)));
+    redis::Client::open(url)
+        .unwrap_or_else(|e| panic!("store client {url}: {e}"))
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap_or_else(|e| panic!("connect to store {url}: {e}"))
+}
+
+/// Why a `lock()` call gave up, in one word.
+pub fn failure_kind(e: &Error) -> String {
+    let last = match e {
+        Error::Timeout { last, .. } => last.as_ref(),
+        other => other,
+    };
+    match last {
+        Error::Contended { .. } => "contended".into(),
+        Error::Unavailable { .. } => "unavailable".into(),
+        Error::ValiditySpent { .. } => "validity-spent".into(),
+        other => format!("{other}").replace(' ', "_"),
+    }
+}
+
+/// Writes `value` to the counter: plain `SET`, or `fenced_set` with `token`. Returns
+/// whether the storage accepted it.
+pub async fn write_counter(
+    store: &mut redis::aio::MultiplexedConnection,
+    resource: &str,
+    counter: &str,
+    token: Option<u64>,
+    value: i64,
+) -> bool {
+    match token {
+        Some(token) => fencing::fenced_set(store, resource, token, counter, value)
+            .await
+            .expect("fenced_set on the store"),
+        None => {
+            let () = store.set(counter, value).await.expect("SET on the store");
+            true
+        }
+    }
+}
+
+pub async fn read_counter(store: &mut redis::aio::MultiplexedConnection, counter: &str) -> i64 {
+    let v: Option<i64> = store.get(counter).await.expect("GET on the store");
+    v.unwrap_or(0)
+}
+
+/// Outcome of a release, in one word.
+pub fn release_kind(r: &quorum_lock::Result<quorum_lock::NodeReport>) -> &'static str {
+    match r {
+        Ok(_) => "ok",
+        Err(Error::NotHeld { .. }) => "not-held",
+        Err(e) if e.is_unavailable() => "unavailable",
+        Err(_) => "error",
+    }
+}
+
+/// Entry point of a worker process; does nothing unless started by [`Workers::spawn`].
+pub fn worker_main() {
+    let Ok(id) = std::env::var("QLF_WORKER") else {
+        return;
+    };
+    let id: u32 = id.parse().expect("QLF_WORKER is a number");
+    let out = PathBuf::from(std::env::var("QLF_OUT").expect("QLF_OUT"));
+    let spec = WorkerSpec::from_env();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("worker runtime");
+    rt.block_on(run_worker(id, &spec, out));
+}
+
+async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
+    let _ = clock::now(); // take the clock anchor before anything else
+    let mut out = File::create(&out).unwrap_or_else(|e| panic!("create {}: {e}", out.display()));
+    let mut emit = |line: String| {
+        out.write_all(format!("{line}\n").as_bytes())
+            .expect("write record");
+    };
+    let redlock = client(&spec.urls, spec.ttl, spec.node_timeout, spec.quarantine);
+    let mut store = store_conn(&spec.store_url).await;
+    let mut rng = Rng::new(spec.seed ^ (u64::from(id) << 32));
+    // Anything closer than this to the deadline is not started: the holder stops in time.
+    let margin = (spec.ttl / 4).min(Duration::from_millis(500));
+
+    tokio::time::sleep_until(clock::instant_of(spec.start_at).into()).await;
+    let mut seq = 0u32;
+    let mut increments = 0u64;
+    while clock::now() < spec.stop_at && increments < spec.max_increments {
+        seq += 1;
+        let start = clock::now();
+        if !spec.use_lock {
+            // Control run: the same read-modify-write with no lock at all.
+            let v = read_counter(&mut store, &spec.counter).await;
+            tokio::time::sleep(Duration::from_millis(rng.between(1, 3))).await;
+            let sent = clock::now();
+            write_counter(&mut store, &spec.resource, &spec.counter, None, v + 1).await;
+            let acked = clock::now();
+            increments += 1;
+            emit(
+                Hold {
+                    worker: id,
+                    seq,
+                    start,
+                    acquired: start,
+                    deadline: acked + 60_000_000_000,
+                    read: Some(start),
+                    write: Some(Write {
+                        sent,
+                        acked,
+                        accepted: true,
+                        value: v + 1,
+                    }),
+                    end: acked,
+                    released: acked,
+                    token: None,
+                    release: "none".into(),
+                }
+                .to_line(),
+            );
+            tokio::time::sleep(Duration::from_millis(rng.between(0, 4))).await;
+            continue;
+        }
+        let left = Duration::from_nanos(spec.stop_at.saturating_sub(start));
+        let mut request = redlock
+            .lock(&spec.resource, spec.ttl)
+            .wait(spec.lock_wait.min(left));
+        if spec.fencing {
+            request = request.fencing();
+        }
+        let guard = match request.await {
+            Ok(guard) => guard,
+            Err(e) => {
+                emit(
+                    Failure {
+                        worker: id,
+                        start,
+                        end: clock::now(),
+                        why: failure_kind(&e),
+                    }
+                    .to_line(),
+                );
+                continue;
+            }
+        };
+        let acquired = clock::now();
+        let deadline = clock::at_tokio(guard.deadline());
+        let token = guard.fencing_token();
+        let remaining = || {
+            guard
+                .deadline()
+                .saturating_duration_since(tokio::time::Instant::now())
+        };
+        let mut read = None;
+        let mut write = None;
+        if remaining() > margin {
+            read = Some(clock::now());
+            let v = read_counter(&mut store, &spec.counter).await;
+            tokio::time::sleep(Duration::from_millis(rng.between(1, 3))).await;
+            if remaining() > margin {
+                let sent = clock::now();
+                let accepted =
+                    write_counter(&mut store, &spec.resource, &spec.counter, token, v + 1).await;
+                let acked = clock::now();
+                if accepted {
+                    increments += 1;
+                }
+                write = Some(Write {
+                    sent,
+                    acked,
+                    accepted,
+                    value: v + 1,
+                });
+            }
+        }
+        let end = clock::now();
+        let release = release_kind(&guard.release().await);
+        emit(
+            Hold {
+                worker: id,
+                seq,
+                start,
+                acquired,
+                deadline,
+                read,
+                write,
+                end,
+                released: clock::now(),
+                token,
+                release: release.into(),
+            }
+            .to_line(),
+        );
+        tokio::time::sleep(Duration::from_millis(rng.between(0, 8))).await;
+    }
+    emit(
+        Done {
+            worker: id,
+            increments,
+            clock_err: clock::uncertainty_ns(),
+            clock_step: clock::step_ns(),
+        }
+        .to_line(),
+    );
+}
+
+/// The parent's handle on a set of worker processes; kills and reaps them when dropped.
+pub struct Workers {
+    children: Vec<Child>,
+    dir: PathBuf,
+}
+
+impl Workers {
+    /// Starts `count` workers running `spec`, by re-executing this test binary with
+    /// `--exact <test_name> --ignored`.
+    pub fn spawn(test_name: &str, spec: &WorkerSpec, count: usize) -> Workers {
+        let dir = std::env::temp_dir().join(crate::common::unique("quorum-lock-faults"));
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut workers = Workers {
+            children: Vec::new(),
+            dir,
+        };
+        for id in 1..=count {
+            let stderr = File::create(workers.dir.join(format!("w{id}.err"))).expect("stderr file");
+            let child = Command::new(&exe)
+                .args(["--exact", test_name, "--ignored", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .envs(spec.to_env())
+                .env("QLF_WORKER", id.to_string())
+                .env("QLF_OUT", workers.dir.join(format!("w{id}.log")))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(stderr)
+                .spawn()
+                .unwrap_or_else(|e| panic!("spawn worker {id}: {e}"));
+            workers.children.push(child);
+        }
+        workers
+    }
+
+    /// Waits for every worker (at most `limit`), checks they all succeeded and returns
+    /// their records.
+    pub fn wait(mut self, limit: Duration) -> History {
+        let start = Instant::now();
+        let mut status = vec![None; self.children.len()];
+        while status.iter().any(Option::is_none) {
+            for (i, child) in self.children.iter_mut().enumerate() {
+                if status[i].is_none() {
+                    status[i] = child.try_wait().expect("try_wait on a worker");
+                }
+            }
+            if start.elapsed() > limit {
+                for child in &mut self.children {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                panic!(
+                    "workers still running after {limit:?}\n{}",
+                    self.stderr_tails()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let failed: Vec<usize> = status
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.is_some_and(|s| s.success()))
+            .map(|(i, _)| i + 1)
+            .collect();
+        assert!(
+            failed.is_empty(),
+            "worker(s) {failed:?} failed\n{}",
+            self.stderr_tails()
+        );
+        let mut history = History::default();
+        for id in 1..=self.children.len() {
+            let path = self.dir.join(format!("w{id}.log"));
+            let text = fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+            parse(&text, &mut history);
+        }
+        assert_eq!(
+            history.done.len(),
+            self.children.len(),
+            "every worker wrote its closing line"
+        );
+        history
+    }
+
+    fn stderr_tails(&self) -> String {
+        (1..=self.children.len())
+            .map(|id| {
+                let text =
+                    fs::read_to_string(self.dir.join(format!("w{id}.err"))).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                format!(
+                    "--- worker {id} stderr ---\n{}",
+                    lines[lines.len().saturating_sub(20)..].join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
