@@ -399,9 +399,9 @@ fn defaults(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
     b
 }
 
-fn fast_retry(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
-    b.retry_delay(Duration::from_millis(1))
-        .max_retry_delay(Duration::from_millis(20))
+/// Release notifications off: waiters only poll.
+fn polling_only(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
+    b.notifications(false)
 }
 
 /// A connected quorum-lock client with its defaults, except: `node_timeout` set explicitly
@@ -1242,20 +1242,20 @@ async fn scenario4(cfg: Cfg) {
         }
     };
     let ql_shared_def = vec![Contender::Quorum(quorum(&urls, defaults).await)];
-    let ql_shared_fast = vec![Contender::Quorum(quorum(&urls, fast_retry).await)];
+    let ql_shared_poll = vec![Contender::Quorum(quorum(&urls, polling_only).await)];
     let ql_own_def = per_task(defaults).await;
-    let ql_own_fast = per_task(fast_retry).await;
+    let ql_own_poll = per_task(polling_only).await;
     let rs_shared = vec![Contender::Rslock(rslock::LockManager::new(urls.clone()))];
     let rs_own: Vec<Contender> = (0..TASKS)
         .map(|_| Contender::Rslock(rslock::LockManager::new(urls.clone())))
         .collect();
     let contenders: Vec<(String, Vec<Contender>)> = vec![
         ("floor: FIFO queue + 2 rounds".into(), floor),
-        (format!("{QUORUM}, retry 10/200 ms"), ql_shared_def),
-        (format!("{QUORUM}, retry 1/20 ms"), ql_shared_fast),
+        (format!("{QUORUM}, notifications on"), ql_shared_def),
+        (format!("{QUORUM}, notifications off"), ql_shared_poll),
         (format!("{RSLOCK}, 3 x 0-200 ms"), rs_shared),
-        (format!("{QUORUM}, retry 10/200 ms"), ql_own_def),
-        (format!("{QUORUM}, retry 1/20 ms"), ql_own_fast),
+        (format!("{QUORUM}, notifications on"), ql_own_def),
+        (format!("{QUORUM}, notifications off"), ql_own_poll),
         (format!("{RSLOCK}, 3 x 0-200 ms"), rs_own),
     ];
     // Warm every client's connections outside the measured windows.

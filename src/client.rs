@@ -351,6 +351,11 @@ impl LockRequest {
             }
         };
 
+        // This client just handed these keys to a waiting client: let it go first.
+        if let Some(until) = inner.queue.courtesy_until(&plan.keys) {
+            tokio::time::sleep_until(until.min(started + wait)).await;
+        }
+
         // Listen for releases if the subscriptions already run; otherwise they are started
         // on the first failed attempt (uncontended locks never pay for them).
         let mut listening = inner
@@ -706,9 +711,14 @@ fn acquire_on(
     counters: &Counters,
 ) -> fanout::NodeFuture {
     let timeout = inner.config.node_timeout;
-    // Only join a node's waiting list where our subscription stands: a release there pops
-    // the entry and must be heard.
-    let enqueue = enqueue.filter(|_| inner.notifier.as_ref().is_some_and(|n| n.is_subscribed(i)));
+    // Join one node's waiting list, where our subscription stands: a release there pops the
+    // entry and must be heard, and one list means one wake-up per release.
+    let enqueue = enqueue.filter(|_| {
+        inner
+            .notifier
+            .as_ref()
+            .is_some_and(|n| n.wake_node() == Some(i))
+    });
     // A node that restarted recently may have lost locks it granted: its yes is not a vote.
     let voter = Arc::clone(node);
     let quarantine = inner.config.quarantine;

@@ -66,13 +66,25 @@ impl Holding {
                 if announce {
                     invocation.arg("1");
                 }
-                fanout::script(i, node, timeout, invocation, |deleted: i64| {
-                    if deleted > 0 {
-                        NodeOutcome::Released
-                    } else {
-                        NodeOutcome::NotHeld
-                    }
-                })
+                let inner = Arc::clone(&self.inner);
+                let keys = Arc::clone(&self.keys);
+                fanout::script(
+                    i,
+                    node,
+                    timeout,
+                    invocation,
+                    move |(deleted, woke): (i64, i64)| {
+                        if woke == 1 {
+                            // Another client was woken to take over: give it a head start.
+                            inner.queue.handed_off(&keys, inner.config.node_timeout);
+                        }
+                        if deleted > 0 {
+                            NodeOutcome::Released
+                        } else {
+                            NodeOutcome::NotHeld
+                        }
+                    },
+                )
             })
             .collect()
     }

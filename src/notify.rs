@@ -3,11 +3,11 @@
 //!
 //! Every client has a random id and, from its first contended wait on, one pub/sub
 //! connection per node subscribed to its own channel `quorum-lock:wake:<id>`. A failed
-//! attempt of a waiting client appends the id to the key's waiting list on each node (see
-//! [`scripts::ACQUIRE`](crate::scripts)); a release pops the first id whose client is still
-//! listening and publishes `<token>:<key>` to it alone. So clients are woken one at a time,
-//! in the order they started waiting, and a herd of waiters never splits the votes of one
-//! release between them. Inside the client, the local queue lets one task per resource
+//! attempt of a waiting client appends the id to the key's waiting list on one node, the
+//! first where its subscription stands (see [`scripts::ACQUIRE`](crate::scripts)); a release
+//! pops the first id whose client is still listening and publishes `<token>:<key>` to it
+//! alone. So clients are woken one at a time, in the order they started waiting, and a
+//! herd of waiters never splits the votes of one release between them. Inside the client, the local queue lets one task per resource
 //! wait on Redis; the message wakes that task once per distinct token (every node sends its
 //! own copy). Expiry announces nothing and a message can be lost, so waiters still poll with
 //! jittered backoff.
@@ -46,7 +46,8 @@ pub(crate) struct Notifier {
     next_id: AtomicU64,
     started: AtomicBool,
     /// Per node: is our subscription confirmed? A waiting list entry is only made on such
-    /// a node, so a release there never pops our id without us hearing of it.
+    /// a node (see [`Notifier::wake_node`]), so a release there never pops our id without
+    /// us hearing of it.
     subscribed: Vec<AtomicBool>,
     /// Number of nodes with a confirmed subscription.
     ready: watch::Sender<usize>,
@@ -185,11 +186,14 @@ impl Notifier {
         });
     }
 
-    /// Whether our subscription on node `index` is confirmed.
-    pub(crate) fn is_subscribed(&self, index: usize) -> bool {
+    /// The node whose waiting lists this client joins: the first in configuration order
+    /// where our subscription stands. Clients configured alike agree on it, so each
+    /// release pops exactly one list and wakes exactly one client; the lists of other nodes
+    /// stay empty and cost their releases a single `LPOP`.
+    pub(crate) fn wake_node(&self) -> Option<usize> {
         self.subscribed
-            .get(index)
-            .is_some_and(|s| s.load(Ordering::Acquire))
+            .iter()
+            .position(|s| s.load(Ordering::Acquire))
     }
 
     fn set_subscribed(&self, index: usize, on: bool) {

@@ -15,8 +15,10 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 #[derive(Debug)]
 struct Entry {
@@ -43,6 +45,9 @@ impl Default for Entry {
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueue {
     keys: Mutex<HashMap<String, Entry>>,
+    /// Keys whose last release by this client woke another client, with the end of the
+    /// head start that client gets before this one tries the key again.
+    courtesy: Mutex<HashMap<String, Instant>>,
 }
 
 /// The turn of one task on a set of keys; given back on drop.
@@ -70,6 +75,32 @@ impl LocalQueue {
         if map.get(key).is_some_and(|e| e.users == 0 && e.held == 0) {
             map.remove(key);
         }
+    }
+
+    /// Records that a release of `keys` woke another client: for a short while (a tenth of
+    /// the node timeout, at most 10 ms, enough for its wake-up and attempt) new `lock()`
+    /// calls of this client on these keys let it go first, so a releasing task that
+    /// immediately locks again does not keep winning against clients that waited.
+    pub(crate) fn handed_off(&self, keys: &[String], node_timeout: Duration) {
+        let until = Instant::now() + (node_timeout / 10).min(Duration::from_millis(10));
+        let mut courtesy = self.courtesy.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        courtesy.retain(|_, t| *t > now);
+        for key in keys {
+            courtesy.insert(key.clone(), until);
+        }
+    }
+
+    /// Until when a new `lock()` on `keys` should hold back (see [`handed_off`]).
+    ///
+    /// [`handed_off`]: LocalQueue::handed_off
+    pub(crate) fn courtesy_until(&self, keys: &[String]) -> Option<Instant> {
+        let courtesy = self.courtesy.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        keys.iter()
+            .filter_map(|k| courtesy.get(k).copied())
+            .filter(|t| *t > now)
+            .max()
     }
 
     /// Whether tasks other than the current turn holder wait for any of `keys`.

@@ -73,8 +73,9 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUI
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
 /// KEYS: the lock keys. ARGV[1]: our token. ARGV[2] (optional): `'1'` to wake waiters.
-/// Deletes every key whose value equals the token and returns how many it deleted
-/// (0: none of them is ours, or they expired). With ARGV[2], for each deleted key it pops
+/// Deletes every key whose value equals the token and returns `{deleted, woke}`: how many
+/// keys it deleted (0: none of them is ours, or they expired) and 1 if it woke a waiting
+/// client, else 0. With ARGV[2], for each deleted key it pops
 /// client ids from the key's waiting list until one of them is listening, and publishes
 /// `<token>:<key>` on that client's channel `quorum-lock:wake:<id>`: one client is woken
 /// per release and node, in arrival order; ids of clients that went away are skipped. A
@@ -82,6 +83,7 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUI
 /// foreign key.
 const RELEASE_SRC: &str = r"
 local n = 0
+local woke = 0
 for i = 1, #KEYS do
     if redis.call('GET', KEYS[i]) == ARGV[1] then
         n = n + redis.call('DEL', KEYS[i])
@@ -93,13 +95,14 @@ for i = 1, #KEYS do
                     break
                 end
                 if redis.call('PUBLISH', 'quorum-lock:wake:' .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
+                    woke = 1
                     break
                 end
             end
         end
     end
 end
-return n
+return {n, woke}
 ";
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 

@@ -381,6 +381,8 @@ async fn release_never_deletes_another_owners_key() {
 async fn extend_before_and_after_expiry() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster.urls());
+    // Connected first, so every node's SET is on its way before the extension follows it.
+    redlock.connect().await.unwrap();
     let resource = unique("extend");
     let guard = redlock
         .lock(&resource, Duration::from_secs(2))
