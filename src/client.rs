@@ -553,9 +553,17 @@ async fn attempt_inner(
 
     if collected.tally.verdict() == Verdict::Reached {
         // The slower nodes still get their SET: copies beyond the bare majority let the
-        // lock survive (and be extended through) the loss of one of the first nodes. Every
-        // release goes to all nodes and follows the SET on the same connection.
-        fanout::finish_in_background(pending);
+        // lock survive (and be extended through) the loss of one of the first nodes. A
+        // release to those nodes waits for these requests to finish first, so it cannot
+        // overtake a SET still waiting for its connection.
+        let late: Vec<usize> = collected
+            .outcomes
+            .iter()
+            .enumerate()
+            .filter(|(_, (o, _))| *o == NodeOutcome::Pending)
+            .map(|(i, _)| i)
+            .collect();
+        holding.after(late, fanout::finish_in_background_tracked(pending));
         let fencing_token = if plan.fencing {
             match commit_fence(inner, plan, holding.token(), &counters).await {
                 Ok(fence) => Some(fence),

@@ -15,6 +15,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError};
 
 use crate::builder::Config;
 use crate::client::Redlock;
+use crate::json::{JsonObject, json_opt_str};
 use crate::node::Node;
 use crate::quorum;
 
@@ -447,81 +448,6 @@ fn node_json(out: &mut String, n: &NodeInfo) {
 
 fn micros(d: Duration) -> i128 {
     i128::try_from(d.as_micros()).unwrap_or(i128::MAX)
-}
-
-/// A JSON object written field by field into a string.
-struct JsonObject<'a> {
-    out: &'a mut String,
-    first: bool,
-}
-
-impl<'a> JsonObject<'a> {
-    fn new(out: &'a mut String) -> Self {
-        out.push('{');
-        JsonObject { out, first: true }
-    }
-
-    fn key(&mut self, key: &str) {
-        if !self.first {
-            self.out.push(',');
-        }
-        self.first = false;
-        json_str(self.out, key);
-        self.out.push(':');
-    }
-
-    fn str(&mut self, key: &str, value: Option<&str>) {
-        self.key(key);
-        json_opt_str(self.out, value);
-    }
-
-    fn bool(&mut self, key: &str, value: Option<bool>) {
-        self.key(key);
-        self.out.push_str(match value {
-            Some(true) => "true",
-            Some(false) => "false",
-            None => "null",
-        });
-    }
-
-    fn num(&mut self, key: &str, value: Option<i128>) {
-        self.key(key);
-        match value {
-            Some(v) => self.out.push_str(&v.to_string()),
-            None => self.out.push_str("null"),
-        }
-    }
-
-    fn end(self) {
-        self.out.push('}');
-    }
-}
-
-fn json_opt_str(out: &mut String, s: Option<&str>) {
-    match s {
-        Some(s) => json_str(out, s),
-        None => out.push_str("null"),
-    }
-}
-
-/// Writes `s` as a JSON string literal: quotes, backslashes and control characters escaped,
-/// everything else (valid UTF-8 already) as is.
-fn json_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 impl Redlock {
@@ -1167,6 +1093,20 @@ mod tests {
     use FindingKind as K;
     use Severity::{Error as E, Info as I, Warning as W};
 
+    fn sample_report() -> DeploymentReport {
+        let mut infos = set(2);
+        infos[1] = NodeInfo {
+            error: Some("refused \"quoted\"".into()),
+            ..NodeInfo::new("10.0.0.1:6379")
+        };
+        let findings = findings(&infos, 2, &limits());
+        DeploymentReport {
+            quorum: 2,
+            nodes: infos,
+            findings,
+        }
+    }
+
     #[test]
     fn healthy_odd_sets_have_no_findings() {
         for n in [3, 5, 7] {
@@ -1428,27 +1368,6 @@ mod tests {
         assert_eq!(info.maxmemory, Some(1 << 20));
         assert_eq!(info.maxmemory_policy.as_deref(), Some("allkeys-lru"));
         assert_eq!(info.cluster_enabled, Some(false));
-    }
-
-    #[test]
-    fn json_strings_are_escaped() {
-        let mut out = String::new();
-        json_str(&mut out, "a\"b\\c\nd\re\tf\u{1}g\u{7f}h é ✓ 🦀");
-        assert_eq!(out, r#""a\"b\\c\nd\re\tf\u0001g\u007fh é ✓ 🦀""#);
-    }
-
-    fn sample_report() -> DeploymentReport {
-        let mut infos = set(2);
-        infos[1] = NodeInfo {
-            error: Some("refused \"quoted\"".into()),
-            ..NodeInfo::new("10.0.0.1:6379")
-        };
-        let findings = findings(&infos, 2, &limits());
-        DeploymentReport {
-            quorum: 2,
-            nodes: infos,
-            findings,
-        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
 use redis::{FromRedisValue, RedisResult, ScriptInvocation};
@@ -153,10 +154,25 @@ pub(crate) async fn collect(
 /// node still receives its command. Without a runtime they are dropped (any command already
 /// written to a connection is still executed by the server).
 pub(crate) fn finish_in_background(stragglers: Stragglers) {
+    drop(finish_in_background_tracked(stragglers));
+}
+
+/// Completes when the background requests have all finished (answered or timed out).
+pub(crate) type Finished = Shared<BoxFuture<'static, ()>>;
+
+/// [`finish_in_background`], returning a future that completes when they are all done, so
+/// that a later request to the same nodes can wait for them and stay ordered behind them.
+pub(crate) fn finish_in_background_tracked(stragglers: Stragglers) -> Option<Finished> {
     if stragglers.is_empty() {
-        return;
+        return None;
     }
-    if let Ok(handle) = tokio::runtime::Handle::try_current() {
-        handle.spawn(stragglers.for_each(|_| async {}));
-    }
+    let handle = tokio::runtime::Handle::try_current().ok()?;
+    let task = handle.spawn(stragglers.for_each(|_| async {}));
+    Some(
+        async move {
+            let _ = task.await;
+        }
+        .boxed()
+        .shared(),
+    )
 }

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::extend::{self, AutoExtend};
-use crate::fanout::{self, Stragglers};
+use crate::fanout::{self, Finished, Stragglers};
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
 use crate::queue::LocalHold;
@@ -32,6 +32,10 @@ pub(crate) struct Holding {
     armed: bool,
     /// Set once acquired: tells the local queue when our release has completed.
     local: Option<LocalHold>,
+    /// Nodes whose acquire request was still in flight when the lock was granted, and the
+    /// signal that those requests are done: a release to them waits for it.
+    late: Vec<usize>,
+    late_done: Option<Finished>,
 }
 
 impl Holding {
@@ -42,7 +46,15 @@ impl Holding {
             token,
             armed: true,
             local: None,
+            late: Vec::new(),
+            late_done: None,
         }
+    }
+
+    /// Records acquire requests still in flight on the nodes `late`.
+    pub(crate) fn after(&mut self, late: Vec<usize>, done: Option<Finished>) {
+        self.late = late;
+        self.late_done = done;
     }
 
     /// Marks the keys as held by this client (see [`LocalQueue`](crate::queue)).
@@ -68,7 +80,7 @@ impl Holding {
                 }
                 let inner = Arc::clone(&self.inner);
                 let keys = Arc::clone(&self.keys);
-                fanout::script(
+                let request = fanout::script(
                     i,
                     node,
                     timeout,
@@ -84,7 +96,18 @@ impl Holding {
                             NodeOutcome::NotHeld
                         }
                     },
-                )
+                );
+                // Behind an acquire request still in flight to this node, never ahead of it.
+                match (&self.late_done, self.late.contains(&i)) {
+                    (Some(done), true) => {
+                        let done = done.clone();
+                        Box::pin(async move {
+                            done.await;
+                            request.await
+                        }) as fanout::NodeFuture
+                    }
+                    _ => request,
+                }
             })
             .collect()
     }

@@ -10,6 +10,7 @@ mod extend;
 mod fanout;
 pub mod fencing;
 mod guard;
+mod json;
 mod lease;
 pub mod metrics;
 mod node;

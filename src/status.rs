@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::client::Redlock;
 use crate::error::{Error, Result};
+use crate::json::JsonObject;
 use crate::report::NodeOutcome;
 use crate::scripts;
 
@@ -56,6 +57,58 @@ pub enum Verdict {
     Unknown,
 }
 
+impl Verdict {
+    /// A short machine-readable name: `held`, `free`, `split` or `unknown`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Held { .. } => "held",
+            Verdict::Free => "free",
+            Verdict::Split => "split",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl LockStatus {
+    /// The status as one JSON object:
+    /// `{"resource","key","quorum","verdict","owner","nodes":[{"node","reachable",
+    /// "exists","type","ttl_ms","owner","error"}]}`; unknown values are `null`.
+    pub fn to_json(&self) -> String {
+        let mut out = String::with_capacity(128 + 160 * self.nodes.len());
+        let mut o = JsonObject::new(&mut out);
+        o.str("resource", Some(&self.resource));
+        o.str("key", Some(&self.key));
+        o.num("quorum", Some(self.quorum as i128));
+        o.str("verdict", Some(self.verdict.as_str()));
+        let owner = match &self.verdict {
+            Verdict::Held { token } => Some(token.as_str()),
+            _ => None,
+        };
+        o.str("owner", owner);
+        o.array("nodes", &self.nodes, |out, n| {
+            let (exists, kind, ttl, token) = match &n.holder {
+                None => (None, None, None, None),
+                Some(Holder::Free) => (Some(false), None, None, None),
+                Some(Holder::Token { token, ttl }) => {
+                    (Some(true), Some("string"), *ttl, Some(token.as_str()))
+                }
+                Some(Holder::Foreign(kind)) => (Some(true), Some(kind.as_str()), None, None),
+            };
+            let mut node = JsonObject::new(out);
+            node.str("node", Some(&n.node));
+            node.bool("reachable", Some(n.holder.is_some()));
+            node.bool("exists", exists);
+            node.str("type", kind);
+            node.num("ttl_ms", ttl.map(|d| d.as_millis() as i128));
+            node.str("owner", token);
+            node.str("error", n.error.as_deref());
+            node.end();
+        });
+        o.end();
+        out
+    }
+}
+
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -75,6 +128,8 @@ pub struct LockStatus {
     pub resource: String,
     /// The Redis key.
     pub key: String,
+    /// The majority the verdict is judged against.
+    pub quorum: usize,
     /// Per node, in configuration order.
     pub nodes: Vec<KeyState>,
     /// The verdict for the set.
@@ -164,6 +219,7 @@ impl Redlock {
         Ok(LockStatus {
             resource: resource.to_owned(),
             key,
+            quorum: inner.quorum,
             nodes,
             verdict,
         })

@@ -378,7 +378,7 @@ async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
         .await
         .map_err(|e| Failure::usage(e.to_string()))?;
     if args.json {
-        say(&show::status_json(&status, redlock.quorum()));
+        say(&status.to_json());
     } else {
         write_to(
             std::io::stdout(),
