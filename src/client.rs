@@ -59,11 +59,16 @@ impl Inner {
         }
     }
 
-    /// Records a TTL in use, lengthening the restart quarantine if it is the longest yet.
-    pub(crate) fn saw_ttl(&self, ttl: Duration) {
-        let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    /// Validates a TTL for a lock or extension and records it as in use (the restart
+    /// quarantine lasts as long as the longest one). Redis expiry has millisecond
+    /// resolution: the TTL is rounded down so the validity arithmetic never assumes more
+    /// time than the server grants.
+    pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
+        let ttl = Duration::from_millis(whole_ms(ttl));
+        check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
         self.max_ttl_ms
-            .fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+            .fetch_max(whole_ms(ttl), std::sync::atomic::Ordering::Relaxed);
+        Ok(ttl)
     }
 
     /// How long a (re)started node's vote does not count: the longest TTL this client uses
@@ -476,11 +481,7 @@ impl Plan {
         resources.sort_unstable();
         resources.dedup();
         let config = &inner.config;
-        // Redis expiry has millisecond resolution: round down so our validity arithmetic
-        // never assumes more time than the server grants.
-        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-        check_ttl(ttl, config.drift_factor, config.node_timeout)?;
-        inner.saw_ttl(ttl);
+        let ttl = inner.accept_ttl(ttl)?;
         let keys: Arc<[String]> = resources
             .iter()
             .map(|r| format!("{}{r}", config.key_prefix))
@@ -494,8 +495,13 @@ impl Plan {
     }
 
     fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+        whole_ms(self.ttl)
     }
+}
+
+/// Whole milliseconds of `d`, saturating.
+pub(crate) fn whole_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A fresh 128-bit random token, as 32 hex digits.

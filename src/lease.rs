@@ -9,8 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::builder::check_ttl;
-use crate::client::Inner;
+use crate::client::{Inner, whole_ms};
 use crate::error::{Error, Result};
 use crate::fanout::{self, Stragglers};
 use crate::metrics;
@@ -145,8 +144,7 @@ impl Lease {
     async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
         let inner = &self.inner;
         let config = &inner.config;
-        let ttl = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
-        check_ttl(ttl, config.drift_factor, config.node_timeout)?;
+        let ttl = inner.accept_ttl(ttl)?;
         if self.validity().is_zero() {
             metrics::extended("not_held");
             self.mark_lost(LostReason::Expired);
@@ -154,7 +152,7 @@ impl Lease {
                 report: NodeReport::default(),
             });
         }
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let ttl_ms = whole_ms(ttl);
         let n = inner.nodes.len();
         let start = Instant::now();
         let mut pending: Stragglers = inner

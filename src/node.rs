@@ -74,7 +74,7 @@ pub(crate) struct Node {
 }
 
 /// Which Redis process a node is, and since when it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) struct Identity {
     pub(crate) run_id: String,
     /// When the process started, on our monotonic clock (rounded towards later: uptime is
@@ -155,15 +155,6 @@ impl Node {
         known
             .as_ref()
             .is_some_and(|id| id.started.elapsed() < period)
-    }
-
-    /// The identity learnt at the last connect.
-    #[allow(dead_code)]
-    pub(crate) fn identity(&self) -> Option<Identity> {
-        self.identity
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
