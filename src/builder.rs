@@ -238,12 +238,7 @@ impl RedlockBuilder {
                      master or it would vote twice"
                 )));
             }
-            nodes.push(Arc::new(Node::new(
-                name,
-                client,
-                self.connect_timeout,
-                self.node_timeout,
-            )));
+            nodes.push(Arc::new(Node::new(name, client, self.connect_timeout)));
         }
 
         let config = Config {

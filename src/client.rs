@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::builder::{Config, RedlockBuilder, check_ttl};
 use crate::error::{Error, Result};
 use crate::extend::AutoExtend;
-use crate::fanout::{self, Stragglers};
+use crate::fanout::{self, Background, Call, Round, Stop};
 use crate::guard::{Holding, LockGuard};
 use crate::metrics;
 use crate::node::Node;
@@ -32,6 +32,8 @@ pub(crate) struct Inner {
     pub(crate) queue: Arc<LocalQueue>,
     /// Present when release notifications are on.
     pub(crate) notifier: Option<Arc<Notifier>>,
+    /// Waits for requests that rounds left behind.
+    pub(crate) background: Background,
     /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
     /// that long plus its drift allowance.
     max_ttl_ms: std::sync::atomic::AtomicU64,
@@ -48,6 +50,7 @@ impl Inner {
             ))
         });
         Inner {
+            background: Background::new(nodes.clone()),
             nodes,
             config,
             quorum,
@@ -207,24 +210,20 @@ impl Redlock {
             .first()
             .map_or(Duration::ZERO, |n| n.connect_timeout())
             + inner.config.node_timeout;
-        let mut pending: Stragglers =
-            inner
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, node)| {
-                    fanout::request(
-                        i,
-                        node,
-                        timeout,
-                        |mut conn| async move {
-                            redis::cmd("PING").query_async::<String>(&mut conn).await
-                        },
-                        |_| NodeOutcome::Reachable,
-                    )
-                })
-                .collect();
-        let collected = fanout::collect(inner.nodes.len(), &mut pending, is_reachable, false).await;
+        let pending = inner.nodes.iter().enumerate().map(|(i, node)| {
+            fanout::request(i, node, |mut conn| async move {
+                redis::cmd("PING").query_async::<Value>(&mut conn).await
+            })
+        });
+        let mut round = Round::new(pending, timeout);
+        let collected = fanout::collect(
+            &inner.nodes,
+            &mut round,
+            |_, _| NodeOutcome::Reachable,
+            is_reachable,
+            Stop::AtEnd,
+        )
+        .await;
         let report = collected.report(inner);
         if collected.tally.verdict() == Verdict::Reached {
             Ok(report)
@@ -250,33 +249,21 @@ impl Redlock {
         }
         let inner = &self.inner;
         let key = self.key(resource);
-        let mut pending: Stragglers = inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let key = key.clone();
-                fanout::request(
-                    i,
-                    node,
-                    inner.config.node_timeout,
-                    move |mut conn| async move {
-                        redis::cmd("DEL")
-                            .arg(key)
-                            .query_async::<i64>(&mut conn)
-                            .await
-                    },
-                    |deleted| {
-                        if deleted > 0 {
-                            NodeOutcome::Released
-                        } else {
-                            NodeOutcome::NotHeld
-                        }
-                    },
-                )
-            })
-            .collect();
-        let collected = fanout::collect(inner.nodes.len(), &mut pending, |_| false, false).await;
+        let mut del = redis::cmd("DEL");
+        del.arg(key);
+        let mut round = Round::everywhere(inner, Call::new(del));
+        let collected = fanout::collect(
+            &inner.nodes,
+            &mut round,
+            |_, reply| match fanout::decode::<i64>(reply) {
+                Ok(deleted) if deleted > 0 => NodeOutcome::Released,
+                Ok(_) => NodeOutcome::NotHeld,
+                Err(failed) => failed,
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
         Ok(collected.report(inner))
     }
 }
@@ -284,6 +271,12 @@ impl Redlock {
 fn is_reachable(o: &NodeOutcome) -> bool {
     *o == NodeOutcome::Reachable
 }
+
+/// How many times a woken waiter retries at once when its attempt fails, and after how
+/// long: enough for the release that woke it to reach the other nodes, well inside the head
+/// start the releasing client gives it.
+const QUICK_RETRIES: u32 = 2;
+const QUICK_RETRY_DELAY: Duration = Duration::from_millis(1);
 
 /// A pending [`Redlock::lock`] or [`Redlock::lock_many`] call; `.await` it.
 #[derive(Debug)]
@@ -370,6 +363,16 @@ impl LockRequest {
             .map(|n| n.register(&plan.keys));
         let mut attempts: u32 = 0;
         let mut retries: u32 = 0;
+        // Whether the coming attempt follows a wake-up (a release chose us) or a quick
+        // retry after one: a failure then puts us back at the head of the waiting list.
+        let mut front = false;
+        // Quick retries left since the last wake-up.
+        let mut quick: u32 = 0;
+        // The node whose waiting list our attempts use, and whether it changed between
+        // attempts (a subscription came up or went down): the lists of earlier nodes may
+        // still hold us, and only leaving every list clears them.
+        let mut listed: Option<usize> = None;
+        let mut moved = false;
         loop {
             // A guard of this client holds the lock: an attempt would fail. Wait for its
             // release to complete, or one poll interval in case the guard was forgotten.
@@ -390,15 +393,36 @@ impl LockRequest {
                 }
             }
             attempts = attempts.saturating_add(1);
-            // While listening, each attempt also keeps this client in the waiting lists (and
-            // in them after success when other local tasks wait for the same keys).
-            let enqueue = listening
-                .as_ref()
-                .map(|r| (r.client_id(), inner.queue.has_waiters(&plan.keys)));
+            // While listening, each attempt also keeps this client in the waiting list of one
+            // node, where our subscription stands (and in it after success when other local
+            // tasks wait for the same keys): a release there pops the entry and must be
+            // heard, and one list means one wake-up per release.
+            let at_front = std::mem::take(&mut front);
+            let enqueue = listening.as_ref().and_then(|r| {
+                Some(Enqueue {
+                    node: inner.notifier.as_ref()?.wake_node()?,
+                    client: r.client_id(),
+                    stay: inner.queue.has_waiters(&plan.keys),
+                    front: at_front,
+                })
+            });
+            let listed_on = enqueue.map(|e| e.node);
+            if let Some(node) = listed_on {
+                moved |= listed.is_some_and(|before| before != node);
+                listed = Some(node);
+            }
             let err = match attempt(inner, &plan, enqueue).await {
                 Ok(mut guard) => {
                     if let Some(registration) = &mut listening {
-                        registration.set_acquired();
+                        // The acquire script left the waiting list where it set the key.
+                        // Where it did not (the majority came from the other nodes), it
+                        // listed us instead, and an earlier wake node may list us too:
+                        // leave every list when the registration ends, or the next release
+                        // there would wake us, who no longer wait, instead of a waiter.
+                        let ours = |w| guard.vote(w) == Some(&NodeOutcome::Acquired);
+                        if !moved && listed_on.is_none_or(ours) {
+                            registration.set_acquired();
+                        }
                     }
                     metrics::acquired(started.elapsed());
                     if let Some(policy) = self.auto_extend {
@@ -422,10 +446,23 @@ impl LockRequest {
             if let (None, Some(notifier)) = (&listening, &inner.notifier) {
                 listening = Some(notifier.register(&plan.keys));
                 // A release may have been announced before we listened: once the
-                // subscription stands, try again at once instead of sleeping.
+                // subscriptions stand, try again at once instead of sleeping. Wait for
+                // all of them (bounded): the wake node is the first node where we listen,
+                // and one that comes up later would move us to another waiting list than
+                // the one clients configured alike use.
                 notifier
-                    .wait_ready(inner.quorum, remaining.min(config.node_timeout * 4))
+                    .wait_ready(inner.nodes.len(), remaining.min(config.node_timeout * 4))
                     .await;
+                continue;
+            }
+            if quick > 0 && listening.is_some() {
+                // Woken, yet the attempt failed: the release that woke us comes from the
+                // node that keeps the waiting list, and the same release may not have
+                // reached the other nodes yet when our SET did. Retry after a moment, still
+                // at the head of the list, instead of waiting for the next release.
+                quick -= 1;
+                front = true;
+                tokio::time::sleep(QUICK_RETRY_DELAY.min(remaining)).await;
                 continue;
             }
             let delay = config
@@ -436,7 +473,10 @@ impl LockRequest {
             match &listening {
                 Some(registration) => {
                     tokio::select! {
-                        () = registration.notified() => {}
+                        () = registration.notified() => {
+                            front = true;
+                            quick = QUICK_RETRIES;
+                        }
                         () = tokio::time::sleep(delay) => {}
                     }
                 }
@@ -506,23 +546,20 @@ pub(crate) fn whole_ms(d: Duration) -> u64 {
 
 /// A fresh 128-bit random token, as 32 hex digits.
 fn new_token() -> Arc<str> {
-    uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
+    let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
+    let text = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
         .simple()
-        .to_string()
-        .into()
+        .encode_lower(&mut hex);
+    Arc::from(&*text)
 }
 
-/// Fencing counters read by one attempt, per node.
-type Counters = Arc<std::sync::Mutex<Vec<Option<u64>>>>;
-
 /// One acquisition attempt with a fresh token, in a `quorum_lock.acquire` span whose
-/// `votes` and `outcome` fields are filled in when it ends. `enqueue` is this client's id
-/// for the waiting lists and whether other local tasks still wait (see
-/// [`scripts::ACQUIRE`]).
+/// `votes` and `outcome` fields are filled in when it ends. `enqueue` says how the attempt
+/// keeps this client in the waiting lists, when it listens for releases.
 async fn attempt(
     inner: &Arc<Inner>,
     plan: &Plan,
-    enqueue: Option<(&str, bool)>,
+    enqueue: Option<Enqueue<'_>>,
 ) -> Result<LockGuard> {
     let span = tracing::debug_span!(
         "quorum_lock.acquire",
@@ -538,38 +575,53 @@ async fn attempt(
 async fn attempt_inner(
     inner: &Arc<Inner>,
     plan: &Plan,
-    enqueue: Option<(&str, bool)>,
+    enqueue: Option<Enqueue<'_>>,
 ) -> Result<LockGuard> {
     let token = new_token();
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
     let mut holding = Holding::new(Arc::clone(inner), Arc::clone(&plan.keys), token);
     let n = inner.nodes.len();
-    let counters: Counters = Arc::new(std::sync::Mutex::new(vec![None; n]));
+    // Fencing counters read by this attempt, per node.
+    let mut counters: Vec<Option<u64>> = vec![None; n];
     let start = Instant::now();
-    let mut pending: Stragglers = inner
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| acquire_on(i, node, inner, plan, holding.token(), enqueue, &counters))
-        .collect();
-    let collected = fanout::collect(n, &mut pending, is_acquired, true).await;
-    let mut report = collected.report(inner);
+    let mut round = acquire_round(inner, plan, holding.token(), enqueue);
+    let vote = Voter::new(inner);
+    let collected = fanout::collect(
+        &inner.nodes,
+        &mut round,
+        |i, reply| match reply {
+            // `SET NX PX`.
+            Value::Okay => vote.yes(i),
+            Value::Nil => NodeOutcome::HeldByOther,
+            // The acquire script: `{acquired, fence}`.
+            reply => match fanout::decode::<(i64, Option<u64>)>(reply) {
+                Ok((set, fence)) => {
+                    if let Some(slot) = counters.get_mut(i) {
+                        *slot = fence;
+                    }
+                    if set == 1 {
+                        vote.yes(i)
+                    } else {
+                        NodeOutcome::HeldByOther
+                    }
+                }
+                Err(failed) => failed,
+            },
+        },
+        is_acquired,
+        Stop::WhenCertain,
+    )
+    .await;
     let mut failure = None;
 
     if collected.tally.verdict() == Verdict::Reached {
-        // The slower nodes still get their SET: copies beyond the bare majority let the
-        // lock survive (and be extended through) the loss of one of the first nodes. A
-        // release to those nodes waits for these requests to finish first, so it cannot
-        // overtake a SET still waiting for its connection.
-        let late: Vec<usize> = collected
-            .outcomes
-            .iter()
-            .enumerate()
-            .filter(|(_, (o, _))| *o == NodeOutcome::Pending)
-            .map(|(i, _)| i)
-            .collect();
-        holding.after(late, fanout::finish_in_background_tracked(pending));
+        // The slower nodes still get their SET (it is on their connections already): copies
+        // beyond the bare majority let the lock survive, and be extended through, the loss
+        // of one of the first nodes. A release to them follows on the same connections, so
+        // it cannot overtake the SET. A request still waiting for its connection is never
+        // sent once dropped, so it cannot arrive after the release either.
+        round.finish_in_background(inner);
         let fencing_token = if plan.fencing {
             match commit_fence(inner, plan, holding.token(), &counters).await {
                 Ok(fence) => Some(fence),
@@ -599,7 +651,7 @@ async fn attempt_inner(
                     Arc::clone(&plan.resources),
                     plan.ttl,
                     decided + validity,
-                    report,
+                    collected.outcomes,
                     fencing_token,
                 ));
             }
@@ -607,17 +659,17 @@ async fn attempt_inner(
                 metrics::attempt("validity_spent", elapsed);
                 failure = Some(Error::ValiditySpent {
                     elapsed,
-                    report: report.clone(),
+                    report: collected.report(inner),
                 });
             }
             (false, _) => metrics::attempt("unavailable", elapsed),
         }
         // The keys may be anywhere now: release everywhere.
-        holding.release_on(&(0..n).collect::<Vec<_>>()).await;
+        holding.release_on(0..n).await;
     } else {
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
-        drop(pending);
+        drop(round);
         // Release wherever our token may be. Nodes that answered "held by another" or
         // "wrong type" certainly do not have it; every other node might (a timed-out SET
         // may still have been applied).
@@ -628,7 +680,7 @@ async fn attempt_inner(
             .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
             .map(|(i, _)| i)
             .collect();
-        holding.release_on(&maybe_ours).await;
+        holding.release_on(maybe_ours).await;
     }
 
     let took = start.elapsed();
@@ -638,13 +690,13 @@ async fn attempt_inner(
             metrics::attempt("unavailable", took);
             Error::Unavailable {
                 quorum: inner.quorum,
-                report: std::mem::take(&mut report),
+                report: collected.report(inner),
             }
         }
         None => {
             metrics::attempt("contended", took);
             Error::Contended {
-                report: std::mem::take(&mut report),
+                report: collected.report(inner),
             }
         }
     };
@@ -655,6 +707,48 @@ async fn attempt_inner(
     Err(err)
 }
 
+/// How an attempt keeps this client in the waiting list of the keys (see
+/// [`scripts::ACQUIRE`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Enqueue<'a> {
+    /// The node whose waiting list we join.
+    node: usize,
+    /// Our client id in waiting lists.
+    client: &'a str,
+    /// Stay listed after success: other tasks of this client wait for the keys.
+    stay: bool,
+    /// Rejoin at the head after failure: a release woke us and someone overtook us.
+    front: bool,
+}
+
+/// Counts a node's yes as a vote unless the node restarted too recently: it may have lost
+/// locks it granted before (restart quarantine).
+struct Voter<'a> {
+    inner: &'a Inner,
+    /// The quarantine period, when quarantine is on.
+    period: Option<Duration>,
+}
+
+impl<'a> Voter<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        Voter {
+            inner,
+            period: inner.config.quarantine.then(|| inner.quarantine_period()),
+        }
+    }
+
+    fn yes(&self, i: usize) -> NodeOutcome {
+        let (Some(period), Some(node)) = (self.period, self.inner.nodes.get(i)) else {
+            return NodeOutcome::Acquired;
+        };
+        if node.quarantined_vote(period) {
+            NodeOutcome::Quarantined
+        } else {
+            NodeOutcome::Acquired
+        }
+    }
+}
+
 /// Second round of a fencing acquisition: the new token is one above the highest counter
 /// any node reported, and is committed next to the lock on a majority of voting nodes
 /// before the guard exists. Any two majorities share a node, so the next holder reads a
@@ -663,42 +757,28 @@ async fn commit_fence(
     inner: &Arc<Inner>,
     plan: &Plan,
     token: &str,
-    counters: &Counters,
+    counters: &[Option<u64>],
 ) -> Result<u64> {
-    let highest = counters
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .flatten()
-        .copied()
-        .max()
-        .unwrap_or(0);
+    let highest = counters.iter().flatten().copied().max().unwrap_or(0);
     let fence = highest.saturating_add(1);
-    let period = inner.quarantine_period();
-    let mut pending: Stragglers = inner
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| {
-            let mut invocation = scripts::on_keys(&scripts::FENCE, &plan.keys);
-            invocation.arg(token).arg(fence);
-            let voter = Arc::clone(node);
-            let quarantine = inner.config.quarantine;
-            fanout::script(
-                i,
-                node,
-                inner.config.node_timeout,
-                invocation,
-                move |ok: i64| match ok {
-                    1 if quarantine && voter.is_quarantined(period) => NodeOutcome::Quarantined,
-                    1 => NodeOutcome::Acquired,
-                    _ => NodeOutcome::NotHeld,
-                },
-            )
-        })
-        .collect();
-    let collected = fanout::collect(inner.nodes.len(), &mut pending, is_acquired, true).await;
-    fanout::finish_in_background(pending);
+    let call = Call::script(&scripts::FENCE, &plan.keys)
+        .arg(token)
+        .arg(fence);
+    let mut round = Round::everywhere(inner, call);
+    let vote = Voter::new(inner);
+    let collected = fanout::collect(
+        &inner.nodes,
+        &mut round,
+        |i, reply| match fanout::decode::<i64>(reply) {
+            Ok(1) => vote.yes(i),
+            Ok(_) => NodeOutcome::NotHeld,
+            Err(failed) => failed,
+        },
+        is_acquired,
+        Stop::WhenCertain,
+    )
+    .await;
+    round.finish_in_background(inner);
     if collected.tally.verdict() == Verdict::Reached {
         Ok(fence)
     } else {
@@ -713,91 +793,38 @@ fn is_acquired(o: &NodeOutcome) -> bool {
     *o == NodeOutcome::Acquired
 }
 
-/// The acquire request for one node: plain `SET NX PX` for one key, the all-or-nothing
-/// script for several keys, to keep the waiting lists or to read fencing counters.
-fn acquire_on(
-    i: usize,
-    node: &Arc<Node>,
-    inner: &Inner,
-    plan: &Plan,
-    token: &str,
-    enqueue: Option<(&str, bool)>,
-    counters: &Counters,
-) -> fanout::NodeFuture {
-    let timeout = inner.config.node_timeout;
-    // Join one node's waiting list, where our subscription stands: a release there pops the
-    // entry and must be heard, and one list means one wake-up per release.
-    let enqueue = enqueue.filter(|_| {
-        inner
-            .notifier
-            .as_ref()
-            .is_some_and(|n| n.wake_node() == Some(i))
-    });
-    // A node that restarted recently may have lost locks it granted: its yes is not a vote.
-    let voter = Arc::clone(node);
-    let quarantine = inner.config.quarantine;
-    let period = inner.quarantine_period();
-    let vote = move || {
-        if quarantine && voter.is_quarantined(period) {
-            metrics::vote_counted(voter.name(), true);
-            NodeOutcome::Quarantined
-        } else {
-            if quarantine {
-                metrics::vote_counted(voter.name(), false);
-            }
-            NodeOutcome::Acquired
-        }
-    };
-    match (&plan.keys[..], enqueue, plan.fencing) {
+/// The acquire requests of one attempt: plain `SET NX PX` for one key, the all-or-nothing
+/// script for several keys, to keep the waiting list or to read fencing counters. Every
+/// node gets the same command except the one whose waiting list this client joins.
+fn acquire_round(inner: &Inner, plan: &Plan, token: &str, enqueue: Option<Enqueue<'_>>) -> Round {
+    let ttl_ms = plan.ttl_ms();
+    let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
         ([key], None, false) => {
             let mut cmd = redis::cmd("SET");
-            cmd.arg(key)
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(plan.ttl_ms());
-            fanout::request(
-                i,
-                node,
-                timeout,
-                move |mut conn| async move { cmd.query_async::<Value>(&mut conn).await },
-                move |reply| match reply {
-                    Value::Okay => vote(),
-                    Value::Nil => NodeOutcome::HeldByOther,
-                    other => NodeOutcome::Failed(format!("unexpected reply to SET: {other:?}")),
-                },
-            )
+            cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+            Call::new(cmd)
         }
         (keys, enqueue, fencing) => {
-            let mut invocation = scripts::on_keys(&scripts::ACQUIRE, keys);
-            let (client, stay) = enqueue.unwrap_or(("", false));
-            invocation
+            let flag = |on: bool| if on { "1" } else { "0" };
+            let enqueue = enqueue.unwrap_or_default();
+            Call::script(&scripts::ACQUIRE, keys)
                 .arg(token)
-                .arg(plan.ttl_ms())
-                .arg(client)
-                .arg(if stay { "1" } else { "0" })
-                .arg(if fencing { "1" } else { "0" });
-            let counters = Arc::clone(counters);
-            fanout::script(
-                i,
-                node,
-                timeout,
-                invocation,
-                move |(set, fence): (i64, Option<u64>)| {
-                    if let Some(slot) = counters
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_mut(i)
-                    {
-                        *slot = fence;
-                    }
-                    if set == 1 {
-                        vote()
-                    } else {
-                        NodeOutcome::HeldByOther
-                    }
-                },
-            )
+                .arg(ttl_ms)
+                .arg(enqueue.client)
+                .arg(flag(enqueue.stay))
+                .arg(flag(fencing))
+                .arg(flag(enqueue.front))
         }
-    }
+    };
+    let common = Arc::new(call(None));
+    let special = enqueue.map(|e| (e.node, Arc::new(call(enqueue))));
+    let pending = inner
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| match &special {
+            Some((wake, special)) if *wake == i => fanout::send(i, node, special),
+            _ => fanout::send(i, node, &common),
+        });
+    Round::new(pending, inner.config.node_timeout)
 }

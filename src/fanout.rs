@@ -1,97 +1,261 @@
 //! Sending one operation to many nodes at once and deciding as soon as the result is
 //! certain.
+//!
+//! A round sends the same [`Call`] to every node it targets, all bounded by one deadline
+//! (one timer per round, not per node). The caller turns each raw reply into a
+//! [`NodeOutcome`] and stops at the first certain verdict; requests still in flight then go
+//! to the client's [`Background`] collector, which only waits for them (bounded by the same
+//! deadline) to count their failures. Nothing depends on those answers: a command is
+//! written to its node's connection on the first poll of its request, so a later command on
+//! the same connection (a release after a late `SET`) stays ordered behind it whether or
+//! not anyone waits for the reply.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::{BoxFuture, Shared};
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
-use redis::{FromRedisValue, RedisResult, ScriptInvocation};
+use redis::{Cmd, RedisResult, ToRedisArgs, Value};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::metrics;
-use crate::node::Node;
+use crate::node::{Node, NodeFailure};
 use crate::quorum::{Tally, Verdict};
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
+use crate::scripts::Lua;
 
-/// One node's request in flight: resolves to the node's index, its outcome and latency.
-pub(crate) type NodeFuture = BoxFuture<'static, (usize, NodeOutcome, Duration)>;
-
-/// Requests still in flight after a decision was reached.
-pub(crate) type Stragglers = FuturesUnordered<NodeFuture>;
-
-/// Builds the request for node `index` from a command runner and an interpretation of its
-/// answer.
-pub(crate) fn request<T, F, Fut, I>(
+/// One node's request in flight, tagged with the node's index: resolves to the index, the
+/// raw reply and the latency.
+pub(crate) struct NodeFuture {
     index: usize,
-    node: &Arc<Node>,
-    timeout: Duration,
-    op: F,
-    interpret: I,
-) -> NodeFuture
-where
-    T: Send + 'static,
-    F: FnOnce(MultiplexedConnection) -> Fut + Send + 'static,
-    Fut: Future<Output = RedisResult<T>> + Send + 'static,
-    I: FnOnce(T) -> NodeOutcome + Send + 'static,
-{
-    let node = Arc::clone(node);
-    Box::pin(async move {
-        let (result, latency) = node.run(timeout, op).await;
-        let outcome = match result {
-            Ok(answer) => interpret(answer),
-            Err(failure) => {
-                metrics::node_failure(node.name(), failure.kind());
-                failure.into()
+    request: BoxFuture<'static, (Result<Value, NodeFailure>, Duration)>,
+}
+
+impl Future for NodeFuture {
+    type Output = (usize, Result<Value, NodeFailure>, Duration);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let index = self.index;
+        self.request
+            .as_mut()
+            .poll(cx)
+            .map(|(result, latency)| (index, result, latency))
+    }
+}
+
+/// A command sent unchanged to every node of a round, shared by their requests.
+#[derive(Debug)]
+pub(crate) struct Call {
+    cmd: Cmd,
+    /// For a script sent as `EVALSHA`: its source, loaded when a node answers `NOSCRIPT`.
+    source: Option<&'static str>,
+}
+
+impl Call {
+    /// A plain command.
+    pub(crate) fn new(cmd: Cmd) -> Self {
+        Call { cmd, source: None }
+    }
+
+    /// `EVALSHA` of `lua` on `keys`; add its arguments with [`Call::arg`].
+    pub(crate) fn script(lua: &'static Lua, keys: &[String]) -> Self {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(lua.hash()).arg(keys.len());
+        for key in keys {
+            cmd.arg(key.as_str());
+        }
+        Call {
+            cmd,
+            source: Some(lua.source),
+        }
+    }
+
+    /// Appends an argument.
+    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    async fn run(&self, conn: &mut MultiplexedConnection) -> RedisResult<Value> {
+        match conn.send_packed_command(&self.cmd).await? {
+            // A node that lost its scripts (`SCRIPT FLUSH`, a restart between our preload
+            // and this call): load the source and try once more.
+            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
+                let Some(source) = self.source else {
+                    return Err(e.into());
+                };
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query_async::<()>(conn)
+                    .await?;
+                server_error(conn.send_packed_command(&self.cmd).await?)
             }
-        };
-        (index, outcome, latency)
+            reply => server_error(reply),
+        }
+    }
+}
+
+/// An error reply as an error (the driver hands them over as values).
+fn server_error(reply: Value) -> RedisResult<Value> {
+    match reply {
+        Value::ServerError(e) => Err(e.into()),
+        reply => Ok(reply),
+    }
+}
+
+/// The request of one node in a round: waits for the node's connection, then sends.
+/// Unbounded on its own: the round's deadline bounds it.
+pub(crate) fn send(index: usize, node: &Arc<Node>, call: &Arc<Call>) -> NodeFuture {
+    let call = Arc::clone(call);
+    request(index, node, move |mut conn| async move {
+        call.run(&mut conn).await
     })
 }
 
-/// Runs a Lua script invocation on a node and interprets its integer reply.
-pub(crate) fn script<T>(
-    index: usize,
-    node: &Arc<Node>,
-    timeout: Duration,
-    invocation: ScriptInvocation<'static>,
-    interpret: impl FnOnce(T) -> NodeOutcome + Send + 'static,
-) -> NodeFuture
+/// The request of one node running an arbitrary operation (diagnostics, `PING`).
+pub(crate) fn request<F, Fut>(index: usize, node: &Arc<Node>, op: F) -> NodeFuture
 where
-    T: FromRedisValue + Send + 'static,
+    F: FnOnce(MultiplexedConnection) -> Fut + Send + 'static,
+    Fut: Future<Output = RedisResult<Value>> + Send + 'static,
 {
-    request(
+    let node = Arc::clone(node);
+    NodeFuture {
         index,
-        node,
-        timeout,
-        move |mut conn| async move { invocation.invoke_async::<T>(&mut conn).await },
-        interpret,
-    )
+        request: Box::pin(async move {
+            let start = Instant::now();
+            let result = node.request(op).await;
+            (result, start.elapsed())
+        }),
+    }
 }
 
-/// The outcome of a fan-out so far.
+/// Requests in flight to several nodes, and the deadline that bounds all of them.
+///
+/// A handful of requests: each wake-up polls all those still pending, which costs less
+/// than a `FuturesUnordered` allocating a task per request.
+pub(crate) struct Round {
+    pending: Vec<Option<NodeFuture>>,
+    /// Answers that came in during [`Round::start`], not yet collected.
+    early: Vec<(usize, Result<Value, NodeFailure>, Duration)>,
+    deadline: Instant,
+}
+
+impl Round {
+    /// A round over requests made just now, each bounded by `timeout` from now.
+    pub(crate) fn new(pending: impl IntoIterator<Item = NodeFuture>, timeout: Duration) -> Self {
+        Round {
+            pending: pending.into_iter().map(Some).collect(),
+            early: Vec::new(),
+            deadline: Instant::now() + timeout,
+        }
+    }
+
+    /// Sends every request now, without waiting for answers: once this returns, each
+    /// request whose node is connected is queued on that connection, so a command sent
+    /// later on the same connection is applied after it.
+    pub(crate) fn start(&mut self) {
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+        for slot in &mut self.pending {
+            if let Some(request) = slot
+                && let Poll::Ready(answer) = Pin::new(request).poll(&mut cx)
+            {
+                *slot = None;
+                self.early.push(answer);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.early.is_empty() && self.pending.iter().all(Option::is_none)
+    }
+
+    /// The indices of the nodes whose request is still in flight.
+    fn in_flight(&self) -> impl Iterator<Item = usize> + '_ {
+        self.pending.iter().flatten().map(|request| request.index)
+    }
+
+    /// The next answer, or `None` once every request has answered.
+    async fn next(&mut self) -> Option<(usize, Result<Value, NodeFailure>, Duration)> {
+        if let Some(answer) = self.early.pop() {
+            return Some(answer);
+        }
+        std::future::poll_fn(|cx| {
+            let mut waiting = false;
+            for slot in &mut self.pending {
+                if let Some(request) = slot {
+                    if let Poll::Ready(answer) = Pin::new(request).poll(cx) {
+                        *slot = None;
+                        return Poll::Ready(Some(answer));
+                    }
+                    waiting = true;
+                }
+            }
+            if waiting {
+                Poll::Pending
+            } else {
+                Poll::Ready(None)
+            }
+        })
+        .await
+    }
+
+    /// Sends `call` to the nodes `which` of `inner`, bounded by the node timeout.
+    pub(crate) fn broadcast(
+        inner: &Inner,
+        call: Call,
+        which: impl IntoIterator<Item = usize>,
+    ) -> Self {
+        let call = Arc::new(call);
+        let pending = which
+            .into_iter()
+            .filter_map(|i| inner.nodes.get(i).map(|node| send(i, node, &call)));
+        Round::new(pending, inner.config.node_timeout)
+    }
+
+    /// Sends `call` to every node of `inner`.
+    pub(crate) fn everywhere(inner: &Inner, call: Call) -> Self {
+        Round::broadcast(inner, call, 0..inner.nodes.len())
+    }
+
+    /// Lets requests not yet answered finish in the background (see [`Background`]).
+    pub(crate) fn finish_in_background(self, inner: &Inner) {
+        if !self.is_empty() {
+            inner.background.absorb(self);
+        }
+    }
+}
+
+/// The outcome of a round so far.
 pub(crate) struct Collected {
     pub(crate) outcomes: Vec<(NodeOutcome, Duration)>,
     pub(crate) tally: Tally,
 }
 
+/// The report of a round's outcomes, one per node in configuration order.
+pub(crate) fn report(inner: &Inner, outcomes: &[(NodeOutcome, Duration)]) -> NodeReport {
+    NodeReport::new(
+        inner
+            .nodes
+            .iter()
+            .zip(outcomes)
+            .map(|(node, (outcome, latency))| NodeResult {
+                node: node.name().to_owned(),
+                outcome: outcome.clone(),
+                latency: *latency,
+            })
+            .collect(),
+    )
+}
+
 impl Collected {
     pub(crate) fn report(&self, inner: &Inner) -> NodeReport {
-        NodeReport::new(
-            inner
-                .nodes
-                .iter()
-                .zip(&self.outcomes)
-                .map(|(node, (outcome, latency))| NodeResult {
-                    node: node.name().to_owned(),
-                    outcome: outcome.clone(),
-                    latency: *latency,
-                })
-                .collect(),
-        )
+        report(inner, &self.outcomes)
     }
 
     /// Nodes whose vote is missing: no answer, or a recently restarted node.
@@ -120,24 +284,82 @@ impl Collected {
     }
 }
 
-/// Polls `pending` and records every answer. With `stop_early`, returns as soon as the
-/// tally's verdict is no longer [`Verdict::Pending`], leaving the rest in `pending`; nodes
-/// not heard from are reported as [`NodeOutcome::Pending`] with the time waited so far.
+/// When [`collect`] may return before every node answered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Stop {
+    /// Only once every node answered or the deadline passed.
+    AtEnd,
+    /// As soon as the verdict is certain.
+    WhenCertain,
+    /// As soon as the verdict is certain and this node answered (or the deadline passed):
+    /// its answer carries more than a vote.
+    WhenCertainAndHeard(usize),
+}
+
+/// The outcome of a failed request, counted in the failure metric.
+fn failed(node: &Node, failure: NodeFailure) -> NodeOutcome {
+    metrics::node_failure(node.name(), failure.kind());
+    failure.into()
+}
+
+/// Waits for the answers of `round`, turning each reply into an outcome with `interpret`
+/// and recording it. With `stop` other than [`Stop::AtEnd`], returns as soon as the tally's
+/// verdict is no longer [`Verdict::Pending`] (and the node named heard from), leaving the
+/// rest in the round; nodes not heard from are reported as
+/// [`NodeOutcome::Pending`] with the time waited so far. At the round's deadline every node
+/// not heard from is [`NodeOutcome::TimedOut`].
 pub(crate) async fn collect(
-    n: usize,
-    pending: &mut Stragglers,
+    nodes: &[Arc<Node>],
+    round: &mut Round,
+    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
     is_yes: impl Fn(&NodeOutcome) -> bool,
-    stop_early: bool,
+    stop: Stop,
 ) -> Collected {
+    let n = nodes.len();
     let start = Instant::now();
     let mut outcomes = vec![(NodeOutcome::Pending, Duration::ZERO); n];
     let mut tally = Tally::new(n);
-    while let Some((index, outcome, latency)) = pending.next().await {
+    let expired = tokio::time::sleep_until(round.deadline);
+    tokio::pin!(expired);
+    loop {
+        let (index, result, latency) = tokio::select! {
+            biased;
+            next = round.next() => match next {
+                Some(answer) => answer,
+                None => break,
+            },
+            () = &mut expired => {
+                // Whatever is still in flight timed out: the round is over.
+                for index in round.in_flight() {
+                    if let (Some(node), Some(slot)) = (nodes.get(index), outcomes.get_mut(index)) {
+                        *slot = (failed(node, NodeFailure::TimedOut), start.elapsed());
+                        tally.record(false);
+                    }
+                }
+                round.pending.clear();
+                break;
+            }
+        };
+        let outcome = match (result, nodes.get(index)) {
+            (Ok(value), _) => interpret(index, value),
+            (Err(failure), Some(node)) => failed(node, failure),
+            (Err(failure), None) => failure.into(),
+        };
         let verdict = tally.record(is_yes(&outcome));
         if let Some(slot) = outcomes.get_mut(index) {
             *slot = (outcome, latency);
         }
-        if stop_early && verdict != Verdict::Pending {
+        let heard = |i: usize| {
+            outcomes
+                .get(i)
+                .is_none_or(|(o, _)| *o != NodeOutcome::Pending)
+        };
+        let done = match stop {
+            Stop::AtEnd => false,
+            Stop::WhenCertain => verdict != Verdict::Pending,
+            Stop::WhenCertainAndHeard(i) => verdict != Verdict::Pending && heard(i),
+        };
+        if done {
             break;
         }
     }
@@ -150,29 +372,77 @@ pub(crate) async fn collect(
     Collected { outcomes, tally }
 }
 
-/// Lets requests that were not waited for run to completion in the background, so every
-/// node still receives its command. Without a runtime they are dropped (any command already
-/// written to a connection is still executed by the server).
-pub(crate) fn finish_in_background(stragglers: Stragglers) {
-    drop(finish_in_background_tracked(stragglers));
+/// Converts a reply to `T`, or says why it is not one.
+pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOutcome> {
+    redis::from_redis_value(value).map_err(|e| NodeOutcome::Failed(e.to_string()))
 }
 
-/// Completes when the background requests have all finished (answered or timed out).
-pub(crate) type Finished = Shared<BoxFuture<'static, ()>>;
+/// One task per client that waits for the requests rounds left behind, so every node's
+/// failure is still counted, without spawning a task per round.
+///
+/// Started with the first round handed over (when a tokio runtime is there); ends when the
+/// client is dropped and the last request is done. Without a runtime, or once its runtime
+/// is gone, requests handed over are dropped: a command already written to a connection
+/// is still executed by its server, and only the failure count is lost.
+#[derive(Debug)]
+pub(crate) struct Background {
+    nodes: Vec<Arc<Node>>,
+    sender: std::sync::Mutex<Option<mpsc::UnboundedSender<Round>>>,
+}
 
-/// [`finish_in_background`], returning a future that completes when they are all done, so
-/// that a later request to the same nodes can wait for them and stay ordered behind them.
-pub(crate) fn finish_in_background_tracked(stragglers: Stragglers) -> Option<Finished> {
-    if stragglers.is_empty() {
-        return None;
-    }
-    let handle = tokio::runtime::Handle::try_current().ok()?;
-    let task = handle.spawn(stragglers.for_each(|_| async {}));
-    Some(
-        async move {
-            let _ = task.await;
+impl Background {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>) -> Self {
+        Background {
+            nodes,
+            sender: std::sync::Mutex::new(None),
         }
-        .boxed()
-        .shared(),
+    }
+
+    fn absorb(&self, round: Round) {
+        let mut sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
+        let round = match sender.as_ref() {
+            Some(tx) => match tx.send(round) {
+                Ok(()) => return,
+                // Its runtime is gone: start over in the current one.
+                Err(mpsc::error::SendError(round)) => round,
+            },
+            None => round,
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        // Cannot fail: the receiver is alive.
+        let _ = tx.send(round);
+        handle.spawn(collector(self.nodes.clone(), rx));
+        *sender = Some(tx);
+    }
+}
+
+async fn collector(nodes: Vec<Arc<Node>>, mut rounds: mpsc::UnboundedReceiver<Round>) {
+    let mut draining = FuturesUnordered::new();
+    let mut open = true;
+    loop {
+        tokio::select! {
+            round = rounds.recv(), if open => match round {
+                Some(round) => draining.push(drain(&nodes, round)),
+                None => open = false,
+            },
+            Some(()) = draining.next(), if !draining.is_empty() => {}
+            else => break,
+        }
+    }
+}
+
+/// Waits for the rest of a round until its deadline; `collect` counts failures and
+/// timeouts, and the answers themselves are not needed.
+async fn drain(nodes: &[Arc<Node>], mut round: Round) {
+    collect(
+        nodes,
+        &mut round,
+        |_, _| NodeOutcome::Reachable,
+        |_| false,
+        Stop::AtEnd,
     )
+    .await;
 }

@@ -51,7 +51,7 @@ pub async fn fenced_set<C: ConnectionLike>(
     key: &str,
     value: impl redis::ToRedisArgs,
 ) -> RedisResult<bool> {
-    let mut invocation = scripts::FENCED_SET.prepare_invoke();
+    let mut invocation = scripts::FENCED_SET.script().prepare_invoke();
     invocation
         .key(key)
         .key(format!("quorum-lock:fence-seen:{resource}"))

@@ -2,9 +2,10 @@
 //! and the clean-up that runs when a guard or an unfinished acquisition is dropped.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use redis::Value;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -12,7 +13,7 @@ use tracing::Instrument;
 use crate::client::Inner;
 use crate::error::{Error, Result};
 use crate::extend::{self, AutoExtend};
-use crate::fanout::{self, Finished, Stragglers};
+use crate::fanout::{self, Call, Round, Stop};
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
 use crate::queue::LocalHold;
@@ -32,10 +33,6 @@ pub(crate) struct Holding {
     armed: bool,
     /// Set once acquired: tells the local queue when our release has completed.
     local: Option<LocalHold>,
-    /// Nodes whose acquire request was still in flight when the lock was granted, and the
-    /// signal that those requests are done: a release to them waits for it.
-    late: Vec<usize>,
-    late_done: Option<Finished>,
 }
 
 impl Holding {
@@ -46,15 +43,7 @@ impl Holding {
             token,
             armed: true,
             local: None,
-            late: Vec::new(),
-            late_done: None,
         }
-    }
-
-    /// Records acquire requests still in flight on the nodes `late`.
-    pub(crate) fn after(&mut self, late: Vec<usize>, done: Option<Finished>) {
-        self.late = late;
-        self.late_done = done;
     }
 
     /// Marks the keys as held by this client (see [`LocalQueue`](crate::queue)).
@@ -66,59 +55,51 @@ impl Holding {
         &self.token
     }
 
-    /// Compare-and-delete requests for the nodes in `which`.
-    fn release_requests(&self, which: impl Iterator<Item = usize>) -> Stragglers {
-        let timeout = self.inner.config.node_timeout;
-        let announce = self.inner.notifier.is_some();
-        which
-            .filter_map(|i| self.inner.nodes.get(i).map(|node| (i, node)))
-            .map(|(i, node)| {
-                let mut invocation = scripts::on_keys(&scripts::RELEASE, &self.keys);
-                invocation.arg(&*self.token);
-                if announce {
-                    invocation.arg("1");
-                }
-                let inner = Arc::clone(&self.inner);
-                let keys = Arc::clone(&self.keys);
-                let request = fanout::script(
-                    i,
-                    node,
-                    timeout,
-                    invocation,
-                    move |(deleted, woke): (i64, i64)| {
-                        if woke == 1 {
-                            // Another client was woken to take over: give it a head start.
-                            inner.queue.handed_off(&keys, inner.config.node_timeout);
-                        }
-                        if deleted > 0 {
-                            NodeOutcome::Released
-                        } else {
-                            NodeOutcome::NotHeld
-                        }
-                    },
-                );
-                // Behind an acquire request still in flight to this node, never ahead of it.
-                match (&self.late_done, self.late.contains(&i)) {
-                    (Some(done), true) => {
-                        let done = done.clone();
-                        Box::pin(async move {
-                            done.await;
-                            request.await
-                        }) as fanout::NodeFuture
-                    }
-                    _ => request,
-                }
-            })
-            .collect()
+    /// Compare-and-delete on the nodes in `which`, waking the next waiting client when
+    /// notifications are on and `announce` is set.
+    fn release_round(&self, which: impl IntoIterator<Item = usize>, announce: bool) -> Round {
+        let mut call = Call::script(&scripts::RELEASE, &self.keys).arg(&*self.token);
+        if announce && self.inner.notifier.is_some() {
+            call = call.arg("1");
+        }
+        Round::broadcast(&self.inner, call, which)
     }
 
-    /// Releases on the nodes in `which`, waiting for every answer (each bounded by the node
-    /// timeout), then disarms.
-    pub(crate) async fn release_on(&mut self, which: &[usize]) {
-        if !which.is_empty() {
-            let mut pending = self.release_requests(which.iter().copied());
-            fanout::collect(self.inner.nodes.len(), &mut pending, |_| false, false).await;
+    /// Turns a release reply `{deleted, woke}` into an outcome.
+    fn released(&self, reply: Value) -> NodeOutcome {
+        match fanout::decode::<(i64, i64)>(reply) {
+            Ok((deleted, woke)) => {
+                if woke == 1 {
+                    // Another client was woken to take over: give it a head start.
+                    self.inner
+                        .queue
+                        .handed_off(&self.keys, self.inner.config.node_timeout);
+                }
+                if deleted > 0 {
+                    NodeOutcome::Released
+                } else {
+                    NodeOutcome::NotHeld
+                }
+            }
+            Err(failed) => failed,
         }
+    }
+
+    /// Cleans up after a failed attempt: releases on the nodes in `which`, waiting for every
+    /// answer (bounded by the node timeout), then disarms. Wakes nobody: no lock was held,
+    /// and a waiter woken now would only race this client's next attempt (or the client a
+    /// real release woke, whose attempt this one may just have spoiled).
+    pub(crate) async fn release_on(&mut self, which: impl IntoIterator<Item = usize>) {
+        let mut round = self.release_round(which, false);
+        let this = &*self;
+        fanout::collect(
+            &self.inner.nodes,
+            &mut round,
+            |_, r| this.released(r),
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
         self.armed = false;
     }
 }
@@ -133,10 +114,18 @@ impl Drop for Holding {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let n = self.inner.nodes.len();
-                let mut pending = self.release_requests(0..n);
+                let mut round = self.release_round(0..n, true);
                 let local = self.local.take();
+                let inner = Arc::clone(&self.inner);
                 handle.spawn(async move {
-                    fanout::collect(n, &mut pending, |_| false, false).await;
+                    fanout::collect(
+                        &inner.nodes,
+                        &mut round,
+                        |_, _| NodeOutcome::Released,
+                        |_| false,
+                        Stop::AtEnd,
+                    )
+                    .await;
                     // Only now may the next local task try.
                     drop(local);
                 });
@@ -160,7 +149,9 @@ pub struct LockGuard {
     lease: Arc<Lease>,
     extender: Option<JoinHandle<()>>,
     acquired_at: Instant,
-    report: NodeReport,
+    /// What each node answered to the acquisition, made into a report when asked for.
+    votes: Vec<(NodeOutcome, Duration)>,
+    report: OnceLock<NodeReport>,
     fencing_token: Option<u64>,
 }
 
@@ -181,7 +172,7 @@ impl LockGuard {
         resources: Arc<[String]>,
         ttl: Duration,
         deadline: Instant,
-        report: NodeReport,
+        votes: Vec<(NodeOutcome, Duration)>,
         fencing_token: Option<u64>,
     ) -> Self {
         let lease = Arc::new(Lease::new(
@@ -197,7 +188,8 @@ impl LockGuard {
             lease,
             extender: None,
             acquired_at: Instant::now(),
-            report,
+            votes,
+            report: OnceLock::new(),
             fencing_token,
         }
     }
@@ -219,10 +211,9 @@ impl LockGuard {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             // The acquisition's own duration is the first round-trip estimate.
             let rtt = self
-                .report
-                .results()
+                .votes
                 .iter()
-                .map(|r| r.latency)
+                .map(|(_, latency)| *latency)
                 .max()
                 .unwrap_or_default();
             self.extender = Some(handle.spawn(extend::run(
@@ -273,7 +264,13 @@ impl LockGuard {
 
     /// What each node answered when the lock was acquired.
     pub fn report(&self) -> &NodeReport {
-        &self.report
+        self.report
+            .get_or_init(|| fanout::report(&self.holding.inner, &self.votes))
+    }
+
+    /// What node `index` answered to the acquisition.
+    pub(crate) fn vote(&self, index: usize) -> Option<&NodeOutcome> {
+        self.votes.get(index).map(|(outcome, _)| outcome)
     }
 
     /// A signal that fires when this lock can no longer be assumed held.
@@ -309,8 +306,9 @@ impl LockGuard {
     }
 
     /// Releases the lock on every node (compare-and-delete: another owner's key is never
-    /// touched) and reports what happened. Returns as soon as the outcome is certain;
-    /// requests to slower nodes finish in the background.
+    /// touched) and reports what happened. Returns as soon as the outcome is certain (with
+    /// wake-ups on, also once the node keeping the waiting lists answered); requests to
+    /// slower nodes finish in the background.
     ///
     /// # Errors
     ///
@@ -353,13 +351,31 @@ impl LockGuard {
         }
         let inner = Arc::clone(&self.holding.inner);
         let n = inner.nodes.len();
-        let mut pending = self.holding.release_requests(0..n);
-        let collected =
-            fanout::collect(n, &mut pending, |o| *o == NodeOutcome::Released, true).await;
-        fanout::finish_in_background(pending);
-        self.holding.armed = false;
-        // A majority is free: the next task of this client may try at once.
+        let mut round = self.holding.release_round(0..n, true);
+        // Local hand-off: the next task of this client waiting for these keys may send its
+        // acquire as soon as our release is on the connections. Each node applies the two in
+        // order, so its SET succeeds wherever our delete did, one round trip earlier than if
+        // it waited for our answers.
+        round.start();
         drop(self.holding.local.take());
+        // With wake-ups on, hear the node that keeps the waiting lists even when it is not
+        // among the first answers: its reply says whether another client was woken, and
+        // only then does this client give it a head start on its next `lock()`.
+        let stop = match inner.notifier.as_ref().and_then(|n| n.wake_node()) {
+            Some(wake) => Stop::WhenCertainAndHeard(wake),
+            None => Stop::WhenCertain,
+        };
+        let holding = &self.holding;
+        let collected = fanout::collect(
+            &inner.nodes,
+            &mut round,
+            |_, r| holding.released(r),
+            |o| *o == NodeOutcome::Released,
+            stop,
+        )
+        .await;
+        round.finish_in_background(&inner);
+        self.holding.armed = false;
         metrics::released("explicit");
         let report = collected.report(&inner);
         if expired {

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::client::{Inner, whole_ms};
 use crate::error::{Error, Result};
-use crate::fanout::{self, Stragglers};
+use crate::fanout::{self, Call, Round, Stop};
 use crate::metrics;
 use crate::quorum::{self, Verdict};
 use crate::report::{NodeOutcome, NodeReport};
@@ -153,28 +153,25 @@ impl Lease {
             });
         }
         let ttl_ms = whole_ms(ttl);
-        let n = inner.nodes.len();
         let start = Instant::now();
-        let mut pending: Stragglers = inner
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                let mut invocation = scripts::on_keys(&scripts::EXTEND, &self.keys);
-                invocation.arg(&*self.token).arg(ttl_ms);
-                fanout::script(i, node, config.node_timeout, invocation, |ok: i64| {
-                    if ok == 1 {
-                        NodeOutcome::Extended
-                    } else {
-                        NodeOutcome::NotHeld
-                    }
-                })
-            })
-            .collect();
-        let collected =
-            fanout::collect(n, &mut pending, |o| *o == NodeOutcome::Extended, true).await;
+        let call = Call::script(&scripts::EXTEND, &self.keys)
+            .arg(&*self.token)
+            .arg(ttl_ms);
+        let mut round = Round::everywhere(inner, call);
+        let collected = fanout::collect(
+            &inner.nodes,
+            &mut round,
+            |_, reply| match fanout::decode::<i64>(reply) {
+                Ok(1) => NodeOutcome::Extended,
+                Ok(_) => NodeOutcome::NotHeld,
+                Err(failed) => failed,
+            },
+            |o| *o == NodeOutcome::Extended,
+            Stop::WhenCertain,
+        )
+        .await;
         // The other nodes still get their extension: more copies of the lock, same token.
-        fanout::finish_in_background(pending);
+        round.finish_in_background(inner);
         let decided = Instant::now();
         let elapsed = decided - start;
         let report = collected.report(inner);

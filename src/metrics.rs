@@ -18,7 +18,7 @@
 //! | `quorum_lock_node_failures_total` | counter | `node` (`host:port`), `kind`: `timeout`, `error`, `wrong_type` | per-node requests without a usable answer |
 //! | `quorum_lock_node_restarts_total` | counter | `node` | a new `run_id` seen on reconnect |
 //! | `quorum_lock_quarantined_votes_total` | counter | `node` | votes not counted because the node restarted recently |
-//! | `quorum_lock_node_quarantined` | gauge | `node` | 1 while the node's votes are quarantined, 0 once they count (updated at each vote) |
+//! | `quorum_lock_node_quarantined` | gauge | `node` | 1 while the node's votes are quarantined, 0 once they count (set when a vote finds the state changed) |
 //! | `quorum_lock_node_clock_offset_seconds` | gauge | `node` | clock offset measured by the last [`check_deployment`](crate::Redlock::check_deployment) |
 
 use std::time::Duration;
@@ -50,8 +50,21 @@ pub const NODE_QUARANTINED: &str = "quorum_lock_node_quarantined";
 /// See the table above.
 pub const NODE_CLOCK_OFFSET: &str = "quorum_lock_node_clock_offset_seconds";
 
+// Label values are literals in every `counter!` below: the macro then builds its key
+// statically, where a label value in a variable costs an allocation on every call, recorder
+// installed or not.
+
 pub(crate) fn attempt(outcome: &'static str, took: Duration) {
-    metrics::counter!(ACQUIRE_ATTEMPTS, "outcome" => outcome).increment(1);
+    match outcome {
+        "acquired" => metrics::counter!(ACQUIRE_ATTEMPTS, "outcome" => "acquired").increment(1),
+        "contended" => {
+            metrics::counter!(ACQUIRE_ATTEMPTS, "outcome" => "contended").increment(1);
+        }
+        "unavailable" => {
+            metrics::counter!(ACQUIRE_ATTEMPTS, "outcome" => "unavailable").increment(1);
+        }
+        other => metrics::counter!(ACQUIRE_ATTEMPTS, "outcome" => other).increment(1),
+    }
     metrics::histogram!(ATTEMPT_DURATION).record(took.as_secs_f64());
 }
 
@@ -64,7 +77,10 @@ pub(crate) fn gave_up() {
 }
 
 pub(crate) fn extended(outcome: &'static str) {
-    metrics::counter!(EXTENSIONS, "outcome" => outcome).increment(1);
+    match outcome {
+        "extended" => metrics::counter!(EXTENSIONS, "outcome" => "extended").increment(1),
+        other => metrics::counter!(EXTENSIONS, "outcome" => other).increment(1),
+    }
 }
 
 pub(crate) fn lost(reason: &'static str) {
@@ -72,7 +88,11 @@ pub(crate) fn lost(reason: &'static str) {
 }
 
 pub(crate) fn released(kind: &'static str) {
-    metrics::counter!(RELEASES, "kind" => kind).increment(1);
+    match kind {
+        "explicit" => metrics::counter!(RELEASES, "kind" => "explicit").increment(1),
+        "drop" => metrics::counter!(RELEASES, "kind" => "drop").increment(1),
+        other => metrics::counter!(RELEASES, "kind" => other).increment(1),
+    }
 }
 
 pub(crate) fn held(duration: Duration) {
@@ -87,10 +107,11 @@ pub(crate) fn node_restarted(node: &str) {
     metrics::counter!(NODE_RESTARTS, "node" => node.to_owned()).increment(1);
 }
 
-pub(crate) fn vote_counted(node: &str, quarantined: bool) {
-    if quarantined {
-        metrics::counter!(QUARANTINED_VOTES, "node" => node.to_owned()).increment(1);
-    }
+pub(crate) fn vote_quarantined(node: &str) {
+    metrics::counter!(QUARANTINED_VOTES, "node" => node.to_owned()).increment(1);
+}
+
+pub(crate) fn node_quarantined(node: &str, quarantined: bool) {
     metrics::gauge!(NODE_QUARANTINED, "node" => node.to_owned()).set(if quarantined {
         1.0
     } else {

@@ -3,7 +3,7 @@
 //! This module and the client's fan-out are the only places that touch the `redis` crate.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -71,6 +71,9 @@ pub(crate) struct Node {
     generation: AtomicU64,
     /// The server instance behind the current connection, learnt on every (re)connect.
     identity: Mutex<Option<Identity>>,
+    /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
+    /// quarantined.
+    published: AtomicU8,
 }
 
 /// Which Redis process a node is, and since when it runs.
@@ -89,16 +92,14 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    pub(crate) fn new(
-        name: String,
-        client: Client,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Self {
+    pub(crate) fn new(name: String, client: Client, connect_timeout: Duration) -> Self {
         // Both timeouts are set explicitly so the driver's defaults never apply by accident.
+        // No response timeout in the driver: every request is bounded by its round's
+        // deadline (one timer for all nodes of a round) or by `Node::run`, and a second
+        // timer per request would only cost.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(Some(response_timeout));
+            .set_response_timeout(None);
         Node {
             name,
             client,
@@ -107,6 +108,7 @@ impl Node {
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
             identity: Mutex::new(None),
+            published: AtomicU8::new(0),
         }
     }
 
@@ -155,6 +157,20 @@ impl Node {
         known
             .as_ref()
             .is_some_and(|id| id.started.elapsed() < period)
+    }
+
+    /// [`is_quarantined`](Self::is_quarantined) for a yes vote, with its metrics: every
+    /// vote not counted, and the node's quarantine gauge when its state changed.
+    pub(crate) fn quarantined_vote(&self, period: Duration) -> bool {
+        let quarantined = self.is_quarantined(period);
+        if quarantined {
+            crate::metrics::vote_quarantined(&self.name);
+        }
+        let state = if quarantined { 2 } else { 1 };
+        if self.published.swap(state, Ordering::Relaxed) != state {
+            crate::metrics::node_quarantined(&self.name, quarantined);
+        }
+        quarantined
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -259,6 +275,17 @@ impl Node {
         }
     }
 
+    /// Runs `op` on this node's connection, connecting first if needed. Unbounded: the
+    /// caller bounds it (a round's deadline, or [`Node::run`]).
+    pub(crate) async fn request<T, F, Fut>(self: &Arc<Self>, op: F) -> Result<T, NodeFailure>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
+        op(conn).await.map_err(|e| self.classify(generation, e))
+    }
+
     /// Runs `op` on this node's connection, bounded by `timeout` (waiting for a connect
     /// included). Returns the answer or why there is none, and the latency.
     pub(crate) async fn run<T, F, Fut>(
@@ -271,11 +298,7 @@ impl Node {
         Fut: Future<Output = RedisResult<T>>,
     {
         let start = Instant::now();
-        let attempt = async {
-            let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
-            op(conn).await.map_err(|e| self.classify(generation, e))
-        };
-        let result = tokio::time::timeout(timeout, attempt)
+        let result = tokio::time::timeout(timeout, self.request(op))
             .await
             .unwrap_or(Err(NodeFailure::TimedOut));
         (result, start.elapsed())
@@ -286,7 +309,8 @@ impl Node {
             return NodeFailure::WrongType;
         }
         if e.is_timeout() {
-            // The driver's own response timeout: the connection stays (see `discard`).
+            // A timeout reported by the driver (its response timeout is off on our own
+            // connections): the connection stays (see `discard`).
             return NodeFailure::TimedOut;
         }
         if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
@@ -298,7 +322,8 @@ impl Node {
 
 /// Loads every script on a new connection (one pipelined round trip), so `EVALSHA` finds
 /// them even when its answer is never awaited. A refusal by the server (say, an ACL without
-/// `SCRIPT`) is not fatal: `invoke_async` still falls back to loading on `NOSCRIPT`.
+/// `SCRIPT`) is not fatal: a call answered with `NOSCRIPT` still loads its script and
+/// retries (see [`Call`](crate::fanout::Call)).
 async fn preload_scripts(conn: &mut MultiplexedConnection) -> RedisResult<()> {
     let mut pipe = redis::pipe();
     for source in scripts::SOURCES {

@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
-use crate::fanout::{self, Stragglers};
+use crate::fanout::{self, Call, Round, Stop};
 use crate::node::Node;
 use crate::report::NodeOutcome;
 use crate::scripts;
@@ -168,21 +168,23 @@ impl Notifier {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let mut pending: Stragglers = self
+        let call = Arc::new(Call::script(&scripts::LEAVE, &keys).arg(&self.id));
+        let pending = self
             .nodes
             .iter()
             .enumerate()
-            .map(|(i, node)| {
-                let mut invocation = scripts::on_keys(&scripts::LEAVE, &keys);
-                invocation.arg(&self.id);
-                fanout::script(i, node, self.node_timeout, invocation, |_: i64| {
-                    NodeOutcome::Released
-                })
-            })
-            .collect();
-        let n = self.nodes.len();
+            .map(|(i, node)| fanout::send(i, node, &call));
+        let mut round = Round::new(pending, self.node_timeout);
+        let nodes = self.nodes.clone();
         handle.spawn(async move {
-            fanout::collect(n, &mut pending, |_| false, false).await;
+            fanout::collect(
+                &nodes,
+                &mut round,
+                |_, _| NodeOutcome::Released,
+                |_| false,
+                Stop::AtEnd,
+            )
+            .await;
         });
     }
 

@@ -121,7 +121,11 @@ impl LocalQueue {
     pub(crate) fn hold(self: &Arc<Self>, keys: &Arc<[String]>) -> LocalHold {
         let mut map = self.lock();
         for key in keys.iter() {
-            map.entry(key.clone()).or_default().held += 1;
+            // The entry usually exists (this task's turn made it): no key copy then.
+            match map.get_mut(key.as_str()) {
+                Some(entry) => entry.held += 1,
+                None => map.entry(key.clone()).or_default().held += 1,
+            }
         }
         LocalHold {
             queue: Arc::clone(self),

@@ -1,16 +1,44 @@
 //! Every Lua script the client runs, each with its KEYS/ARGV contract and return codes.
 //!
-//! Scripts are sent with `EVALSHA` by [`redis::Script::invoke_async`], which loads the source
-//! and retries once when a node answers `NOSCRIPT` (after `SCRIPT FLUSH`). Every new
-//! connection also loads all of them first ([`SOURCES`]): a release queued behind a `SET` on a
-//! node that is paused must run when the node resumes, when nobody waits for a `NOSCRIPT`
-//! answer any more to retry it.
+//! Scripts are sent as `EVALSHA` with their precomputed hash (one command built per round
+//! and shared by every node, see [`Call::script`](crate::fanout::Call::script)); a node that
+//! answers `NOSCRIPT` (after `SCRIPT FLUSH`) gets the source with `SCRIPT LOAD` and the call
+//! once more. Every new connection also loads all of them first ([`SOURCES`]): a release
+//! queued behind a `SET` on a node that is paused must run when the node resumes, when
+//! nobody waits for a `NOSCRIPT` answer any more to retry it.
 //! All keys of one lock share one token, so the same scripts serve single and multi-resource
 //! locks.
 
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
-use redis::{Script, ScriptInvocation};
+use redis::Script;
+
+/// A Lua script: its source and, built once (hashing the source), the driver's
+/// [`Script`] with the SHA1 that `EVALSHA` names it by.
+#[derive(Debug)]
+pub(crate) struct Lua {
+    pub(crate) source: &'static str,
+    script: OnceLock<Script>,
+}
+
+impl Lua {
+    const fn new(source: &'static str) -> Self {
+        Lua {
+            source,
+            script: OnceLock::new(),
+        }
+    }
+
+    /// The SHA1 digest `EVALSHA` names the script by.
+    pub(crate) fn hash(&self) -> &str {
+        self.script().get_hash()
+    }
+
+    /// The script as the driver's [`Script`], for one-off invocations with fallback.
+    pub(crate) fn script(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.source))
+    }
+}
 
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
 /// bookkeeping of release notifications and the fencing counter read.
@@ -18,7 +46,9 @@ use redis::{Script, ScriptInvocation};
 /// KEYS: the lock keys (sorted, distinct). ARGV[1]: our token. ARGV[2]: TTL in
 /// milliseconds. ARGV[3]: our client id, or `''` for no bookkeeping. ARGV[4]: `'1'` when
 /// other tasks of our client still wait for these keys. ARGV[5]: `'1'` to read the fencing
-/// counters.
+/// counters. ARGV[6]: `'1'` when this attempt follows our wake-up, so a failure puts us back
+/// at the head of the waiting list (the release chose us; whoever overtook us must not cost
+/// us our place).
 ///
 /// Returns `{acquired, fence}`. `acquired` is 1 after setting every key to the token with
 /// the TTL, or 0 (and nothing set) when any key already exists, whatever its type. `fence`
@@ -32,7 +62,11 @@ const ACQUIRE_SRC: &str = r"
 local function enqueue(key)
     local list = 'quorum-lock:waiters:' .. key
     if not redis.call('LPOS', list, ARGV[3]) then
-        redis.call('RPUSH', list, ARGV[3])
+        if ARGV[6] == '1' then
+            redis.call('LPUSH', list, ARGV[3])
+        else
+            redis.call('RPUSH', list, ARGV[3])
+        end
     end
     redis.call('PEXPIRE', list, 2 * tonumber(ARGV[2]))
 end
@@ -68,7 +102,7 @@ for i = 1, #KEYS do
 end
 return {1, fence}
 ";
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
+pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
@@ -104,7 +138,7 @@ for i = 1, #KEYS do
 end
 return {n, woke}
 ";
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+pub(crate) static RELEASE: Lua = Lua::new(RELEASE_SRC);
 
 /// Leaves the waiting lists of keys (a waiter that gave up).
 ///
@@ -116,7 +150,7 @@ for i = 1, #KEYS do
 end
 return n
 ";
-pub(crate) static LEAVE: LazyLock<Script> = LazyLock::new(|| Script::new(LEAVE_SRC));
+pub(crate) static LEAVE: Lua = Lua::new(LEAVE_SRC);
 
 /// Commits a fencing token next to a lock we hold.
 ///
@@ -139,7 +173,7 @@ for i = 1, #KEYS do
 end
 return 1
 ";
-pub(crate) static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(FENCE_SRC));
+pub(crate) static FENCE: Lua = Lua::new(FENCE_SRC);
 
 /// A write guarded by a fencing token, for data kept in Redis.
 ///
@@ -156,7 +190,7 @@ redis.call('SET', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[2])
 return 1
 ";
-pub(crate) static FENCED_SET: LazyLock<Script> = LazyLock::new(|| Script::new(FENCED_SET_SRC));
+pub(crate) static FENCED_SET: Lua = Lua::new(FENCED_SET_SRC);
 
 /// Reads a lock key without touching it (operators' `status`).
 ///
@@ -170,7 +204,7 @@ if kind == 'string' then
 end
 return {kind, pttl, false}
 ";
-pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT_SRC));
+pub(crate) static INSPECT: Lua = Lua::new(INSPECT_SRC);
 
 /// Compare-and-PEXPIRE, all or nothing.
 ///
@@ -188,7 +222,7 @@ for i = 1, #KEYS do
 end
 return 1
 ";
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
+pub(crate) static EXTEND: Lua = Lua::new(EXTEND_SRC);
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
 pub(crate) const SOURCES: [&str; 7] = [
@@ -200,12 +234,3 @@ pub(crate) const SOURCES: [&str; 7] = [
     FENCE_SRC,
     FENCED_SET_SRC,
 ];
-
-/// An invocation of `script` on the lock keys `keys`; arguments follow.
-pub(crate) fn on_keys(script: &'static Script, keys: &[String]) -> ScriptInvocation<'static> {
-    let mut invocation = script.prepare_invoke();
-    for key in keys {
-        invocation.key(key.as_str());
-    }
-    invocation
-}

@@ -192,7 +192,7 @@ impl Redlock {
         let inner = self.inner();
         let key = self.key(resource);
         let reads = inner.nodes.iter().map(|node| {
-            let mut invocation = scripts::INSPECT.prepare_invoke();
+            let mut invocation = scripts::INSPECT.script().prepare_invoke();
             invocation.key(&key);
             async move {
                 let (result, _) = node

@@ -14,15 +14,38 @@ use tokio::time::Instant;
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
 
 fn client(urls: &[String]) -> Redlock {
+    polling(urls, Duration::from_millis(5), Duration::from_millis(50))
+}
+
+/// A client whose retries start `first` apart and grow to at most `at_most`.
+fn polling(urls: &[String], first: Duration, at_most: Duration) -> Redlock {
     Redlock::builder()
         // Fresh test servers: quarantine would hold every vote for one TTL.
         .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(NODE_TIMEOUT)
-        .retry_delay(Duration::from_millis(5))
-        .max_retry_delay(Duration::from_millis(50))
+        .retry_delay(first)
+        .max_retry_delay(at_most)
         .build()
         .unwrap()
+}
+
+/// A client that polls only every 10 s: only a wake-up makes it fast.
+fn slow_poller(urls: &[String]) -> Redlock {
+    polling(urls, Duration::from_secs(10), Duration::from_secs(10))
+}
+
+/// A lock held by someone else on every node, for a minute.
+fn foreign_lock(cluster: &Cluster, resource: &str) {
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("SET")
+            .arg(resource)
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut node.conn())
+            .unwrap();
+    }
 }
 
 fn pttl(server: &RedisServer, key: &str) -> i64 {
@@ -237,15 +260,7 @@ async fn a_release_wakes_the_waiter_long_before_its_poll() {
     let cluster = Cluster::start(3);
     let holder = client(&cluster.urls());
     // Polls only every 10 s: only a notification can make it fast.
-    let waiter = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
-        .restart_quarantine(false)
-        .nodes(cluster.urls())
-        .node_timeout(NODE_TIMEOUT)
-        .retry_delay(Duration::from_secs(10))
-        .max_retry_delay(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let waiter = slow_poller(&cluster.urls());
     let resource = unique("wake");
     let ttl = Duration::from_secs(30);
     let guard = holder.lock(&resource, ttl).await.unwrap();
@@ -292,6 +307,196 @@ async fn a_release_wakes_the_waiter_long_before_its_poll() {
         cluster.keys_everywhere(&list).is_empty()
     })
     .await;
+}
+
+/// The waiting list of `resource` on every node, as (node index, ids in order).
+fn waiting_lists(cluster: &Cluster, resource: &str) -> Vec<(usize, Vec<String>)> {
+    cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (i, waiting_list(n, resource)))
+        .filter(|(_, ids)| !ids.is_empty())
+        .collect()
+}
+
+/// The client ids in the waiting list of `resource` on one node.
+fn waiting_list(node: &RedisServer, resource: &str) -> Vec<String> {
+    redis::cmd("LRANGE")
+        .arg(format!("quorum-lock:waiters:{resource}"))
+        .arg(0)
+        .arg(-1)
+        .query(&mut node.conn())
+        .unwrap()
+}
+
+/// Waits until the one waiting list of `resource` holds `n` ids.
+async fn queued(cluster: &Cluster, resource: &str, n: usize, what: &str) {
+    eventually(Duration::from_secs(10), what, || {
+        waiting_lists(cluster, resource)
+            .first()
+            .is_some_and(|(_, ids)| ids.len() == n)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_that_is_overtaken_keeps_its_place() {
+    let cluster = Cluster::start(3);
+    let resource = unique("front");
+    // A foreign holder on every node, for the whole test.
+    foreign_lock(&cluster, &resource);
+    // Two waiters that poll only every 10 s: A queues first, then B.
+    let waiter = |urls: Vec<String>, resource: String| {
+        tokio::spawn(async move {
+            slow_poller(&urls)
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    let a = waiter(cluster.urls(), resource.clone());
+    queued(&cluster, &resource, 1, "A queued").await;
+    let b = waiter(cluster.urls(), resource.clone());
+    queued(&cluster, &resource, 2, "B queued behind A").await;
+    let lists = waiting_lists(&cluster, &resource);
+    assert_eq!(lists.len(), 1, "one waiting list: {lists:?}");
+    let (wake_node, order) = lists[0].clone();
+    let (id_a, id_b) = (order[0].clone(), order[1].clone());
+
+    // A release as the release script does it (pop the head, tell it), except that the key
+    // is taken again at once: A is woken, tries, and finds the lock held.
+    let mut conn = cluster.nodes[wake_node].conn();
+    let list = format!("quorum-lock:waiters:{resource}");
+    let popped: String = redis::cmd("LPOP").arg(&list).query(&mut conn).unwrap();
+    assert_eq!(popped, id_a);
+    let told: i64 = redis::cmd("PUBLISH")
+        .arg(format!("quorum-lock:wake:{id_a}"))
+        .arg(format!("some-token:{resource}"))
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(told, 1, "A listens");
+
+    // A rejoins at the head, not behind B who waited less.
+    queued(&cluster, &resource, 2, "A back in the list").await;
+    assert_eq!(
+        waiting_lists(&cluster, &resource),
+        vec![(wake_node, vec![id_a, id_b])]
+    );
+    a.abort();
+    b.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_wins_through_the_other_nodes_leaves_the_list() {
+    let cluster = Cluster::start(3);
+    let resource = unique("stale");
+    foreign_lock(&cluster, &resource);
+    let redlock = slow_poller(&cluster.urls());
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    eventually(Duration::from_secs(10), "waiter queued", || {
+        waiting_lists(&cluster, &resource).len() == 1
+    })
+    .await;
+    let (wake_node, ids) = waiting_lists(&cluster, &resource)[0].clone();
+    // The foreign lock goes away everywhere but on the waiting-list node, and the waiter
+    // is told: it wins on the other two nodes, while the list node lists it again.
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if i != wake_node {
+            let _: () = redis::cmd("DEL")
+                .arg(&resource)
+                .query(&mut node.conn())
+                .unwrap();
+        }
+    }
+    let _: i64 = redis::cmd("PUBLISH")
+        .arg(format!("quorum-lock:wake:{}", ids[0]))
+        .arg(format!("some-token:{resource}"))
+        .query(&mut cluster.nodes[wake_node].conn())
+        .unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
+    // It holds the lock and no longer waits: its entry must not swallow the next wake-up.
+    eventually(Duration::from_secs(5), "entry removed", || {
+        waiting_lists(&cluster, &resource).is_empty()
+    })
+    .await;
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
+    let cluster = Cluster::start(3);
+    let resource = unique("moved");
+    foreign_lock(&cluster, &resource);
+    // Node 0 does not answer at first: the waiter's subscription there is not up, so it
+    // queues on node 1, the first node where it listens.
+    cluster.nodes[0].pause();
+    let redlock = polling(
+        &cluster.urls(),
+        Duration::from_millis(20),
+        Duration::from_millis(50),
+    );
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    eventually(Duration::from_secs(10), "waiter queued on node 1", || {
+        waiting_list(&cluster.nodes[1], &resource).len() == 1
+    })
+    .await;
+    let id = waiting_list(&cluster.nodes[1], &resource)[0].clone();
+    // Node 0 comes back and the waiter's subscription there stands: node 0 becomes its
+    // wake node, the one whose list its later attempts use.
+    cluster.nodes[0].resume();
+    let channel = format!("quorum-lock:wake:{id}");
+    eventually(Duration::from_secs(20), "subscribed on node 0", || {
+        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(&channel)
+            .query(&mut cluster.nodes[0].conn())
+            .unwrap();
+        counts.get(1) == Some(&redis::Value::Int(1))
+    })
+    .await;
+    eventually(Duration::from_secs(10), "waiter queued on node 0", || {
+        waiting_list(&cluster.nodes[0], &resource) == [id.clone()]
+    })
+    .await;
+    // The lock is freed without a release (no wake-up): the waiter's poll wins everywhere.
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("DEL")
+            .arg(&resource)
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    let guard = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("acquired")
+        .unwrap()
+        .unwrap();
+    // Node 1 still listed it: that entry must go too, or a release there wakes nobody.
+    eventually(Duration::from_secs(5), "every entry removed", || {
+        waiting_lists(&cluster, &resource).is_empty()
+    })
+    .await;
+    guard.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
