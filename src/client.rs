@@ -14,7 +14,7 @@ use crate::builder::{Config, RedlockBuilder, check_ttl};
 use crate::error::{Error, Result};
 use crate::extend::AutoExtend;
 use crate::fanout::{self, Background, Call, Round, Stop};
-use crate::guard::{Holding, LockGuard};
+use crate::guard::{Holding, LockGuard, Requeue};
 use crate::metrics;
 use crate::node::Node;
 use crate::notify::Notifier;
@@ -665,7 +665,7 @@ async fn attempt_inner(
             (false, _) => metrics::attempt("unavailable", elapsed),
         }
         // The keys may be anywhere now: release everywhere.
-        holding.release_on(0..n).await;
+        holding.release_on(0..n, requeue(plan, enqueue)).await;
     } else {
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
@@ -680,7 +680,7 @@ async fn attempt_inner(
             .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
             .map(|(i, _)| i)
             .collect();
-        holding.release_on(maybe_ours).await;
+        holding.release_on(maybe_ours, requeue(plan, enqueue)).await;
     }
 
     let took = start.elapsed();
@@ -705,6 +705,18 @@ async fn attempt_inner(
     span.record("outcome", tracing::field::display(&err));
     tracing::debug!(report = %err.report().map(ToString::to_string).unwrap_or_default(), "attempt failed");
     Err(err)
+}
+
+/// How a failed attempt's clean-up puts this client back in the waiting list: where the
+/// attempt's `SET` succeeded on the waiting-list node, the acquire script took the client
+/// off that list, and a client that still waits must be on it to be woken.
+fn requeue<'a>(plan: &Plan, enqueue: Option<Enqueue<'a>>) -> Option<Requeue<'a>> {
+    enqueue.map(|e| Requeue {
+        node: e.node,
+        client: e.client,
+        front: e.front,
+        list_ttl_ms: plan.ttl_ms().saturating_mul(2),
+    })
 }
 
 /// How an attempt keeps this client in the waiting list of the keys (see

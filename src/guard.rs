@@ -58,11 +58,14 @@ impl Holding {
     /// Compare-and-delete on the nodes in `which`, waking the next waiting client when
     /// notifications are on and `announce` is set.
     fn release_round(&self, which: impl IntoIterator<Item = usize>, announce: bool) -> Round {
-        let mut call = Call::script(&scripts::RELEASE, &self.keys).arg(&*self.token);
-        if announce && self.inner.notifier.is_some() {
-            call = call.arg("1");
-        }
-        Round::broadcast(&self.inner, call, which)
+        Round::broadcast(&self.inner, self.release_call(announce), which)
+    }
+
+    fn release_call(&self, announce: bool) -> Call {
+        let announce = announce && self.inner.notifier.is_some();
+        Call::script(&scripts::RELEASE, &self.keys)
+            .arg(&*self.token)
+            .arg(if announce { "1" } else { "0" })
     }
 
     /// Turns a release reply `{deleted, woke}` into an outcome.
@@ -88,9 +91,31 @@ impl Holding {
     /// Cleans up after a failed attempt: releases on the nodes in `which`, waiting for every
     /// answer (bounded by the node timeout), then disarms. Wakes nobody: no lock was held,
     /// and a waiter woken now would only race this client's next attempt (or the client a
-    /// real release woke, whose attempt this one may just have spoiled).
-    pub(crate) async fn release_on(&mut self, which: impl IntoIterator<Item = usize>) {
-        let mut round = self.release_round(which, false);
+    /// real release woke, whose attempt this one may just have spoiled). With `requeue`,
+    /// the release on the waiting-list node also puts this client back in the list.
+    pub(crate) async fn release_on(
+        &mut self,
+        which: impl IntoIterator<Item = usize>,
+        requeue: Option<Requeue<'_>>,
+    ) {
+        let mut round = match requeue {
+            None => self.release_round(which, false),
+            Some(r) => {
+                let common = Arc::new(self.release_call(false));
+                let special = Arc::new(
+                    self.release_call(false)
+                        .arg(r.client)
+                        .arg(if r.front { "1" } else { "0" })
+                        .arg(r.list_ttl_ms),
+                );
+                let nodes = &self.inner.nodes;
+                let pending = which.into_iter().filter_map(|i| {
+                    let call = if i == r.node { &special } else { &common };
+                    nodes.get(i).map(|node| fanout::send(i, node, call))
+                });
+                Round::new(pending, self.inner.config.node_timeout)
+            }
+        };
         let this = &*self;
         fanout::collect(
             &self.inner.nodes,
@@ -102,6 +127,20 @@ impl Holding {
         .await;
         self.armed = false;
     }
+}
+
+/// Where and how a failed attempt's clean-up puts its client back in the waiting list
+/// (see [`scripts::RELEASE`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Requeue<'a> {
+    /// The waiting-list node.
+    pub(crate) node: usize,
+    /// The client id.
+    pub(crate) client: &'a str,
+    /// At the head of the list (a release woke this client), else at its tail.
+    pub(crate) front: bool,
+    /// The list's expiry.
+    pub(crate) list_ttl_ms: u64,
 }
 
 impl Drop for Holding {

@@ -107,14 +107,20 @@ pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
 /// KEYS: the lock keys. ARGV[1]: our token. ARGV[2] (optional): `'1'` to wake waiters.
+/// ARGV[3..5] (optional, for the clean-up of a failed attempt): our client id, `'1'` to
+/// queue at the head of the waiting lists instead of their tail, and the lists' expiry in
+/// milliseconds.
+///
 /// Deletes every key whose value equals the token and returns `{deleted, woke}`: how many
 /// keys it deleted (0: none of them is ours, or they expired) and 1 if it woke a waiting
 /// client, else 0. With ARGV[2], for each deleted key it pops
 /// client ids from the key's waiting list until one of them is listening, and publishes
 /// `<token>:<key>` on that client's channel `quorum-lock:wake:<id>`: one client is woken
-/// per release and node, in arrival order; ids of clients that went away are skipped. A
-/// key of another type makes `GET` fail with `WRONGTYPE`, which the caller reports as a
-/// foreign key.
+/// per release and node, in arrival order; ids of clients that went away are skipped.
+/// With ARGV[3], it puts the client back in each key's waiting list (once), where the
+/// acquire script took it off when it set the key: the attempt failed on the whole, and
+/// the client still waits. A key of another type makes `GET` fail with `WRONGTYPE`, which
+/// the caller reports as a foreign key.
 const RELEASE_SRC: &str = r"
 local n = 0
 local woke = 0
@@ -134,6 +140,19 @@ for i = 1, #KEYS do
                 end
             end
         end
+    end
+end
+if ARGV[3] then
+    for i = 1, #KEYS do
+        local list = 'quorum-lock:waiters:' .. KEYS[i]
+        if not redis.call('LPOS', list, ARGV[3]) then
+            if ARGV[4] == '1' then
+                redis.call('LPUSH', list, ARGV[3])
+            else
+                redis.call('RPUSH', list, ARGV[3])
+            end
+        end
+        redis.call('PEXPIRE', list, ARGV[5])
     end
 end
 return {n, woke}

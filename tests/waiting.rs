@@ -436,6 +436,44 @@ async fn a_waiter_that_wins_through_the_other_nodes_leaves_the_list() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_wins_only_the_list_node_stays_listed() {
+    let cluster = Cluster::start(3);
+    let resource = unique("split");
+    // Held by someone else on nodes 1 and 2 only: the waiter's attempts set the key on
+    // node 0, its waiting-list node, where the acquire script takes it off the list, and
+    // fail on the whole.
+    for node in &cluster.nodes[1..] {
+        let _: () = redis::cmd("SET")
+            .arg(&resource)
+            .arg("someone-else")
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    let redlock = slow_poller(&cluster.urls());
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    // The clean-up of the failed attempt puts it back: a release must be able to wake it.
+    eventually(Duration::from_secs(10), "waiter listed on node 0", || {
+        waiting_list(&cluster.nodes[0], &resource).len() == 1
+    })
+    .await;
+    assert!(!task.is_finished());
+    assert_eq!(waiting_lists(&cluster, &resource).len(), 1);
+    // And nothing of its failed attempt is left on node 0.
+    assert!(cluster.nodes[0].keys(&resource).is_empty());
+    task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
     let cluster = Cluster::start(3);
     let resource = unique("moved");
