@@ -955,6 +955,8 @@ async fn scenario2(cfg: Cfg) {
 struct SlowSetup<'a> {
     title: String,
     urls: &'a [String],
+    /// Five healthy nodes: the scenario-1 baseline, measured interleaved in the same run.
+    healthy: &'a [String],
     nodes: Arc<Vec<FloorNode>>,
 }
 
@@ -964,7 +966,8 @@ async fn scenario3(cfg: Cfg) {
         let cluster = Cluster::start(5);
         let upstream = SocketAddr::from(([127, 0, 0, 1], cluster.nodes[0].port()));
         let proxy = DelayProxy::start(upstream, SLOW_DELAY);
-        let mut urls = cluster.urls();
+        let healthy = cluster.urls();
+        let mut urls = healthy.clone();
         urls[0] = proxy.url();
         let nodes = floor_nodes(&urls).await;
         let setup = SlowSetup {
@@ -973,6 +976,7 @@ async fn scenario3(cfg: Cfg) {
                  reply by {SLOW_DELAY:?}"
             ),
             urls: &urls,
+            healthy: &healthy,
             nodes,
         };
         let thread = slow_table(cfg, setup).await;
@@ -983,10 +987,13 @@ async fn scenario3(cfg: Cfg) {
 
     // (b) node 0 is a black hole: accepts TCP connections, never answers.
     {
-        let cluster = Cluster::start(4);
+        // Five servers: nodes 1-4 with the black hole in place of node 0, and all five as
+        // the healthy baseline.
+        let cluster = Cluster::start(5);
         let hole = BlackHole::start();
-        let mut urls = vec![hole.url()];
-        urls.extend(cluster.urls());
+        let healthy = cluster.urls();
+        let mut urls = healthy.clone();
+        urls[0] = hole.url();
         let mut nodes = vec![FloorNode::Silent];
         for url in &urls[1..] {
             nodes.push(floor_conn(url).await);
@@ -996,6 +1003,7 @@ async fn scenario3(cfg: Cfg) {
                     answers)"
                 .to_string(),
             urls: &urls,
+            healthy: &healthy,
             nodes: Arc::new(nodes),
         };
         let thread = slow_table(cfg, setup).await;
@@ -1015,7 +1023,12 @@ async fn slow_table(cfg: Cfg, setup: SlowSetup<'_>) -> std::thread::JoinHandle<(
     let peer_warm = 1;
     let peer_iters = cfg.n(50).max(5);
     let peer_limit = cfg.d(Duration::from_secs(10)).max(Duration::from_secs(3));
-    let SlowSetup { title, urls, nodes } = setup;
+    let SlowSetup {
+        title,
+        urls,
+        healthy,
+        nodes,
+    } = setup;
 
     // The fast ones, interleaved.
     let majority = Contender::TwoRounds {
@@ -1023,9 +1036,14 @@ async fn slow_table(cfg: Cfg, setup: SlowSetup<'_>) -> std::thread::JoinHandle<(
         need: nodes.len() / 2 + 1,
     };
     let ql = Contender::Quorum(quorum(urls, defaults).await);
+    let base = Contender::Quorum(quorum(healthy, defaults).await);
     let none: Servers = Arc::new([]);
     let fast = interleaved(
-        &[Subject::Async(majority), Subject::Async(ql)],
+        &[
+            Subject::Async(majority),
+            Subject::Async(ql),
+            Subject::Async(base),
+        ],
         warm,
         iters,
         &none,
@@ -1063,6 +1081,10 @@ async fn slow_table(cfg: Cfg, setup: SlowSetup<'_>) -> std::thread::JoinHandle<(
         (QUORUM, fast.next().unwrap_or_default()),
         (RSLOCK, rs_run),
         (REDLOCK, rl_run),
+        (
+            "quorum-lock, 5 healthy nodes (scenario 1)",
+            fast.next().unwrap_or_default(),
+        ),
     ];
     let mut rows = Vec::new();
     for (name, run) in &named {
@@ -1090,6 +1112,11 @@ async fn slow_table(cfg: Cfg, setup: SlowSetup<'_>) -> std::thread::JoinHandle<(
     }
     t.ratio(0, rows[0], "p50/floor");
     t.ratio(0, rows[3], "p50/rslock");
+    t.ratio(0, rows[5], "p50/healthy");
+    t.note(
+        "\"5 healthy nodes\": quorum-lock on the same servers without the slow or silent one, \
+         interleaved with the rows above (the issue's target: p50 within 1.1x of it)",
+    );
     t.note(
         "floor (for ratios) = 2 parallel rounds that each return at the first majority of answers;",
     );
