@@ -164,10 +164,11 @@ impl RedlockBuilder {
         self
     }
 
-    /// Release notifications. When on (the default), releases publish on
-    /// `quorum-lock:released:<key>` and a waiting [`Redlock::lock`] retries as soon as it
-    /// hears of one, through one pub/sub connection per node that the client opens on its
-    /// first contended wait. Polling with backoff remains the fallback (expiry announces
+    /// Release notifications. When on (the default), a waiting [`Redlock::lock`] joins the
+    /// key's waiting list, and a release wakes the client at its head alone, through
+    /// pub/sub (`quorum-lock:wake:<client id>`, one connection per node, opened on the
+    /// client's first contended wait), and gives it the turn: the other waiters' polls
+    /// leave the lock to it. Polling with backoff remains the fallback (expiry announces
     /// nothing, messages can be lost). Off: releases announce nothing, waiters only poll.
     /// Clients sharing resources should agree on this setting.
     pub fn notifications(mut self, on: bool) -> Self {

@@ -349,11 +349,6 @@ impl LockRequest {
             }
         };
 
-        // This client just handed these keys to a waiting client: let it go first.
-        if let Some(until) = inner.queue.courtesy_until(&plan.keys) {
-            tokio::time::sleep_until(until.min(started + wait)).await;
-        }
-
         // Listen for releases if the subscriptions already run; otherwise they are started
         // on the first failed attempt (uncontended locks never pay for them).
         let mut listening = inner
@@ -361,6 +356,18 @@ impl LockRequest {
             .as_ref()
             .filter(|n| n.is_started())
             .map(|n| n.register(&plan.keys));
+
+        // This client just handed these keys to a waiting client: let it go first. While
+        // listening, the first attempt asks the waiting-list node, where the woken client
+        // has the turn, before it is sent; otherwise it waits for a head start.
+        let mut gate = false;
+        if let Some(until) = inner.queue.courtesy_until(&plan.keys) {
+            if listening.is_some() {
+                gate = true;
+            } else {
+                tokio::time::sleep_until(until.min(started + wait)).await;
+            }
+        }
         let mut attempts: u32 = 0;
         let mut retries: u32 = 0;
         // Whether the coming attempt follows a wake-up (a release chose us) or a quick
@@ -411,7 +418,17 @@ impl LockRequest {
                 moved |= listed.is_some_and(|before| before != node);
                 listed = Some(node);
             }
-            let err = match attempt(inner, &plan, enqueue).await {
+            // A waiter that was not woken asks the waiting-list node first, so it does not
+            // take the lock from under the client a release woke, nor split the votes.
+            let gated = std::mem::take(&mut gate) || (attempts > 1 && !at_front);
+            let result = match enqueue.filter(|_| gated) {
+                Some(e) => match gate_open(inner, &plan, e).await {
+                    Ok(()) => attempt(inner, &plan, enqueue).await,
+                    Err(refused) => Err(refused),
+                },
+                None => attempt(inner, &plan, enqueue).await,
+            };
+            let err = match result {
                 Ok(mut guard) => {
                     if let Some(registration) = &mut listening {
                         // The acquire script left the waiting list where it set the key.
@@ -705,6 +722,42 @@ async fn attempt_inner(
     span.record("outcome", tracing::field::display(&err));
     tracing::debug!(report = %err.report().map(ToString::to_string).unwrap_or_default(), "attempt failed");
     Err(err)
+}
+
+/// Asks the waiting-list node whether this waiter, which no release woke, may try now
+/// (see [`scripts::GATE`]). Refused (a release gave another client the turn), it returns [`Error::Contended`] with that node's answer only (the
+/// others show as not asked, [`NodeOutcome::Pending`]), and the client is in the waiting
+/// list. A node that fails to answer opens the gate: the attempt then decides.
+async fn gate_open(inner: &Inner, plan: &Plan, e: Enqueue<'_>) -> Result<()> {
+    let call = Call::script(&scripts::GATE, &plan.keys)
+        .arg(e.client)
+        .arg(if e.front { "1" } else { "0" })
+        .arg(plan.ttl_ms().saturating_mul(2));
+    let start = Instant::now();
+    let mut round = Round::broadcast(inner, call, [e.node]);
+    let collected = fanout::collect(
+        &inner.nodes,
+        &mut round,
+        |_, reply| match fanout::decode::<i64>(reply) {
+            Ok(1) => NodeOutcome::Acquired,
+            Ok(_) => NodeOutcome::HeldByOther,
+            Err(failed) => failed,
+        },
+        is_acquired,
+        Stop::AtEnd,
+    )
+    .await;
+    let refused = collected
+        .outcomes
+        .get(e.node)
+        .is_some_and(|(o, _)| *o == NodeOutcome::HeldByOther);
+    if !refused {
+        return Ok(());
+    }
+    metrics::attempt("contended", start.elapsed());
+    Err(Error::Contended {
+        report: collected.report(inner),
+    })
 }
 
 /// How a failed attempt's clean-up puts this client back in the waiting list: where the

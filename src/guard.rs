@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::Inner;
+use crate::client::{Inner, whole_ms};
 use crate::error::{Error, Result};
 use crate::extend::{self, AutoExtend};
 use crate::fanout::{self, Call, Round, Stop};
@@ -61,11 +61,15 @@ impl Holding {
         Round::broadcast(&self.inner, self.release_call(announce), which)
     }
 
+    /// The release script's call; when it announces, the client it wakes gets the turn
+    /// for two node timeouts (see [`scripts::GATE`]).
     fn release_call(&self, announce: bool) -> Call {
-        let announce = announce && self.inner.notifier.is_some();
-        Call::script(&scripts::RELEASE, &self.keys)
-            .arg(&*self.token)
-            .arg(if announce { "1" } else { "0" })
+        let call = Call::script(&scripts::RELEASE, &self.keys).arg(&*self.token);
+        if announce && self.inner.notifier.is_some() {
+            call.arg(whole_ms(self.inner.config.node_timeout * 2).max(1))
+        } else {
+            call.arg("0")
+        }
     }
 
     /// Turns a release reply `{deleted, woke}` into an outcome.

@@ -106,8 +106,8 @@ pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
-/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2] (optional): `'1'` to wake waiters.
-/// ARGV[3..5] (optional, for the clean-up of a failed attempt): our client id, `'1'` to
+/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2]: `'0'`, or to wake waiters, the
+/// lifetime in milliseconds of the turn it gives the woken client. ARGV[3..5] (optional, for the clean-up of a failed attempt): our client id, `'1'` to
 /// queue at the head of the waiting lists instead of their tail, and the lists' expiry in
 /// milliseconds.
 ///
@@ -116,7 +116,10 @@ pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
 /// client, else 0. With ARGV[2], for each deleted key it pops
 /// client ids from the key's waiting list until one of them is listening, and publishes
 /// `<token>:<key>` on that client's channel `quorum-lock:wake:<id>`: one client is woken
-/// per release and node, in arrival order; ids of clients that went away are skipped.
+/// per release and node, in arrival order; ids of clients that went away are skipped. It
+/// also records the woken id as the key's turn `quorum-lock:turn:<key>` for ARGV[2] ms,
+/// which [`GATE`] makes other waiters respect, through the woken client's hold until the
+/// next release passes the turn on (or, waking nobody, deletes it).
 /// With ARGV[3], it puts the client back in each key's waiting list (once), where the
 /// acquire script took it off when it set the key: the attempt failed on the whole, and
 /// the client still waits. A key of another type makes `GET` fail with `WRONGTYPE`, which
@@ -127,14 +130,16 @@ local woke = 0
 for i = 1, #KEYS do
     if redis.call('GET', KEYS[i]) == ARGV[1] then
         n = n + redis.call('DEL', KEYS[i])
-        if ARGV[2] == '1' then
+        if ARGV[2] ~= '0' then
             local list = 'quorum-lock:waiters:' .. KEYS[i]
             while true do
                 local id = redis.call('LPOP', list)
                 if not id then
+                    redis.call('DEL', 'quorum-lock:turn:' .. KEYS[i])
                     break
                 end
                 if redis.call('PUBLISH', 'quorum-lock:wake:' .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
+                    redis.call('SET', 'quorum-lock:turn:' .. KEYS[i], id, 'PX', ARGV[2])
                     woke = 1
                     break
                 end
@@ -170,6 +175,43 @@ end
 return n
 ";
 pub(crate) static LEAVE: Lua = Lua::new(LEAVE_SRC);
+
+/// Asks the waiting-list node whether an attempt may go ahead, before sending it: sent by
+/// a waiter that was not woken (a poll, or a new `lock()` right after this client's own
+/// release woke another client), so it does not take the lock from under the client whose
+/// turn it is, nor split the votes with it.
+///
+/// KEYS: the lock keys. ARGV[1]: our client id. ARGV[2]: `'1'` to queue at the head
+/// instead of the tail. ARGV[3]: the lists' expiry in milliseconds. Returns 1 unless a
+/// turn `quorum-lock:turn:<key>` names another client; otherwise queues the client (once)
+/// in each key's waiting list and returns 0. The turn lasts while releases hand the lock
+/// from one waiter to the next, and at most two node timeouts after the last of them. A
+/// key that exists here does not close the gate on its own: the other nodes may still
+/// grant a majority (this node may hold a foreign key, or a copy that a majority lost).
+const GATE_SRC: &str = r"
+local open = 1
+for i = 1, #KEYS do
+    local turn = redis.call('GET', 'quorum-lock:turn:' .. KEYS[i])
+    if turn and turn ~= ARGV[1] then
+        open = 0
+    end
+end
+if open == 0 then
+    for i = 1, #KEYS do
+        local list = 'quorum-lock:waiters:' .. KEYS[i]
+        if not redis.call('LPOS', list, ARGV[1]) then
+            if ARGV[2] == '1' then
+                redis.call('LPUSH', list, ARGV[1])
+            else
+                redis.call('RPUSH', list, ARGV[1])
+            end
+        end
+        redis.call('PEXPIRE', list, ARGV[3])
+    end
+end
+return open
+";
+pub(crate) static GATE: Lua = Lua::new(GATE_SRC);
 
 /// Commits a fencing token next to a lock we hold.
 ///
@@ -244,8 +286,9 @@ return 1
 pub(crate) static EXTEND: Lua = Lua::new(EXTEND_SRC);
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 7] = [
+pub(crate) const SOURCES: [&str; 8] = [
     ACQUIRE_SRC,
+    GATE_SRC,
     RELEASE_SRC,
     EXTEND_SRC,
     LEAVE_SRC,

@@ -474,6 +474,161 @@ async fn a_waiter_that_wins_only_the_list_node_stays_listed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_waiter_respects_the_turn_of_the_woken_client() {
+    let cluster = Cluster::start(3);
+    let resource = unique("turn");
+    foreign_lock(&cluster, &resource);
+    let redlock = polling(
+        &cluster.urls(),
+        Duration::from_millis(10),
+        Duration::from_millis(20),
+    );
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    queued(&cluster, &resource, 1, "waiter queued").await;
+    let (wake_node, _) = waiting_lists(&cluster, &resource)[0].clone();
+    // A release gave another client the turn (as the release script records it), and the
+    // lock is free everywhere: the waiter's polls must leave it to that client.
+    let turn = format!("quorum-lock:turn:{resource}");
+    let _: () = redis::cmd("SET")
+        .arg(&turn)
+        .arg("another-client")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut cluster.nodes[wake_node].conn())
+        .unwrap();
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("DEL")
+            .arg(&resource)
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    let asked = evalsha_calls(&cluster.nodes[wake_node]);
+    eventually(Duration::from_secs(10), "five more polls", || {
+        evalsha_calls(&cluster.nodes[wake_node]) >= asked + 5
+    })
+    .await;
+    assert!(
+        !task.is_finished(),
+        "the waiter took the lock during another's turn"
+    );
+    for node in &cluster.nodes {
+        assert!(node.keys(&resource).is_empty());
+    }
+    assert_eq!(waiting_lists(&cluster, &resource).len(), 1, "still queued");
+    // The turn ends (the woken client took the lock or its turn expired): the next poll wins.
+    let _: () = redis::cmd("DEL")
+        .arg(&turn)
+        .query(&mut cluster.nodes[wake_node].conn())
+        .unwrap();
+    let guard = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("acquired")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_passes_the_turn_on_or_ends_it() {
+    let cluster = Cluster::start(3);
+    let resource = unique("turn-pass");
+    let turn = format!("quorum-lock:turn:{resource}");
+    let turn_on = |node: &RedisServer| -> Option<String> {
+        redis::cmd("GET")
+            .arg(&turn)
+            .query(&mut node.conn())
+            .unwrap()
+    };
+    // The turn a release gives lasts two of the releasing client's node timeouts: long
+    // enough here to be read after the woken client acquired.
+    let holder = Redlock::builder()
+        .restart_quarantine(false)
+        .nodes(cluster.urls())
+        .node_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let guard = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    // A waiter queues (its client subscribes on every node, so node 0 keeps the list).
+    let waiter = slow_poller(&cluster.urls());
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            waiter
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    queued(&cluster, &resource, 1, "waiter queued").await;
+    let (wake_node, ids) = waiting_lists(&cluster, &resource)[0].clone();
+    // The release wakes it and gives it the turn, which lasts through its hold.
+    guard.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
+    assert_eq!(turn_on(&cluster.nodes[wake_node]), Some(ids[0].clone()));
+    // Its release wakes nobody: the turn ends with it.
+    second.release().await.unwrap();
+    eventually(Duration::from_secs(5), "turn ended", || {
+        turn_on(&cluster.nodes[wake_node]).is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_left_on_the_list_node_does_not_keep_polls_out() {
+    let cluster = Cluster::start(3);
+    let resource = unique("gate-open");
+    foreign_lock(&cluster, &resource);
+    let redlock = polling(
+        &cluster.urls(),
+        Duration::from_millis(10),
+        Duration::from_millis(20),
+    );
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    queued(&cluster, &resource, 1, "waiter queued").await;
+    let (wake_node, _) = waiting_lists(&cluster, &resource)[0].clone();
+    // The other nodes free the key, nobody announces it, and the waiting-list node keeps
+    // its copy for a minute: the waiter's polls must still win the majority.
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if i != wake_node {
+            let _: () = redis::cmd("DEL")
+                .arg(&resource)
+                .query(&mut node.conn())
+                .unwrap();
+        }
+    }
+    let guard = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("acquired through the other nodes")
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard.report().count(&quorum_lock::NodeOutcome::Acquired), 2);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
     let cluster = Cluster::start(3);
     let resource = unique("moved");
