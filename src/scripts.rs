@@ -40,6 +40,27 @@ impl Lua {
     }
 }
 
+/// Lua source of `enqueue(key, id, front, expire_ms)`, shared by the scripts that keep
+/// waiting lists: puts client `id` in the waiting list of `key` unless it is there already,
+/// at the head when `front` is `'1'`, else at the tail, and sets the list's expiry.
+macro_rules! lua_enqueue {
+    () => {
+        r"
+local function enqueue(key, id, front, expire_ms)
+    local list = 'quorum-lock:waiters:' .. key
+    if not redis.call('LPOS', list, id) then
+        if front == '1' then
+            redis.call('LPUSH', list, id)
+        else
+            redis.call('RPUSH', list, id)
+        end
+    end
+    redis.call('PEXPIRE', list, expire_ms)
+end
+"
+    };
+}
+
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
 /// bookkeeping of release notifications and the fencing counter read.
 ///
@@ -58,17 +79,11 @@ impl Lua {
 /// client; a successful one removes it again unless other tasks of the client still wait
 /// (ARGV[4]), in which case it stays queued. Lists expire after twice the TTL unless renewed
 /// by a later attempt. Counters never expire.
-const ACQUIRE_SRC: &str = r"
-local function enqueue(key)
-    local list = 'quorum-lock:waiters:' .. key
-    if not redis.call('LPOS', list, ARGV[3]) then
-        if ARGV[6] == '1' then
-            redis.call('LPUSH', list, ARGV[3])
-        else
-            redis.call('RPUSH', list, ARGV[3])
-        end
-    end
-    redis.call('PEXPIRE', list, 2 * tonumber(ARGV[2]))
+const ACQUIRE_SRC: &str = concat!(
+    lua_enqueue!(),
+    r"
+local function queue(key)
+    enqueue(key, ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
 end
 local fence = false
 if ARGV[5] == '1' then
@@ -84,7 +99,7 @@ for i = 1, #KEYS do
     if redis.call('EXISTS', KEYS[i]) == 1 then
         if ARGV[3] ~= '' then
             for j = 1, #KEYS do
-                enqueue(KEYS[j])
+                queue(KEYS[j])
             end
         end
         return {0, fence}
@@ -94,14 +109,15 @@ for i = 1, #KEYS do
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
     if ARGV[3] ~= '' then
         if ARGV[4] == '1' then
-            enqueue(KEYS[i])
+            queue(KEYS[i])
         else
             redis.call('LREM', 'quorum-lock:waiters:' .. KEYS[i], 0, ARGV[3])
         end
     end
 end
 return {1, fence}
-";
+"
+);
 pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
 
 /// Compare-and-delete, optionally waking the next waiting client.
@@ -124,7 +140,9 @@ pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
 /// acquire script took it off when it set the key: the attempt failed on the whole, and
 /// the client still waits. A key of another type makes `GET` fail with `WRONGTYPE`, which
 /// the caller reports as a foreign key.
-const RELEASE_SRC: &str = r"
+const RELEASE_SRC: &str = concat!(
+    lua_enqueue!(),
+    r"
 local n = 0
 local woke = 0
 for i = 1, #KEYS do
@@ -149,19 +167,12 @@ for i = 1, #KEYS do
 end
 if ARGV[3] then
     for i = 1, #KEYS do
-        local list = 'quorum-lock:waiters:' .. KEYS[i]
-        if not redis.call('LPOS', list, ARGV[3]) then
-            if ARGV[4] == '1' then
-                redis.call('LPUSH', list, ARGV[3])
-            else
-                redis.call('RPUSH', list, ARGV[3])
-            end
-        end
-        redis.call('PEXPIRE', list, ARGV[5])
+        enqueue(KEYS[i], ARGV[3], ARGV[4], ARGV[5])
     end
 end
 return {n, woke}
-";
+"
+);
 pub(crate) static RELEASE: Lua = Lua::new(RELEASE_SRC);
 
 /// Leaves the waiting lists of keys (a waiter that gave up).
@@ -188,7 +199,9 @@ pub(crate) static LEAVE: Lua = Lua::new(LEAVE_SRC);
 /// from one waiter to the next, and at most two node timeouts after the last of them. A
 /// key that exists here does not close the gate on its own: the other nodes may still
 /// grant a majority (this node may hold a foreign key, or a copy that a majority lost).
-const GATE_SRC: &str = r"
+const GATE_SRC: &str = concat!(
+    lua_enqueue!(),
+    r"
 local open = 1
 for i = 1, #KEYS do
     local turn = redis.call('GET', 'quorum-lock:turn:' .. KEYS[i])
@@ -198,19 +211,12 @@ for i = 1, #KEYS do
 end
 if open == 0 then
     for i = 1, #KEYS do
-        local list = 'quorum-lock:waiters:' .. KEYS[i]
-        if not redis.call('LPOS', list, ARGV[1]) then
-            if ARGV[2] == '1' then
-                redis.call('LPUSH', list, ARGV[1])
-            else
-                redis.call('RPUSH', list, ARGV[1])
-            end
-        end
-        redis.call('PEXPIRE', list, ARGV[3])
+        enqueue(KEYS[i], ARGV[1], ARGV[2], ARGV[3])
     end
 end
 return open
-";
+"
+);
 pub(crate) static GATE: Lua = Lua::new(GATE_SRC);
 
 /// Commits a fencing token next to a lock we hold.

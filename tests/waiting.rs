@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Cluster, RedisServer, eventually, unique};
-use quorum_lock::{AutoExtend, Error, LostReason, Redlock};
+use quorum_lock::{AutoExtend, Error, LockGuard, LostReason, Redlock};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);
@@ -330,6 +331,64 @@ fn waiting_list(node: &RedisServer, resource: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// A task that waits up to a minute for `resource` (TTL 30 s) through `redlock`.
+fn waiter(redlock: Redlock, resource: &str) -> JoinHandle<quorum_lock::Result<LockGuard>> {
+    let resource = resource.to_owned();
+    tokio::spawn(async move {
+        redlock
+            .lock(&resource, Duration::from_secs(30))
+            .wait(Duration::from_secs(60))
+            .await
+    })
+}
+
+/// The guard a [`waiter`] task acquired (within 30 s), or a panic saying `what` failed.
+async fn acquired(task: JoinHandle<quorum_lock::Result<LockGuard>>, what: &str) -> LockGuard {
+    match tokio::time::timeout(Duration::from_secs(30), task).await {
+        Ok(Ok(Ok(guard))) => guard,
+        Ok(Ok(Err(e))) => panic!("{what}: {e}"),
+        Ok(Err(e)) => panic!("{what}: task failed: {e}"),
+        Err(_) => panic!("{what}: not within 30 s"),
+    }
+}
+
+/// Deletes `resource` on every node but `keep`, announcing nothing.
+fn free_all_but(cluster: &Cluster, resource: &str, keep: usize) {
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        if i != keep {
+            let _: () = redis::cmd("DEL")
+                .arg(resource)
+                .query(&mut node.conn())
+                .unwrap();
+        }
+    }
+}
+
+/// A waiter that polls every 10-20 ms, queued behind a foreign lock on every node: its
+/// task and the node whose waiting list holds it.
+async fn queued_poller(
+    cluster: &Cluster,
+    resource: &str,
+) -> (JoinHandle<quorum_lock::Result<LockGuard>>, usize) {
+    foreign_lock(cluster, resource);
+    let redlock = polling(
+        &cluster.urls(),
+        Duration::from_millis(10),
+        Duration::from_millis(20),
+    );
+    let task = waiter(redlock, resource);
+    queued(cluster, resource, 1, "waiter queued").await;
+    (task, waiting_lists(cluster, resource)[0].0)
+}
+
+/// Waits until no node keeps a waiting list for `resource`.
+async fn lists_emptied(cluster: &Cluster, resource: &str, what: &str) {
+    eventually(Duration::from_secs(5), what, || {
+        waiting_lists(cluster, resource).is_empty()
+    })
+    .await;
+}
+
 /// Waits until the one waiting list of `resource` holds `n` ids.
 async fn queued(cluster: &Cluster, resource: &str, n: usize, what: &str) {
     eventually(Duration::from_secs(10), what, || {
@@ -347,17 +406,9 @@ async fn a_woken_waiter_that_is_overtaken_keeps_its_place() {
     // A foreign holder on every node, for the whole test.
     foreign_lock(&cluster, &resource);
     // Two waiters that poll only every 10 s: A queues first, then B.
-    let waiter = |urls: Vec<String>, resource: String| {
-        tokio::spawn(async move {
-            slow_poller(&urls)
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .await
-        })
-    };
-    let a = waiter(cluster.urls(), resource.clone());
+    let a = waiter(slow_poller(&cluster.urls()), &resource);
     queued(&cluster, &resource, 1, "A queued").await;
-    let b = waiter(cluster.urls(), resource.clone());
+    let b = waiter(slow_poller(&cluster.urls()), &resource);
     queued(&cluster, &resource, 2, "B queued behind A").await;
     let lists = waiting_lists(&cluster, &resource);
     assert_eq!(lists.len(), 1, "one waiting list: {lists:?}");
@@ -393,15 +444,7 @@ async fn a_waiter_that_wins_through_the_other_nodes_leaves_the_list() {
     let resource = unique("stale");
     foreign_lock(&cluster, &resource);
     let redlock = slow_poller(&cluster.urls());
-    let task = {
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .await
-        })
-    };
+    let task = waiter(redlock, &resource);
     eventually(Duration::from_secs(10), "waiter queued", || {
         waiting_lists(&cluster, &resource).len() == 1
     })
@@ -409,29 +452,15 @@ async fn a_waiter_that_wins_through_the_other_nodes_leaves_the_list() {
     let (wake_node, ids) = waiting_lists(&cluster, &resource)[0].clone();
     // The foreign lock goes away everywhere but on the waiting-list node, and the waiter
     // is told: it wins on the other two nodes, while the list node lists it again.
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        if i != wake_node {
-            let _: () = redis::cmd("DEL")
-                .arg(&resource)
-                .query(&mut node.conn())
-                .unwrap();
-        }
-    }
+    free_all_but(&cluster, &resource, wake_node);
     let _: i64 = redis::cmd("PUBLISH")
         .arg(format!("quorum-lock:wake:{}", ids[0]))
         .arg(format!("some-token:{resource}"))
         .query(&mut cluster.nodes[wake_node].conn())
         .unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("woken")
-        .unwrap()
-        .unwrap();
+    let guard = acquired(task, "woken").await;
     // It holds the lock and no longer waits: its entry must not swallow the next wake-up.
-    eventually(Duration::from_secs(5), "entry removed", || {
-        waiting_lists(&cluster, &resource).is_empty()
-    })
-    .await;
+    lists_emptied(&cluster, &resource, "entry removed").await;
     guard.release().await.unwrap();
 }
 
@@ -452,15 +481,7 @@ async fn a_waiter_that_wins_only_the_list_node_stays_listed() {
             .unwrap();
     }
     let redlock = slow_poller(&cluster.urls());
-    let task = {
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .await
-        })
-    };
+    let task = waiter(redlock, &resource);
     // The clean-up of the failed attempt puts it back: a release must be able to wake it.
     eventually(Duration::from_secs(10), "waiter listed on node 0", || {
         waiting_list(&cluster.nodes[0], &resource).len() == 1
@@ -477,23 +498,7 @@ async fn a_waiter_that_wins_only_the_list_node_stays_listed() {
 async fn a_polling_waiter_respects_the_turn_of_the_woken_client() {
     let cluster = Cluster::start(3);
     let resource = unique("turn");
-    foreign_lock(&cluster, &resource);
-    let redlock = polling(
-        &cluster.urls(),
-        Duration::from_millis(10),
-        Duration::from_millis(20),
-    );
-    let task = {
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .await
-        })
-    };
-    queued(&cluster, &resource, 1, "waiter queued").await;
-    let (wake_node, _) = waiting_lists(&cluster, &resource)[0].clone();
+    let (task, wake_node) = queued_poller(&cluster, &resource).await;
     // A release gave another client the turn (as the release script records it), and the
     // lock is free everywhere: the waiter's polls must leave it to that client.
     let turn = format!("quorum-lock:turn:{resource}");
@@ -528,11 +533,7 @@ async fn a_polling_waiter_respects_the_turn_of_the_woken_client() {
         .arg(&turn)
         .query(&mut cluster.nodes[wake_node].conn())
         .unwrap();
-    let guard = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("acquired")
-        .unwrap()
-        .unwrap();
+    let guard = acquired(task, "acquired").await;
     guard.release().await.unwrap();
 }
 
@@ -560,25 +561,12 @@ async fn a_release_passes_the_turn_on_or_ends_it() {
         .await
         .unwrap();
     // A waiter queues (its client subscribes on every node, so node 0 keeps the list).
-    let waiter = slow_poller(&cluster.urls());
-    let task = {
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            waiter
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .await
-        })
-    };
+    let task = waiter(slow_poller(&cluster.urls()), &resource);
     queued(&cluster, &resource, 1, "waiter queued").await;
     let (wake_node, ids) = waiting_lists(&cluster, &resource)[0].clone();
     // The release wakes it and gives it the turn, which lasts through its hold.
     guard.release().await.unwrap();
-    let second = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("woken")
-        .unwrap()
-        .unwrap();
+    let second = acquired(task, "woken").await;
     assert_eq!(turn_on(&cluster.nodes[wake_node]), Some(ids[0].clone()));
     // Its release wakes nobody: the turn ends with it.
     second.release().await.unwrap();
@@ -592,38 +580,11 @@ async fn a_release_passes_the_turn_on_or_ends_it() {
 async fn a_key_left_on_the_list_node_does_not_keep_polls_out() {
     let cluster = Cluster::start(3);
     let resource = unique("gate-open");
-    foreign_lock(&cluster, &resource);
-    let redlock = polling(
-        &cluster.urls(),
-        Duration::from_millis(10),
-        Duration::from_millis(20),
-    );
-    let task = {
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .await
-        })
-    };
-    queued(&cluster, &resource, 1, "waiter queued").await;
-    let (wake_node, _) = waiting_lists(&cluster, &resource)[0].clone();
+    let (task, wake_node) = queued_poller(&cluster, &resource).await;
     // The other nodes free the key, nobody announces it, and the waiting-list node keeps
     // its copy for a minute: the waiter's polls must still win the majority.
-    for (i, node) in cluster.nodes.iter().enumerate() {
-        if i != wake_node {
-            let _: () = redis::cmd("DEL")
-                .arg(&resource)
-                .query(&mut node.conn())
-                .unwrap();
-        }
-    }
-    let guard = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("acquired through the other nodes")
-        .unwrap()
-        .unwrap();
+    free_all_but(&cluster, &resource, wake_node);
+    let guard = acquired(task, "acquired through the other nodes").await;
     assert_eq!(guard.report().count(&quorum_lock::NodeOutcome::Acquired), 2);
     guard.release().await.unwrap();
 }
@@ -641,15 +602,7 @@ async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
         Duration::from_millis(20),
         Duration::from_millis(50),
     );
-    let task = {
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(60))
-                .await
-        })
-    };
+    let task = waiter(redlock, &resource);
     eventually(Duration::from_secs(10), "waiter queued on node 1", || {
         waiting_list(&cluster.nodes[1], &resource).len() == 1
     })
@@ -679,16 +632,9 @@ async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
             .query(&mut node.conn())
             .unwrap();
     }
-    let guard = tokio::time::timeout(Duration::from_secs(30), task)
-        .await
-        .expect("acquired")
-        .unwrap()
-        .unwrap();
+    let guard = acquired(task, "acquired").await;
     // Node 1 still listed it: that entry must go too, or a release there wakes nobody.
-    eventually(Duration::from_secs(5), "every entry removed", || {
-        waiting_lists(&cluster, &resource).is_empty()
-    })
-    .await;
+    lists_emptied(&cluster, &resource, "every entry removed").await;
     guard.release().await.unwrap();
 }
 
