@@ -32,8 +32,8 @@ pub(crate) struct Inner {
     pub(crate) queue: Arc<LocalQueue>,
     /// Present when release notifications are on.
     pub(crate) notifier: Option<Arc<Notifier>>,
-    /// Waits for requests that rounds left behind.
-    pub(crate) background: Background,
+    /// Waits for requests that rounds left behind (shared with the notifier).
+    pub(crate) background: Arc<Background>,
     /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
     /// that long plus its drift allowance.
     max_ttl_ms: std::sync::atomic::AtomicU64,
@@ -42,15 +42,17 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
         let quorum = quorum::quorum(nodes.len());
+        let background = Arc::new(Background::new(nodes.clone()));
         let notifier = config.notifications.then(|| {
             Arc::new(Notifier::new(
                 nodes.clone(),
+                Arc::clone(&background),
                 connect_timeout,
                 config.node_timeout,
             ))
         });
         Inner {
-            background: Background::new(nodes.clone()),
+            background,
             nodes,
             config,
             quorum,
@@ -554,6 +556,11 @@ impl Plan {
     fn ttl_ms(&self) -> u64 {
         whole_ms(self.ttl)
     }
+
+    /// The expiry of the keys' waiting lists: twice the TTL, as the acquire script sets it.
+    fn list_ttl_ms(&self) -> u64 {
+        self.ttl_ms().saturating_mul(2)
+    }
 }
 
 /// Whole milliseconds of `d`, saturating.
@@ -731,8 +738,8 @@ async fn attempt_inner(
 async fn gate_open(inner: &Inner, plan: &Plan, e: Enqueue<'_>) -> Result<()> {
     let call = Call::script(&scripts::GATE, &plan.keys)
         .arg(e.client)
-        .arg(if e.front { "1" } else { "0" })
-        .arg(plan.ttl_ms().saturating_mul(2));
+        .arg(scripts::flag(e.front))
+        .arg(plan.list_ttl_ms());
     let start = Instant::now();
     let mut round = Round::broadcast(inner, call, [e.node]);
     let collected = fanout::collect(
@@ -768,7 +775,7 @@ fn requeue<'a>(plan: &Plan, enqueue: Option<Enqueue<'a>>) -> Option<Requeue<'a>>
         node: e.node,
         client: e.client,
         front: e.front,
-        list_ttl_ms: plan.ttl_ms().saturating_mul(2),
+        list_ttl_ms: plan.list_ttl_ms(),
     })
 }
 
@@ -870,26 +877,16 @@ fn acquire_round(inner: &Inner, plan: &Plan, token: &str, enqueue: Option<Enqueu
             Call::new(cmd)
         }
         (keys, enqueue, fencing) => {
-            let flag = |on: bool| if on { "1" } else { "0" };
             let enqueue = enqueue.unwrap_or_default();
             Call::script(&scripts::ACQUIRE, keys)
                 .arg(token)
                 .arg(ttl_ms)
                 .arg(enqueue.client)
-                .arg(flag(enqueue.stay))
-                .arg(flag(fencing))
-                .arg(flag(enqueue.front))
+                .arg(scripts::flag(enqueue.stay))
+                .arg(scripts::flag(fencing))
+                .arg(scripts::flag(enqueue.front))
         }
     };
-    let common = Arc::new(call(None));
-    let special = enqueue.map(|e| (e.node, Arc::new(call(enqueue))));
-    let pending = inner
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| match &special {
-            Some((wake, special)) if *wake == i => fanout::send(i, node, special),
-            _ => fanout::send(i, node, &common),
-        });
-    Round::new(pending, inner.config.node_timeout)
+    let special = enqueue.map(|e| (e.node, call(enqueue)));
+    Round::broadcast_with(inner, call(None), 0..inner.nodes.len(), special)
 }

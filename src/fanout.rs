@@ -211,10 +211,26 @@ impl Round {
         call: Call,
         which: impl IntoIterator<Item = usize>,
     ) -> Self {
+        Round::broadcast_with(inner, call, which, None)
+    }
+
+    /// [`Round::broadcast`], except that one node, if among `which`, gets a call of its own
+    /// (the node that keeps this client's waiting list).
+    pub(crate) fn broadcast_with(
+        inner: &Inner,
+        call: Call,
+        which: impl IntoIterator<Item = usize>,
+        special: Option<(usize, Call)>,
+    ) -> Self {
         let call = Arc::new(call);
-        let pending = which
-            .into_iter()
-            .filter_map(|i| inner.nodes.get(i).map(|node| send(i, node, &call)));
+        let special = special.map(|(node, call)| (node, Arc::new(call)));
+        let pending = which.into_iter().filter_map(|i| {
+            let call = match &special {
+                Some((node, special)) if *node == i => special,
+                _ => &call,
+            };
+            inner.nodes.get(i).map(|node| send(i, node, call))
+        });
         Round::new(pending, inner.config.node_timeout)
     }
 
@@ -225,9 +241,7 @@ impl Round {
 
     /// Lets requests not yet answered finish in the background (see [`Background`]).
     pub(crate) fn finish_in_background(self, inner: &Inner) {
-        if !self.is_empty() {
-            inner.background.absorb(self);
-        }
+        inner.background.absorb(self);
     }
 }
 
@@ -398,7 +412,11 @@ impl Background {
         }
     }
 
-    fn absorb(&self, round: Round) {
+    /// Takes over what is still in flight in `round`.
+    pub(crate) fn absorb(&self, round: Round) {
+        if round.is_empty() {
+            return;
+        }
         let mut sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
         let round = match sender.as_ref() {
             Some(tx) => match tx.send(round) {

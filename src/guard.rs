@@ -77,7 +77,8 @@ impl Holding {
         match fanout::decode::<(i64, i64)>(reply) {
             Ok((deleted, woke)) => {
                 if woke == 1 {
-                    // Another client was woken to take over: give it a head start.
+                    // Another client was woken to take over: let it go first (see
+                    // `LocalQueue::handed_off`).
                     self.inner
                         .queue
                         .handed_off(&self.keys, self.inner.config.node_timeout);
@@ -102,24 +103,16 @@ impl Holding {
         which: impl IntoIterator<Item = usize>,
         requeue: Option<Requeue<'_>>,
     ) {
-        let mut round = match requeue {
-            None => self.release_round(which, false),
-            Some(r) => {
-                let common = Arc::new(self.release_call(false));
-                let special = Arc::new(
-                    self.release_call(false)
-                        .arg(r.client)
-                        .arg(if r.front { "1" } else { "0" })
-                        .arg(r.list_ttl_ms),
-                );
-                let nodes = &self.inner.nodes;
-                let pending = which.into_iter().filter_map(|i| {
-                    let call = if i == r.node { &special } else { &common };
-                    nodes.get(i).map(|node| fanout::send(i, node, call))
-                });
-                Round::new(pending, self.inner.config.node_timeout)
-            }
-        };
+        let special = requeue.map(|r| {
+            let call = self
+                .release_call(false)
+                .arg(r.client)
+                .arg(scripts::flag(r.front))
+                .arg(r.list_ttl_ms);
+            (r.node, call)
+        });
+        let mut round =
+            Round::broadcast_with(&self.inner, self.release_call(false), which, special);
         let this = &*self;
         fanout::collect(
             &self.inner.nodes,
@@ -403,7 +396,7 @@ impl LockGuard {
         drop(self.holding.local.take());
         // With wake-ups on, hear the node that keeps the waiting lists even when it is not
         // among the first answers: its reply says whether another client was woken, and
-        // only then does this client give it a head start on its next `lock()`.
+        // only then does this client let it go first on its next `lock()`.
         let stop = match inner.notifier.as_ref().and_then(|n| n.wake_node()) {
             Some(wake) => Stop::WhenCertainAndHeard(wake),
             None => Stop::WhenCertain,

@@ -20,9 +20,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
-use crate::fanout::{self, Call, Round, Stop};
+use crate::fanout::{self, Background, Call, Round};
 use crate::node::Node;
-use crate::report::NodeOutcome;
 use crate::scripts;
 
 /// Channel name prefix; the client id follows.
@@ -37,6 +36,8 @@ struct Interest {
 #[derive(Debug)]
 pub(crate) struct Notifier {
     nodes: Vec<Arc<Node>>,
+    /// The client's collector, which waits for the `LEAVE` rounds.
+    background: Arc<Background>,
     /// This client's id in waiting lists.
     id: String,
     channel: String,
@@ -107,6 +108,7 @@ impl Drop for Registration {
 impl Notifier {
     pub(crate) fn new(
         nodes: Vec<Arc<Node>>,
+        background: Arc<Background>,
         connect_timeout: Duration,
         node_timeout: Duration,
     ) -> Self {
@@ -116,6 +118,7 @@ impl Notifier {
         Notifier {
             subscribed: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
             nodes,
+            background,
             channel: format!("{CHANNEL_PREFIX}{id}"),
             id,
             node_timeout,
@@ -165,27 +168,14 @@ impl Notifier {
         if keys.iter().any(|k| self.lock().contains_key(k)) {
             return;
         }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         let call = Arc::new(Call::script(&scripts::LEAVE, &keys).arg(&self.id));
         let pending = self
             .nodes
             .iter()
             .enumerate()
             .map(|(i, node)| fanout::send(i, node, &call));
-        let mut round = Round::new(pending, self.node_timeout);
-        let nodes = self.nodes.clone();
-        handle.spawn(async move {
-            fanout::collect(
-                &nodes,
-                &mut round,
-                |_, _| NodeOutcome::Released,
-                |_| false,
-                Stop::AtEnd,
-            )
-            .await;
-        });
+        self.background
+            .absorb(Round::new(pending, self.node_timeout));
     }
 
     /// The node whose waiting lists this client joins: the first in configuration order
@@ -313,6 +303,7 @@ mod tests {
     async fn one_wake_per_release_and_clean_up() {
         let notifier = Arc::new(Notifier::new(
             Vec::new(),
+            Arc::new(Background::new(Vec::new())),
             Duration::from_millis(10),
             Duration::from_millis(10),
         ));

@@ -79,8 +79,10 @@ impl LocalQueue {
 
     /// Records that a release of `keys` woke another client: for a short while (a tenth of
     /// the node timeout, at most 10 ms, enough for its wake-up and attempt) new `lock()`
-    /// calls of this client on these keys let it go first, so a releasing task that
-    /// immediately locks again does not keep winning against clients that waited.
+    /// calls of this client on these keys let it go first (asking the waiting-list node for
+    /// the turn when the client listens for releases, else waiting that while), so a
+    /// releasing task that immediately locks again does not keep winning against clients
+    /// that waited.
     pub(crate) fn handed_off(&self, keys: &[String], node_timeout: Duration) {
         let until = Instant::now() + (node_timeout / 10).min(Duration::from_millis(10));
         let mut courtesy = self.courtesy.lock().unwrap_or_else(|p| p.into_inner());

@@ -40,6 +40,11 @@ impl Lua {
     }
 }
 
+/// A boolean script argument, as the scripts compare it: `'1'` or `'0'`.
+pub(crate) fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
+
 /// Lua source of `enqueue(key, id, front, expire_ms)`, shared by the scripts that keep
 /// waiting lists: puts client `id` in the waiting list of `key` unless it is there already,
 /// at the head when `front` is `'1'`, else at the tail, and sets the list's expiry.
