@@ -169,7 +169,9 @@ impl RedlockBuilder {
     /// pub/sub (`quorum-lock:wake:<client id>`, one connection per node, opened on the
     /// client's first contended wait), and gives it the turn: the other waiters' polls
     /// leave the lock to it. Polling with backoff remains the fallback (expiry announces
-    /// nothing, messages can be lost). Off: releases announce nothing, waiters only poll.
+    /// nothing, messages can be lost); a waiter known to be in the list polls from four
+    /// times the [retry delay](Self::retry_delay) on. Off: releases announce nothing,
+    /// waiters only poll.
     /// Clients sharing resources should agree on this setting.
     pub fn notifications(mut self, on: bool) -> Self {
         self.notifications = on;

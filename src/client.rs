@@ -280,6 +280,12 @@ fn is_reachable(o: &NodeOutcome) -> bool {
 const QUICK_RETRIES: u32 = 2;
 const QUICK_RETRY_DELAY: Duration = Duration::from_millis(1);
 
+/// How many doublings later a waiter's polls start while it is known to be in a waiting
+/// list and listens: a release then wakes it, and its polls only cover silent releases
+/// (expiry, a client with notifications off, a lost message). Every poll of a queued
+/// waiter costs a gate round trip that a hand-off in progress refuses.
+const LISTED_POLL_SHIFT: u32 = 2;
+
 /// A pending [`Redlock::lock`] or [`Redlock::lock_many`] call; `.await` it.
 #[derive(Debug)]
 #[must_use = "a lock request does nothing until awaited"]
@@ -377,11 +383,6 @@ impl LockRequest {
         let mut front = false;
         // Quick retries left since the last wake-up.
         let mut quick: u32 = 0;
-        // The node whose waiting list our attempts use, and whether it changed between
-        // attempts (a subscription came up or went down): the lists of earlier nodes may
-        // still hold us, and only leaving every list clears them.
-        let mut listed: Option<usize> = None;
-        let mut moved = false;
         loop {
             // A guard of this client holds the lock: an attempt would fail. Wait for its
             // release to complete, or one poll interval in case the guard was forgotten.
@@ -407,40 +408,44 @@ impl LockRequest {
             // tasks wait for the same keys): a release there pops the entry and must be
             // heard, and one list means one wake-up per release.
             let at_front = std::mem::take(&mut front);
-            let enqueue = listening.as_ref().and_then(|r| {
-                Some(Enqueue {
-                    node: inner.notifier.as_ref()?.wake_node()?,
-                    client: r.client_id(),
-                    stay: inner.queue.has_waiters(&plan.keys),
-                    front: at_front,
-                })
-            });
-            let listed_on = enqueue.map(|e| e.node);
-            if let Some(node) = listed_on {
-                moved |= listed.is_some_and(|before| before != node);
-                listed = Some(node);
-            }
+            let enqueue = match (&mut listening, &inner.notifier) {
+                (Some(registration), Some(notifier)) => notifier.wake_node().map(|node| {
+                    registration.listing_on(node);
+                    Enqueue {
+                        node,
+                        client: notifier.client_id(),
+                        stay: inner.queue.has_waiters(&plan.keys),
+                        front: at_front,
+                    }
+                }),
+                _ => None,
+            };
             // A waiter that was not woken asks the waiting-list node first, so it does not
             // take the lock from under the client a release woke, nor split the votes.
             let gated = std::mem::take(&mut gate) || (attempts > 1 && !at_front);
             let result = match enqueue.filter(|_| gated) {
                 Some(e) => match gate_open(inner, &plan, e).await {
-                    Ok(()) => attempt(inner, &plan, enqueue).await,
-                    Err(refused) => Err(refused),
+                    Ok(()) => {
+                        metrics::wait_event("gate_open");
+                        attempt(inner, &plan, enqueue).await
+                    }
+                    Err(refused) => {
+                        metrics::wait_event("gate_refused");
+                        Err(refused)
+                    }
                 },
                 None => attempt(inner, &plan, enqueue).await,
             };
             let err = match result {
                 Ok(mut guard) => {
-                    if let Some(registration) = &mut listening {
-                        // The acquire script left the waiting list where it set the key.
-                        // Where it did not (the majority came from the other nodes), it
-                        // listed us instead, and an earlier wake node may list us too:
-                        // leave every list when the registration ends, or the next release
-                        // there would wake us, who no longer wait, instead of a waiter.
-                        let ours = |w| guard.vote(w) == Some(&NodeOutcome::Acquired);
-                        if !moved && listed_on.is_none_or(ours) {
-                            registration.set_acquired();
+                    if let (Some(registration), Some(e)) = (&mut listening, enqueue) {
+                        // The acquire script took us off the waiting list where it set the
+                        // key. Where it did not, or has not answered yet (the majority came
+                        // from the other nodes), it may have listed us, as may an earlier
+                        // wake node: those lists are left when the registration ends, or
+                        // the next release there would wake us, who no longer wait.
+                        if guard.vote(e.node) == Some(&NodeOutcome::Acquired) {
+                            registration.acquired_on(e.node);
                         }
                     }
                     metrics::acquired(started.elapsed());
@@ -481,25 +486,37 @@ impl LockRequest {
                 // at the head of the list, instead of waiting for the next release.
                 quick -= 1;
                 front = true;
+                metrics::wait_event("quick_retry");
                 tokio::time::sleep(QUICK_RETRY_DELAY.min(remaining)).await;
                 continue;
             }
+            // The waiting-list node answered the gate or the attempt: we are in its list.
+            let listed = enqueue.is_some_and(|e| {
+                err.report()
+                    .and_then(|r| r.results().get(e.node))
+                    .is_some_and(|r| !r.outcome.is_failure() && r.outcome != NodeOutcome::Pending)
+            });
+            let shift = if listed { LISTED_POLL_SHIFT } else { 0 };
             let delay = config
                 .retry
-                .delay(retries, rand::random::<f64>())
+                .delay(retries.saturating_add(shift), rand::random::<f64>())
                 .min(remaining);
             retries = retries.saturating_add(1);
             match &listening {
                 Some(registration) => {
                     tokio::select! {
                         () = registration.notified() => {
+                            metrics::wait_event("woken");
                             front = true;
                             quick = QUICK_RETRIES;
                         }
-                        () = tokio::time::sleep(delay) => {}
+                        () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
                     }
                 }
-                None => tokio::time::sleep(delay).await,
+                None => {
+                    tokio::time::sleep(delay).await;
+                    metrics::wait_event("poll");
+                }
             }
         }
     }

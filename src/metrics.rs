@@ -9,6 +9,7 @@
 //! |---|---|---|---|
 //! | `quorum_lock_acquire_attempts_total` | counter | `outcome`: `acquired`, `contended`, `unavailable`, `validity_spent` | every acquisition attempt (`lock` retries make several) |
 //! | `quorum_lock_acquire_timeouts_total` | counter | — | `lock()` calls that spent their wait budget |
+//! | `quorum_lock_wait_events_total` | counter | `event`: `woken` (a release announced the lock to us), `poll` (the retry timer ran out first), `quick_retry` (woken, yet the attempt failed: retried 1 ms later), `gate_open`, `gate_refused` (a waiter no release woke asked the waiting-list node first, see [`notifications`](crate::RedlockBuilder::notifications)), `left` (a wait ended while waiting lists may still hold the client: `LEAVE` sent to those nodes) | what waiting `lock()` calls did between attempts |
 //! | `quorum_lock_attempt_duration_seconds` | histogram | — | one attempt, first request to decision (acquire latency) |
 //! | `quorum_lock_acquire_duration_seconds` | histogram | — | successful `lock()` calls, waiting included (wait time) |
 //! | `quorum_lock_hold_duration_seconds` | histogram | — | acquisition to release or drop |
@@ -27,6 +28,8 @@ use std::time::Duration;
 pub const ACQUIRE_ATTEMPTS: &str = "quorum_lock_acquire_attempts_total";
 /// See the table above.
 pub const ACQUIRE_TIMEOUTS: &str = "quorum_lock_acquire_timeouts_total";
+/// See the table above.
+pub const WAIT_EVENTS: &str = "quorum_lock_wait_events_total";
 /// See the table above.
 pub const ATTEMPT_DURATION: &str = "quorum_lock_attempt_duration_seconds";
 /// See the table above.
@@ -70,6 +73,16 @@ pub(crate) fn attempt(outcome: &'static str, took: Duration) {
 
 pub(crate) fn acquired(waited: Duration) {
     metrics::histogram!(ACQUIRE_DURATION).record(waited.as_secs_f64());
+}
+
+pub(crate) fn wait_event(event: &'static str) {
+    match event {
+        "woken" => metrics::counter!(WAIT_EVENTS, "event" => "woken").increment(1),
+        "poll" => metrics::counter!(WAIT_EVENTS, "event" => "poll").increment(1),
+        "gate_open" => metrics::counter!(WAIT_EVENTS, "event" => "gate_open").increment(1),
+        "gate_refused" => metrics::counter!(WAIT_EVENTS, "event" => "gate_refused").increment(1),
+        other => metrics::counter!(WAIT_EVENTS, "event" => other).increment(1),
+    }
 }
 
 pub(crate) fn gave_up() {

@@ -21,6 +21,7 @@ use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
 use crate::fanout::{self, Background, Call, Round};
+use crate::metrics;
 use crate::node::Node;
 use crate::scripts;
 
@@ -63,8 +64,10 @@ pub(crate) struct Registration {
     id: u64,
     keys: Arc<[String]>,
     notify: Arc<Notify>,
-    /// Set once the waiter acquired: the acquire script already left the waiting lists.
-    acquired: bool,
+    /// The nodes whose waiting lists may hold this client for these keys: those it sent an
+    /// enqueuing request to, less the one where it acquired (the acquire script took it
+    /// off there). Left when the registration ends.
+    listed: Vec<usize>,
 }
 
 impl Registration {
@@ -73,13 +76,18 @@ impl Registration {
         self.notify.notified().await;
     }
 
-    /// The client id to enqueue with each attempt.
-    pub(crate) fn client_id(&self) -> &str {
-        &self.notifier.id
+    /// Notes that a request about to be sent may put this client in the waiting lists of
+    /// `node`.
+    pub(crate) fn listing_on(&mut self, node: usize) {
+        if !self.listed.contains(&node) {
+            self.listed.push(node);
+        }
     }
 
-    pub(crate) fn set_acquired(&mut self) {
-        self.acquired = true;
+    /// Notes that the acquire script set the keys on `node`, which took this client off
+    /// its waiting lists there.
+    pub(crate) fn acquired_on(&mut self, node: usize) {
+        self.listed.retain(|&n| n != node);
     }
 }
 
@@ -96,11 +104,11 @@ impl Drop for Registration {
                 }
             }
         }
-        if !self.acquired {
-            // Gave up or cancelled: leave the waiting lists, or the next release would wake
-            // this client instead of one that still waits (it would only cost that waiter a
-            // poll interval, but needlessly).
-            self.notifier.leave(Arc::clone(&self.keys));
+        if !self.listed.is_empty() {
+            // Gave up, cancelled, or acquired without the waiting-list node's answer: leave
+            // the lists that may still hold us, or the next release there would wake this
+            // client instead of one that still waits (costing that waiter a poll interval).
+            self.notifier.leave(Arc::clone(&self.keys), &self.listed);
         }
     }
 }
@@ -158,22 +166,26 @@ impl Notifier {
             id,
             keys: Arc::clone(keys),
             notify,
-            acquired: false,
+            listed: Vec::new(),
         }
     }
 
-    /// Removes this client from the waiting lists of `keys` on every node, in the
+    /// This client's id in waiting lists.
+    pub(crate) fn client_id(&self) -> &str {
+        &self.id
+    }
+
+    /// Removes this client from the waiting lists of `keys` on the nodes `which`, in the
     /// background, unless another local task is still interested in one of them.
-    fn leave(&self, keys: Arc<[String]>) {
+    fn leave(&self, keys: Arc<[String]>, which: &[usize]) {
         if keys.iter().any(|k| self.lock().contains_key(k)) {
             return;
         }
+        metrics::wait_event("left");
         let call = Arc::new(Call::script(&scripts::LEAVE, &keys).arg(&self.id));
-        let pending = self
-            .nodes
+        let pending = which
             .iter()
-            .enumerate()
-            .map(|(i, node)| fanout::send(i, node, &call));
+            .filter_map(|&i| self.nodes.get(i).map(|node| fanout::send(i, node, &call)));
         self.background
             .absorb(Round::new(pending, self.node_timeout));
     }
@@ -321,7 +333,8 @@ mod tests {
         notifier.dispatch("garbage");
         notifier.dispatch("t2:k:1");
         registration.notified().await;
-        registration.set_acquired();
+        registration.listing_on(0);
+        registration.acquired_on(0);
         drop(registration);
         assert!(notifier.lock().is_empty());
     }

@@ -102,6 +102,15 @@ async fn metrics_follow_a_scripted_sequence() {
     assert_eq!(counter(&s, attempts, &[("outcome", "acquired")]), 3);
     assert_eq!(counter(&s, attempts, &[("outcome", "contended")]), 3);
     assert_eq!(counter(&s, names::ACQUIRE_TIMEOUTS, &[]), 1);
+    // The lock() that gave up listened for releases after its first attempt, asked the
+    // waiting-list node before its second (open: no release gave anyone the turn), then
+    // left the list its second attempt had put it in. It never slept between attempts.
+    let events = names::WAIT_EVENTS;
+    assert_eq!(counter(&s, events, &[("event", "gate_open")]), 1);
+    assert_eq!(counter(&s, events, &[("event", "gate_refused")]), 0);
+    assert_eq!(counter(&s, events, &[("event", "left")]), 1);
+    assert_eq!(counter(&s, events, &[("event", "poll")]), 0);
+    assert_eq!(counter(&s, events, &[("event", "woken")]), 0);
     assert_eq!(histogram_len(&s, names::ATTEMPT_DURATION), 6);
     assert_eq!(
         histogram_len(&s, names::ACQUIRE_DURATION),

@@ -57,12 +57,18 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
 }
 
 fn evalsha_calls(server: &RedisServer) -> u64 {
+    command_calls(server, "evalsha")
+}
+
+/// How often `server` ran `command`, scripts' calls included (`INFO commandstats`).
+fn command_calls(server: &RedisServer, command: &str) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut server.conn())
         .unwrap();
+    let prefix = format!("cmdstat_{command}:");
     info.lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .find(|l| l.starts_with(&prefix))
         .and_then(|l| l.split("calls=").nth(1))
         .and_then(|rest| rest.split(',').next())
         .and_then(|n| n.parse().ok())
@@ -462,6 +468,53 @@ async fn a_waiter_that_wins_through_the_other_nodes_leaves_the_list() {
     // It holds the lock and no longer waits: its entry must not swallow the next wake-up.
     lists_emptied(&cluster, &resource, "entry removed").await;
     guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_only_the_list_that_holds_it() {
+    let cluster = Cluster::start(3);
+    let resource = unique("giveup");
+    foreign_lock(&cluster, &resource);
+    // `LREM` runs only in the leave script here (no attempt succeeds).
+    let calls = |cluster: &Cluster| {
+        cluster
+            .nodes
+            .iter()
+            .map(|n| command_calls(n, "lrem"))
+            .collect::<Vec<_>>()
+    };
+    let before = calls(&cluster);
+    let redlock = slow_poller(&cluster.urls());
+    let task = {
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock(&resource, Duration::from_secs(30))
+                .wait(Duration::from_secs(2))
+                .await
+        })
+    };
+    eventually(Duration::from_secs(10), "waiter queued", || {
+        waiting_lists(&cluster, &resource).len() == 1
+    })
+    .await;
+    let wake_node = waiting_lists(&cluster, &resource)[0].0;
+    let outcome = tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the wait is bounded")
+        .expect("task");
+    assert!(matches!(outcome, Err(Error::Timeout { .. })), "{outcome:?}");
+    lists_emptied(&cluster, &resource, "the waiter left its list").await;
+    // Only the list node held the waiter: only there does it leave (one `LREM`).
+    let after = calls(&cluster);
+    for (i, (b, a)) in before.iter().zip(&after).enumerate() {
+        let left = a - b;
+        let expected = u64::from(i == wake_node);
+        assert_eq!(
+            left, expected,
+            "LREM on node {i} (list on node {wake_node})"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
