@@ -339,11 +339,20 @@ fn waiting_list(node: &RedisServer, resource: &str) -> Vec<String> {
 
 /// A task that waits up to a minute for `resource` (TTL 30 s) through `redlock`.
 fn waiter(redlock: Redlock, resource: &str) -> JoinHandle<quorum_lock::Result<LockGuard>> {
+    waiter_for(redlock, resource, Duration::from_secs(60))
+}
+
+/// A task that waits up to `wait` for `resource` (TTL 30 s) through `redlock`.
+fn waiter_for(
+    redlock: Redlock,
+    resource: &str,
+    wait: Duration,
+) -> JoinHandle<quorum_lock::Result<LockGuard>> {
     let resource = resource.to_owned();
     tokio::spawn(async move {
         redlock
             .lock(&resource, Duration::from_secs(30))
-            .wait(Duration::from_secs(60))
+            .wait(wait)
             .await
     })
 }
@@ -485,15 +494,7 @@ async fn a_waiter_that_gives_up_leaves_only_the_list_that_holds_it() {
     };
     let before = calls(&cluster);
     let redlock = slow_poller(&cluster.urls());
-    let task = {
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            redlock
-                .lock(&resource, Duration::from_secs(30))
-                .wait(Duration::from_secs(2))
-                .await
-        })
-    };
+    let task = waiter_for(redlock, &resource, Duration::from_secs(2));
     eventually(Duration::from_secs(10), "waiter queued", || {
         waiting_lists(&cluster, &resource).len() == 1
     })
