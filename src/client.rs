@@ -440,11 +440,15 @@ impl LockRequest {
                 Ok(mut guard) => {
                     if let (Some(registration), Some(e)) = (&mut listening, enqueue) {
                         // The acquire script took us off the waiting list where it set the
-                        // key. Where it did not, or has not answered yet (the majority came
-                        // from the other nodes), it may have listed us, as may an earlier
-                        // wake node: those lists are left when the registration ends, or
-                        // the next release there would wake us, who no longer wait.
-                        if guard.vote(e.node) == Some(&NodeOutcome::Acquired) {
+                        // key. Where it did not (the majority came from the other nodes), it
+                        // listed us, as may an earlier wake node: those lists are left when
+                        // the registration ends, or the next release there would wake us,
+                        // who no longer wait. A list node that has not answered yet is
+                        // settled from its answer, in the background (`Notifier::settle`).
+                        if matches!(
+                            guard.vote(e.node),
+                            Some(NodeOutcome::Acquired | NodeOutcome::Pending)
+                        ) {
                             registration.acquired_on(e.node);
                         }
                     }
@@ -657,6 +661,16 @@ async fn attempt_inner(
     let mut failure = None;
 
     if collected.tally.verdict() == Verdict::Reached {
+        // The waiting-list node's answer, if it is still to come: it says whether the
+        // acquire script took us off the list there or listed us (see `settle` below).
+        let list_reply = enqueue
+            .filter(|e| {
+                collected
+                    .outcomes
+                    .get(e.node)
+                    .is_some_and(|(o, _)| *o == NodeOutcome::Pending)
+            })
+            .and_then(|e| Some((e.node, round.take(e.node)?)));
         // The slower nodes still get their SET (it is on their connections already): copies
         // beyond the bare majority let the lock survive, and be extended through, the loss
         // of one of the first nodes. A release to them follows on the same connections, so
@@ -682,6 +696,11 @@ async fn attempt_inner(
         ) {
             (true, Some(validity)) => {
                 holding.hold_locally();
+                if let (Some((node, reply)), Some(notifier)) = (list_reply, &inner.notifier) {
+                    // Acquired before the waiting-list node answered: whether that
+                    // node's list still holds us is known only from its answer.
+                    notifier.settle(Arc::clone(&plan.keys), node, reply);
+                }
                 metrics::attempt("acquired", elapsed);
                 let span = tracing::Span::current();
                 span.record("votes", collected.tally.yes());
@@ -706,6 +725,9 @@ async fn attempt_inner(
             (false, _) => metrics::attempt("unavailable", elapsed),
         }
         // The keys may be anywhere now: release everywhere.
+        if let Some((_, reply)) = list_reply {
+            reply.finish_in_background(inner);
+        }
         holding.release_on(0..n, requeue(plan, enqueue)).await;
     } else {
         // Requests still in flight are dropped: one already written to its connection is

@@ -175,6 +175,26 @@ impl Round {
         self.early.is_empty() && self.pending.iter().all(Option::is_none)
     }
 
+    /// Splits off node `index`'s request, in flight or answered but not yet collected, as a
+    /// round of its own with the same deadline.
+    pub(crate) fn take(&mut self, index: usize) -> Option<Round> {
+        let slot = self
+            .pending
+            .iter_mut()
+            .find(|slot| slot.as_ref().is_some_and(|r| r.index == index))
+            .and_then(Option::take);
+        let early = self
+            .early
+            .iter()
+            .position(|(i, ..)| *i == index)
+            .map(|at| self.early.swap_remove(at));
+        (slot.is_some() || early.is_some()).then(|| Round {
+            pending: slot.into_iter().map(Some).collect(),
+            early: early.into_iter().collect(),
+            deadline: self.deadline,
+        })
+    }
+
     /// The indices of the nodes whose request is still in flight.
     fn in_flight(&self) -> impl Iterator<Item = usize> + '_ {
         self.pending.iter().flatten().map(|request| request.index)
@@ -401,7 +421,15 @@ pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOu
 #[derive(Debug)]
 pub(crate) struct Background {
     nodes: Vec<Arc<Node>>,
-    sender: std::sync::Mutex<Option<mpsc::UnboundedSender<Round>>>,
+    sender: std::sync::Mutex<Option<mpsc::UnboundedSender<Job>>>,
+}
+
+/// Work for the collector.
+enum Job {
+    /// Requests to wait for, only to count their failures.
+    Drain(Round),
+    /// Anything else that must outlive the call that started it, bounded by the caller.
+    Task(BoxFuture<'static, ()>),
 }
 
 impl Background {
@@ -414,39 +442,50 @@ impl Background {
 
     /// Takes over what is still in flight in `round`.
     pub(crate) fn absorb(&self, round: Round) {
-        if round.is_empty() {
-            return;
+        if !round.is_empty() {
+            self.send(Job::Drain(round));
         }
+    }
+
+    /// Runs `task` to its end, which the caller bounds (dropped without a runtime).
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        self.send(Job::Task(Box::pin(task)));
+    }
+
+    fn send(&self, job: Job) {
         let mut sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
-        let round = match sender.as_ref() {
-            Some(tx) => match tx.send(round) {
+        let job = match sender.as_ref() {
+            Some(tx) => match tx.send(job) {
                 Ok(()) => return,
                 // Its runtime is gone: start over in the current one.
-                Err(mpsc::error::SendError(round)) => round,
+                Err(mpsc::error::SendError(job)) => job,
             },
-            None => round,
+            None => job,
         };
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let (tx, rx) = mpsc::unbounded_channel();
         // Cannot fail: the receiver is alive.
-        let _ = tx.send(round);
+        let _ = tx.send(job);
         handle.spawn(collector(self.nodes.clone(), rx));
         *sender = Some(tx);
     }
 }
 
-async fn collector(nodes: Vec<Arc<Node>>, mut rounds: mpsc::UnboundedReceiver<Round>) {
+async fn collector(nodes: Vec<Arc<Node>>, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut draining = FuturesUnordered::new();
+    let mut tasks = FuturesUnordered::new();
     let mut open = true;
     loop {
         tokio::select! {
-            round = rounds.recv(), if open => match round {
-                Some(round) => draining.push(drain(&nodes, round)),
+            job = jobs.recv(), if open => match job {
+                Some(Job::Drain(round)) => draining.push(drain(&nodes, round)),
+                Some(Job::Task(task)) => tasks.push(task),
                 None => open = false,
             },
             Some(()) = draining.next(), if !draining.is_empty() => {}
+            Some(()) = tasks.next(), if !tasks.is_empty() => {}
             else => break,
         }
     }

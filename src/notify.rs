@@ -20,9 +20,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
-use crate::fanout::{self, Background, Call, Round};
+use crate::fanout::{self, Background, Call, Round, Stop};
 use crate::metrics;
 use crate::node::Node;
+use crate::report::NodeOutcome;
 use crate::scripts;
 
 /// Channel name prefix; the client id follows.
@@ -168,6 +169,35 @@ impl Notifier {
             notify,
             listed: Vec::new(),
         }
+    }
+
+    /// After an attempt won its majority before the waiting-list node `node` answered:
+    /// waits for that answer (`reply`, the acquire script's, bounded by its round's
+    /// deadline) in the background, and leaves the lists there unless the script set the
+    /// keys, which took this client off them.
+    pub(crate) fn settle(self: &Arc<Self>, keys: Arc<[String]>, node: usize, mut reply: Round) {
+        let notifier = Arc::clone(self);
+        self.background.spawn(async move {
+            let collected = fanout::collect(
+                &notifier.nodes,
+                &mut reply,
+                |_, value| match fanout::decode::<(i64, Option<u64>)>(value) {
+                    Ok((1, _)) => NodeOutcome::Acquired,
+                    Ok(_) => NodeOutcome::HeldByOther,
+                    Err(failed) => failed,
+                },
+                |o| *o == NodeOutcome::Acquired,
+                Stop::AtEnd,
+            )
+            .await;
+            let set_there = collected
+                .outcomes
+                .get(node)
+                .is_some_and(|(o, _)| *o == NodeOutcome::Acquired);
+            if !set_there {
+                notifier.leave(keys, &[node]);
+            }
+        });
     }
 
     /// This client's id in waiting lists.

@@ -454,6 +454,30 @@ async fn a_woken_waiter_that_is_overtaken_keeps_its_place() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_wins_before_the_list_node_answers_leaves_the_list() {
+    let cluster = Cluster::start(3);
+    let resource = unique("unanswered");
+    // A waiter that polls every 10-20 ms (40-80 ms once queued), queued on one node.
+    let (task, wake_node) = queued_poller(&cluster, &resource).await;
+    // The foreign lock goes away everywhere but on the list node, which then stops
+    // answering: the waiter's next poll finds the gate silent (open), wins on the two
+    // other nodes, and returns while its acquire script on the list node is still queued.
+    free_all_but(&cluster, &resource, wake_node);
+    cluster.nodes[wake_node].pause();
+    let guard = acquired(task, "won through the other nodes").await;
+    // Resumed, the list node runs the script, which finds the foreign key and lists the
+    // waiter again: that answer (or its absence) makes the client leave the list there.
+    cluster.nodes[wake_node].resume();
+    lists_emptied(
+        &cluster,
+        &resource,
+        "entry removed once the list node answered",
+    )
+    .await;
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_wins_through_the_other_nodes_leaves_the_list() {
     let cluster = Cluster::start(3);
     let resource = unique("stale");
