@@ -640,12 +640,12 @@ async fn attempt_inner(
             Value::Okay => vote.yes(i),
             Value::Nil => NodeOutcome::HeldByOther,
             // The acquire script: `{acquired, fence}`.
-            reply => match fanout::decode::<(i64, Option<u64>)>(reply) {
+            reply => match scripts::acquire_reply(reply) {
                 Ok((set, fence)) => {
                     if let Some(slot) = counters.get_mut(i) {
                         *slot = fence;
                     }
-                    if set == 1 {
+                    if set {
                         vote.yes(i)
                     } else {
                         NodeOutcome::HeldByOther

@@ -4,8 +4,9 @@
 //! A round sends the same [`Call`] to every node it targets, all bounded by one deadline
 //! (one timer per round, not per node). The caller turns each raw reply into a
 //! [`NodeOutcome`] and stops at the first certain verdict; requests still in flight then go
-//! to the client's [`Background`] collector, which only waits for them (bounded by the same
-//! deadline) to count their failures. Nothing depends on those answers: a command is
+//! to the client's [`Background`] collector, which waits for them (bounded by the same
+//! deadline) to count their failures. Nothing depends on those answers (except the
+//! waiting-list node's, read by `Notifier::settle` after a win that came first): a command is
 //! written to its node's connection on the first poll of its request, so a later command on
 //! the same connection (a release after a late `SET`) stays ordered behind it whether or
 //! not anyone waits for the reply.

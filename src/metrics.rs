@@ -81,6 +81,8 @@ pub(crate) fn wait_event(event: &'static str) {
         "poll" => metrics::counter!(WAIT_EVENTS, "event" => "poll").increment(1),
         "gate_open" => metrics::counter!(WAIT_EVENTS, "event" => "gate_open").increment(1),
         "gate_refused" => metrics::counter!(WAIT_EVENTS, "event" => "gate_refused").increment(1),
+        "quick_retry" => metrics::counter!(WAIT_EVENTS, "event" => "quick_retry").increment(1),
+        "left" => metrics::counter!(WAIT_EVENTS, "event" => "left").increment(1),
         other => metrics::counter!(WAIT_EVENTS, "event" => other).increment(1),
     }
 }

@@ -181,8 +181,8 @@ impl Notifier {
             let collected = fanout::collect(
                 &notifier.nodes,
                 &mut reply,
-                |_, value| match fanout::decode::<(i64, Option<u64>)>(value) {
-                    Ok((1, _)) => NodeOutcome::Acquired,
+                |_, value| match scripts::acquire_reply(value) {
+                    Ok((true, _)) => NodeOutcome::Acquired,
                     Ok(_) => NodeOutcome::HeldByOther,
                     Err(failed) => failed,
                 },

@@ -11,7 +11,10 @@
 
 use std::sync::OnceLock;
 
-use redis::Script;
+use redis::{Script, Value};
+
+use crate::fanout;
+use crate::report::NodeOutcome;
 
 /// A Lua script: its source and, built once (hashing the source), the driver's
 /// [`Script`] with the SHA1 that `EVALSHA` names it by.
@@ -124,6 +127,12 @@ return {1, fence}
 "
 );
 pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
+
+/// [`ACQUIRE`]'s reply `{acquired, fence}`: whether it set the keys, and the fencing
+/// counter it read (with fencing on).
+pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOutcome> {
+    fanout::decode::<(i64, Option<u64>)>(reply).map(|(set, fence)| (set == 1, fence))
+}
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
