@@ -630,7 +630,7 @@ async fn attempt_inner(
     // Fencing counters read by this attempt, per node.
     let mut counters: Vec<Option<u64>> = vec![None; n];
     let start = Instant::now();
-    let mut round = acquire_round(inner, plan, holding.token(), enqueue);
+    let mut round = acquire_round(inner, plan, &holding, enqueue);
     let vote = Voter::new(inner);
     let collected = fanout::collect(
         &inner.nodes,
@@ -671,11 +671,11 @@ async fn attempt_inner(
                     .is_some_and(|(o, _)| *o == NodeOutcome::Pending)
             })
             .and_then(|e| Some((e.node, round.take(e.node)?)));
-        // The slower nodes still get their SET (it is on their connections already): copies
-        // beyond the bare majority let the lock survive, and be extended through, the loss
-        // of one of the first nodes. A release to them follows on the same connections, so
-        // it cannot overtake the SET. A request still waiting for its connection is never
-        // sent once dropped, so it cannot arrive after the release either.
+        // The slower nodes still get their SET (queued on their connections, or sent once
+        // the connection is up): copies beyond the bare majority let the lock survive, and
+        // be extended through, the loss of one of the first nodes. Every release of this
+        // token closes the attempt's send gate first: a SET already queued is ahead of the
+        // release on the same connection, and one not yet queued is never sent.
         round.finish_in_background(inner);
         let fencing_token = if plan.fencing {
             match commit_fence(inner, plan, holding.token(), &counters).await {
@@ -907,13 +907,19 @@ fn is_acquired(o: &NodeOutcome) -> bool {
 /// The acquire requests of one attempt: plain `SET NX PX` for one key, the all-or-nothing
 /// script for several keys, to keep the waiting list or to read fencing counters. Every
 /// node gets the same command except the one whose waiting list this client joins.
-fn acquire_round(inner: &Inner, plan: &Plan, token: &str, enqueue: Option<Enqueue<'_>>) -> Round {
+fn acquire_round(
+    inner: &Inner,
+    plan: &Plan,
+    holding: &Holding,
+    enqueue: Option<Enqueue<'_>>,
+) -> Round {
     let ttl_ms = plan.ttl_ms();
+    let token = &**holding.token();
     let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
         ([key], None, false) => {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-            Call::new(cmd)
+            Call::new(cmd).gated(holding.gate())
         }
         (keys, enqueue, fencing) => {
             let enqueue = enqueue.unwrap_or_default();
@@ -924,6 +930,7 @@ fn acquire_round(inner: &Inner, plan: &Plan, token: &str, enqueue: Option<Enqueu
                 .arg(scripts::flag(enqueue.stay))
                 .arg(scripts::flag(fencing))
                 .arg(scripts::flag(enqueue.front))
+                .gated(holding.gate())
         }
     };
     let special = enqueue.map(|e| (e.node, call(enqueue)));

@@ -55,12 +55,66 @@ pub(crate) struct Call {
     cmd: Cmd,
     /// For a script sent as `EVALSHA`: its source, loaded when a node answers `NOSCRIPT`.
     source: Option<&'static str>,
+    /// For a command that may set a lock key: the gate its token's release closes.
+    gate: Option<Arc<SendGate>>,
+}
+
+/// Orders the requests that may set a token's keys before that token's release, on every
+/// node: each such request is written to its connection under the gate's lock, and the
+/// release closes the gate before it sends anything.
+///
+/// Once closed, a request not yet written (waiting for a connection still opening, say) is
+/// never sent: without the gate it could be written after the release's compare-and-delete
+/// and leave its key for a whole TTL. A request written before is ahead of the release on
+/// the same connection, whose commands the node applies in order.
+#[derive(Debug)]
+pub(crate) struct SendGate {
+    open: std::sync::Mutex<bool>,
+}
+
+impl SendGate {
+    pub(crate) fn new() -> Self {
+        SendGate {
+            open: std::sync::Mutex::new(true),
+        }
+    }
+
+    /// No request through this gate is written from now on.
+    pub(crate) fn close(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+
+    /// Runs `send` if the gate is open, its first poll under the gate's lock: that poll
+    /// queues the command on the connection (the driver's channel is first come, first
+    /// served, and the poll runs outside the task's cooperative budget, which could otherwise
+    /// defer the queueing to a later poll). `None`: closed, nothing was sent.
+    async fn pass<T>(gate: Option<&Self>, send: impl Future<Output = T>) -> Option<T> {
+        let mut send = std::pin::pin!(tokio::task::coop::unconstrained(send));
+        let mut first = gate;
+        std::future::poll_fn(|cx| match first.take() {
+            Some(gate) => {
+                let open = gate.open.lock().unwrap_or_else(|p| p.into_inner());
+                if !*open {
+                    return Poll::Ready(None);
+                }
+                let polled = send.as_mut().poll(cx);
+                drop(open);
+                polled.map(Some)
+            }
+            None => send.as_mut().poll(cx).map(Some),
+        })
+        .await
+    }
 }
 
 impl Call {
     /// A plain command.
     pub(crate) fn new(cmd: Cmd) -> Self {
-        Call { cmd, source: None }
+        Call {
+            cmd,
+            source: None,
+            gate: None,
+        }
     }
 
     /// `EVALSHA` of `lua` on `keys`; add its arguments with [`Call::arg`].
@@ -73,7 +127,14 @@ impl Call {
         Call {
             cmd,
             source: Some(lua.source),
+            gate: None,
         }
+    }
+
+    /// Sends this call only while `gate` is open (see [`SendGate`]).
+    pub(crate) fn gated(mut self, gate: &Arc<SendGate>) -> Self {
+        self.gate = Some(Arc::clone(gate));
+        self
     }
 
     /// Appends an argument.
@@ -82,8 +143,13 @@ impl Call {
         self
     }
 
-    async fn run(&self, conn: &mut MultiplexedConnection) -> RedisResult<Value> {
-        match conn.send_packed_command(&self.cmd).await? {
+    /// Sends the command; `None` when its gate closed before it was written.
+    async fn run(&self, conn: &mut MultiplexedConnection) -> RedisResult<Option<Value>> {
+        let gate = self.gate.as_deref();
+        let Some(reply) = SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await else {
+            return Ok(None);
+        };
+        match reply? {
             // A node that lost its scripts (`SCRIPT FLUSH`, a restart between our preload
             // and this call): load the source and try once more.
             Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
@@ -95,9 +161,13 @@ impl Call {
                     .arg(source)
                     .query_async::<()>(conn)
                     .await?;
-                server_error(conn.send_packed_command(&self.cmd).await?)
+                // The second try passes the gate again: a release may have closed it.
+                match SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await {
+                    Some(reply) => server_error(reply?).map(Some),
+                    None => Ok(None),
+                }
             }
-            reply => server_error(reply),
+            reply => server_error(reply).map(Some),
         }
     }
 }
@@ -114,9 +184,18 @@ fn server_error(reply: Value) -> RedisResult<Value> {
 /// Unbounded on its own: the round's deadline bounds it.
 pub(crate) fn send(index: usize, node: &Arc<Node>, call: &Arc<Call>) -> NodeFuture {
     let call = Arc::clone(call);
-    request(index, node, move |mut conn| async move {
-        call.run(&mut conn).await
-    })
+    let node = Arc::clone(node);
+    NodeFuture {
+        index,
+        request: Box::pin(async move {
+            let start = Instant::now();
+            let result = node
+                .request(|mut conn| async move { call.run(&mut conn).await })
+                .await
+                .and_then(|sent| sent.ok_or(NodeFailure::Withdrawn));
+            (result, start.elapsed())
+        }),
+    }
 }
 
 /// The request of one node running an arbitrary operation (diagnostics, `PING`).
@@ -331,9 +410,12 @@ pub(crate) enum Stop {
     WhenCertainAndHeard(usize),
 }
 
-/// The outcome of a failed request, counted in the failure metric.
+/// The outcome of a failed request, counted in the failure metric (a request withdrawn
+/// before it was sent is no failure of the node).
 fn failed(node: &Node, failure: NodeFailure) -> NodeOutcome {
-    metrics::node_failure(node.name(), failure.kind());
+    if failure != NodeFailure::Withdrawn {
+        metrics::node_failure(node.name(), failure.kind());
+    }
     failure.into()
 }
 

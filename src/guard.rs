@@ -13,7 +13,7 @@ use tracing::Instrument;
 use crate::client::{Inner, whole_ms};
 use crate::error::{Error, Result};
 use crate::extend::{self, AutoExtend};
-use crate::fanout::{self, Call, Round, Stop};
+use crate::fanout::{self, Call, Round, SendGate, Stop};
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
 use crate::queue::LocalHold;
@@ -30,6 +30,8 @@ pub(crate) struct Holding {
     inner: Arc<Inner>,
     keys: Arc<[String]>,
     token: Arc<str>,
+    /// Closed by every release of this token before it sends (see [`SendGate`]).
+    gate: Arc<SendGate>,
     armed: bool,
     /// Set once acquired: tells the local queue when our release has completed.
     local: Option<LocalHold>,
@@ -41,6 +43,7 @@ impl Holding {
             inner,
             keys,
             token,
+            gate: Arc::new(SendGate::new()),
             armed: true,
             local: None,
         }
@@ -55,9 +58,16 @@ impl Holding {
         &self.token
     }
 
+    /// The gate of the requests that may set this token's keys.
+    pub(crate) fn gate(&self) -> &Arc<SendGate> {
+        &self.gate
+    }
+
     /// Compare-and-delete on the nodes in `which`, waking the next waiting client when
-    /// notifications are on and `announce` is set.
+    /// notifications are on and `announce` is set. Closes the gate first, so no request that
+    /// could set a key of this token is written after the release.
     fn release_round(&self, which: impl IntoIterator<Item = usize>, announce: bool) -> Round {
+        self.gate.close();
         Round::broadcast(&self.inner, self.release_call(announce), which)
     }
 
@@ -111,6 +121,7 @@ impl Holding {
                 .arg(r.list_ttl_ms);
             (r.node, call)
         });
+        self.gate.close();
         let mut round =
             Round::broadcast_with(&self.inner, self.release_call(false), which, special);
         let this = &*self;
@@ -145,6 +156,7 @@ impl Drop for Holding {
         if !self.armed {
             return;
         }
+        self.gate.close();
         // Never block or do I/O here: hand the release to the runtime if there is one,
         // otherwise the TTL frees the lock.
         match tokio::runtime::Handle::try_current() {

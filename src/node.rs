@@ -18,6 +18,15 @@ use crate::scripts;
 
 type ConnectResult = Result<(u64, MultiplexedConnection), String>;
 
+/// How many requests the driver's channel to its connection task holds. The channel is
+/// first come, first served only while it has room: a request that has to wait for room is
+/// put in it when its future is next polled, possibly after a later request (a release)
+/// that found room. Large enough never to fill (a node that stops reading holds at most
+/// what is sent to it until the TCP user timeout drops its connection), so every request
+/// is queued at its first poll, in poll order, which the release ordering relies on (see
+/// [`SendGate`](crate::fanout::SendGate)). Slots are allocated as used, not up front.
+const PIPELINE_BUFFER: usize = 1 << 20;
+
 /// The connection state of a node.
 enum Slot {
     /// No connection; the next request connects.
@@ -38,6 +47,9 @@ pub(crate) enum NodeFailure {
     TimedOut,
     /// Connect or request error.
     Failed(String),
+    /// Never sent: the token's release closed the request's gate first (see
+    /// [`SendGate`](crate::fanout::SendGate)).
+    Withdrawn,
 }
 
 impl NodeFailure {
@@ -47,6 +59,7 @@ impl NodeFailure {
             NodeFailure::WrongType => "wrong_type",
             NodeFailure::TimedOut => "timeout",
             NodeFailure::Failed(_) => "error",
+            NodeFailure::Withdrawn => "withdrawn",
         }
     }
 }
@@ -57,6 +70,9 @@ impl From<NodeFailure> for NodeOutcome {
             NodeFailure::WrongType => NodeOutcome::WrongType,
             NodeFailure::TimedOut => NodeOutcome::TimedOut,
             NodeFailure::Failed(m) => NodeOutcome::Failed(m),
+            NodeFailure::Withdrawn => {
+                NodeOutcome::Failed("not sent: the lock was released first".to_owned())
+            }
         }
     }
 }
@@ -99,7 +115,8 @@ impl Node {
         // timer per request would only cost.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
-            .set_response_timeout(None);
+            .set_response_timeout(None)
+            .set_pipeline_buffer_size(PIPELINE_BUFFER);
         Node {
             name,
             client,

@@ -1,0 +1,171 @@
+//! Released means released: after `release()` returns (and after the clean-up of a failed
+//! attempt), no node keeps a key of that token once the release's own requests are answered.
+//!
+//! The race these tests catch: an acquire request not yet written to its node's connection
+//! when the majority decision falls (connection still opening, or its task out of
+//! cooperative budget) was written after the release's compare-and-delete, leaving a key
+//! for a whole TTL.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, unique};
+use quorum_lock::Redlock;
+
+/// Long enough that a leaked key outlives the wait below by far.
+const TTL: Duration = Duration::from_secs(30);
+const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+/// A release returns at a majority; the other nodes' deletes are on their connections and
+/// answered within the node timeout. Keys still there after this are leaks.
+const SETTLE: Duration = Duration::from_secs(3);
+
+fn client(urls: &[String]) -> Redlock {
+    Redlock::builder()
+        // Fresh test servers: quarantine would hold every vote for one TTL.
+        .restart_quarantine(false)
+        .nodes(urls)
+        .node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("valid configuration")
+}
+
+/// Keeps the runtime's workers busy with short polls, as an application's other tasks do.
+fn load_runtime(tasks: usize) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..tasks)
+        .map(|_| {
+            tokio::spawn(async {
+                loop {
+                    for _ in 0..64 {
+                        std::hint::black_box(0u64);
+                    }
+                    tokio::task::yield_now().await;
+                }
+            })
+        })
+        .collect()
+}
+
+async fn assert_no_keys(cluster: &Cluster, pattern: &str, cycles: usize) {
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut left = cluster.keys_everywhere(pattern);
+    while !left.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = cluster.keys_everywhere(pattern);
+    }
+    assert!(
+        left.is_empty(),
+        "{} keys left after {cycles} released cycles: {left:?}",
+        left.len()
+    );
+}
+
+/// One lock/release cycle on a client; the release must report success.
+async fn cycle(redlock: &Redlock, resource: &str) {
+    let guard = redlock.lock(resource, TTL).await.expect("uncontended lock");
+    guard.release().await.expect("released on a majority");
+}
+
+/// A new client per cycle: it connects lazily, so the first lock's requests wait for
+/// connections that finish at different times.
+async fn fresh_clients(n: usize, cycles: usize) {
+    let cluster = Cluster::start(n);
+    let urls = cluster.urls();
+    let prefix = unique(&format!("leak-fresh-{n}"));
+    let load = load_runtime(2);
+    for i in 0..cycles {
+        let redlock = client(&urls);
+        cycle(&redlock, &format!("{prefix}:{i}")).await;
+    }
+    load.iter().for_each(|t| t.abort());
+    assert_no_keys(&cluster, &format!("{prefix}:*"), cycles).await;
+}
+
+/// One connected client driving several tasks at once, each on its own resources.
+async fn warm_client(n: usize, tasks: usize, cycles: usize) {
+    let cluster = Cluster::start(n);
+    let redlock = client(&cluster.urls());
+    redlock.connect().await.unwrap();
+    let prefix = unique(&format!("leak-warm-{n}"));
+    let load = load_runtime(2);
+    let workers: Vec<_> = (0..tasks)
+        .map(|t| {
+            let redlock = redlock.clone();
+            let prefix = prefix.clone();
+            tokio::spawn(async move {
+                for i in 0..cycles {
+                    cycle(&redlock, &format!("{prefix}:{t}:{i}")).await;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    load.iter().for_each(|t| t.abort());
+    assert_no_keys(&cluster, &format!("{prefix}:*"), tasks * cycles).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_client_first_lock_leaves_no_key_n5() {
+    fresh_clients(5, 150).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_client_first_lock_leaves_no_key_n3() {
+    fresh_clients(3, 150).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fresh_client_first_lock_leaves_no_key_n1() {
+    fresh_clients(1, 100).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_client_cycles_leave_no_key_n5() {
+    warm_client(5, 8, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_client_cycles_leave_no_key_n3() {
+    warm_client(3, 8, 300).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_client_cycles_leave_no_key_n1() {
+    warm_client(1, 8, 300).await;
+}
+
+/// A failed attempt cleans up too: contenders against a held lock, fresh clients each,
+/// leave nothing of theirs behind (only the holder's key stays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_of_fresh_clients_leave_no_key() {
+    let cluster = Cluster::start(5);
+    let urls = cluster.urls();
+    let resource = unique("leak-contended");
+    let holder = client(&urls);
+    let held = holder.lock(&resource, TTL).await.unwrap();
+    let token = held.token().to_owned();
+    let load = load_runtime(2);
+    for _ in 0..100 {
+        let contender = client(&urls);
+        match contender.try_lock(&resource, TTL).await {
+            Ok(None) => {}
+            other => panic!("expected contended, got {other:?}"),
+        }
+    }
+    load.iter().for_each(|t| t.abort());
+    for (i, server) in cluster.nodes.iter().enumerate() {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(&resource)
+            .query(&mut server.conn())
+            .unwrap();
+        assert_eq!(
+            value.as_deref(),
+            Some(&*token),
+            "node {i} keeps the holder's key"
+        );
+    }
+    held.release().await.unwrap();
+    assert_no_keys(&cluster, &resource, 1).await;
+}
