@@ -13,15 +13,16 @@ use tracing::Instrument;
 use crate::builder::{Config, RedlockBuilder, check_ttl};
 use crate::error::{Error, Result};
 use crate::extend::AutoExtend;
-use crate::fanout::{self, Background, Call, Round, Stop};
+use crate::fanout::{self, Background, Round, Stop};
 use crate::guard::{Holding, LockGuard, Requeue};
 use crate::metrics;
+use crate::node::Call;
 use crate::node::Node;
 use crate::notify::Notifier;
+use crate::protocol::{keys, scripts};
 use crate::queue::LocalQueue;
 use crate::quorum::{self, Verdict};
 use crate::report::{NodeOutcome, NodeReport};
-use crate::scripts;
 
 /// State shared by every clone of a [`Redlock`].
 #[derive(Debug)]
@@ -122,7 +123,7 @@ impl Redlock {
     /// The Redis key that stores the lock for `resource`: the key prefix (if any) followed
     /// by the resource name.
     pub fn key(&self, resource: &str) -> String {
-        format!("{}{resource}", self.inner.config.key_prefix)
+        keys::lock(&self.inner.config.key_prefix, resource)
     }
 
     /// The TTL configured with [`RedlockBuilder::default_ttl`].
@@ -211,12 +212,10 @@ impl Redlock {
             .nodes
             .first()
             .map_or(Duration::ZERO, |n| n.connect_timeout())
-            + inner.config.node_timeout;
-        let pending = inner.nodes.iter().enumerate().map(|(i, node)| {
-            fanout::request(i, node, |mut conn| async move {
-                redis::cmd("PING").query_async::<Value>(&mut conn).await
-            })
-        });
+            .saturating_add(inner.config.node_timeout);
+        let ping = Arc::new(Call::new(redis::cmd("PING")));
+        let pending =
+            (inner.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
         let mut round = Round::new(pending, timeout);
         let collected = fanout::collect(
             &inner.nodes,
@@ -564,7 +563,7 @@ impl Plan {
         let ttl = inner.accept_ttl(ttl)?;
         let keys: Arc<[String]> = resources
             .iter()
-            .map(|r| format!("{}{r}", config.key_prefix))
+            .map(|r| keys::lock(&config.key_prefix, r))
             .collect();
         Ok(Plan {
             resources: resources.into(),

@@ -18,17 +18,15 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use redis::aio::MultiplexedConnection;
-use redis::{Cmd, RedisResult, ToRedisArgs, Value};
+use redis::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::client::Inner;
 use crate::metrics;
-use crate::node::{Node, NodeFailure};
+use crate::node::{Call, Node, NodeFailure};
 use crate::quorum::{Tally, Verdict};
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
-use crate::scripts::Lua;
 
 /// One node's request in flight, tagged with the node's index: resolves to the index, the
 /// raw reply and the latency.
@@ -49,137 +47,6 @@ impl Future for NodeFuture {
     }
 }
 
-/// A command sent unchanged to every node of a round, shared by their requests.
-#[derive(Debug)]
-pub(crate) struct Call {
-    cmd: Cmd,
-    /// For a script sent as `EVALSHA`: its source, loaded when a node answers `NOSCRIPT`.
-    source: Option<&'static str>,
-    /// For a command that may set a lock key: the gate its token's release closes.
-    gate: Option<Arc<SendGate>>,
-}
-
-/// Orders the requests that may set a token's keys before that token's release, on every
-/// node: each such request is written to its connection under the gate's lock, and the
-/// release closes the gate before it sends anything.
-///
-/// Once closed, a request not yet written (waiting for a connection still opening, say) is
-/// never sent: without the gate it could be written after the release's compare-and-delete
-/// and leave its key for a whole TTL. A request written before is ahead of the release on
-/// the same connection, whose commands the node applies in order.
-#[derive(Debug)]
-pub(crate) struct SendGate {
-    open: std::sync::Mutex<bool>,
-}
-
-impl SendGate {
-    pub(crate) fn new() -> Self {
-        SendGate {
-            open: std::sync::Mutex::new(true),
-        }
-    }
-
-    /// No request through this gate is written from now on.
-    pub(crate) fn close(&self) {
-        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = false;
-    }
-
-    /// Runs `send` if the gate is open, its first poll under the gate's lock: that poll
-    /// queues the command on the connection (the driver's channel is first come, first
-    /// served, and the poll runs outside the task's cooperative budget, which could otherwise
-    /// defer the queueing to a later poll). `None`: closed, nothing was sent.
-    async fn pass<T>(gate: Option<&Self>, send: impl Future<Output = T>) -> Option<T> {
-        let mut send = std::pin::pin!(tokio::task::coop::unconstrained(send));
-        let mut first = gate;
-        std::future::poll_fn(|cx| match first.take() {
-            Some(gate) => {
-                let open = gate.open.lock().unwrap_or_else(|p| p.into_inner());
-                if !*open {
-                    return Poll::Ready(None);
-                }
-                let polled = send.as_mut().poll(cx);
-                drop(open);
-                polled.map(Some)
-            }
-            None => send.as_mut().poll(cx).map(Some),
-        })
-        .await
-    }
-}
-
-impl Call {
-    /// A plain command.
-    pub(crate) fn new(cmd: Cmd) -> Self {
-        Call {
-            cmd,
-            source: None,
-            gate: None,
-        }
-    }
-
-    /// `EVALSHA` of `lua` on `keys`; add its arguments with [`Call::arg`].
-    pub(crate) fn script(lua: &'static Lua, keys: &[String]) -> Self {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(lua.hash()).arg(keys.len());
-        for key in keys {
-            cmd.arg(key.as_str());
-        }
-        Call {
-            cmd,
-            source: Some(lua.source),
-            gate: None,
-        }
-    }
-
-    /// Sends this call only while `gate` is open (see [`SendGate`]).
-    pub(crate) fn gated(mut self, gate: &Arc<SendGate>) -> Self {
-        self.gate = Some(Arc::clone(gate));
-        self
-    }
-
-    /// Appends an argument.
-    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
-        self.cmd.arg(arg);
-        self
-    }
-
-    /// Sends the command; `None` when its gate closed before it was written.
-    async fn run(&self, conn: &mut MultiplexedConnection) -> RedisResult<Option<Value>> {
-        let gate = self.gate.as_deref();
-        let Some(reply) = SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await else {
-            return Ok(None);
-        };
-        match reply? {
-            // A node that lost its scripts (`SCRIPT FLUSH`, a restart between our preload
-            // and this call): load the source and try once more.
-            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
-                let Some(source) = self.source else {
-                    return Err(e.into());
-                };
-                redis::cmd("SCRIPT")
-                    .arg("LOAD")
-                    .arg(source)
-                    .query_async::<()>(conn)
-                    .await?;
-                // The second try passes the gate again: a release may have closed it.
-                match SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await {
-                    Some(reply) => server_error(reply?).map(Some),
-                    None => Ok(None),
-                }
-            }
-            reply => server_error(reply).map(Some),
-        }
-    }
-}
-
-/// An error reply as an error (the driver hands them over as values).
-fn server_error(reply: Value) -> RedisResult<Value> {
-    match reply {
-        Value::ServerError(e) => Err(e.into()),
-        reply => Ok(reply),
-    }
-}
-
 /// The request of one node in a round: waits for the node's connection, then sends.
 /// Unbounded on its own: the round's deadline bounds it.
 pub(crate) fn send(index: usize, node: &Arc<Node>, call: &Arc<Call>) -> NodeFuture {
@@ -189,27 +56,7 @@ pub(crate) fn send(index: usize, node: &Arc<Node>, call: &Arc<Call>) -> NodeFutu
         index,
         request: Box::pin(async move {
             let start = Instant::now();
-            let result = node
-                .request(|mut conn| async move { call.run(&mut conn).await })
-                .await
-                .and_then(|sent| sent.ok_or(NodeFailure::Withdrawn));
-            (result, start.elapsed())
-        }),
-    }
-}
-
-/// The request of one node running an arbitrary operation (diagnostics, `PING`).
-pub(crate) fn request<F, Fut>(index: usize, node: &Arc<Node>, op: F) -> NodeFuture
-where
-    F: FnOnce(MultiplexedConnection) -> Fut + Send + 'static,
-    Fut: Future<Output = RedisResult<Value>> + Send + 'static,
-{
-    let node = Arc::clone(node);
-    NodeFuture {
-        index,
-        request: Box::pin(async move {
-            let start = Instant::now();
-            let result = node.request(op).await;
+            let result = node.send(&call).await;
             (result, start.elapsed())
         }),
     }

@@ -31,7 +31,7 @@
 use redis::RedisResult;
 use redis::aio::ConnectionLike;
 
-use crate::scripts;
+use crate::protocol::{keys, scripts};
 
 /// Sets `key` to `value` on the server behind `conn` if `token` is at least the highest
 /// fencing token seen there for `resource` (kept in `quorum-lock:fence-seen:<resource>`),
@@ -54,7 +54,7 @@ pub async fn fenced_set<C: ConnectionLike>(
     let mut invocation = scripts::FENCED_SET.script().prepare_invoke();
     invocation
         .key(key)
-        .key(format!("quorum-lock:fence-seen:{resource}"))
+        .key(keys::fence_seen(resource))
         .arg(token)
         .arg(value);
     let written: i64 = invocation.invoke_async(conn).await?;

@@ -13,13 +13,14 @@ use tracing::Instrument;
 use crate::client::{Inner, whole_ms};
 use crate::error::{Error, Result};
 use crate::extend::{self, AutoExtend};
-use crate::fanout::{self, Call, Round, SendGate, Stop};
+use crate::fanout::{self, Round, Stop};
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
+use crate::node::{Call, SendGate};
+use crate::protocol::{keys, scripts};
 use crate::queue::LocalHold;
 use crate::quorum::Verdict;
 use crate::report::{NodeOutcome, NodeReport};
-use crate::scripts;
 
 /// A token that may be stored on some nodes, with the duty to remove it.
 ///
@@ -75,11 +76,12 @@ impl Holding {
     /// for two node timeouts (see [`scripts::GATE`]).
     fn release_call(&self, announce: bool) -> Call {
         let call = Call::script(&scripts::RELEASE, &self.keys).arg(&*self.token);
-        if announce && self.inner.notifier.is_some() {
-            call.arg(whole_ms(self.inner.config.node_timeout * 2).max(1))
+        let call = if announce && self.inner.notifier.is_some() {
+            call.arg(whole_ms(self.inner.config.node_timeout.saturating_mul(2)).max(1))
         } else {
             call.arg("0")
-        }
+        };
+        call.arg(keys::WAKE_CHANNEL_PREFIX)
     }
 
     /// Turns a release reply `{deleted, woke}` into an outcome.

@@ -11,11 +11,12 @@ use tracing::Instrument;
 
 use crate::client::{Inner, whole_ms};
 use crate::error::{Error, Result};
-use crate::fanout::{self, Call, Round, Stop};
+use crate::fanout::{self, Round, Stop};
 use crate::metrics;
+use crate::node::Call;
+use crate::protocol::scripts;
 use crate::quorum::{self, Verdict};
 use crate::report::{NodeOutcome, NodeReport};
-use crate::scripts;
 
 /// Why a lock can no longer be assumed held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

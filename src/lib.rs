@@ -15,12 +15,12 @@ mod lease;
 pub mod metrics;
 mod node;
 mod notify;
+mod protocol;
 mod queue;
 mod quorum;
 mod report;
 mod retry;
 mod scoped;
-mod scripts;
 mod status;
 
 pub use builder::RedlockBuilder;

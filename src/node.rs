@@ -5,16 +5,17 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult};
+use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, ToRedisArgs, Value};
 use tokio::time::Instant;
 
+use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
-use crate::scripts;
 
 type ConnectResult = Result<(u64, MultiplexedConnection), String>;
 
@@ -24,7 +25,7 @@ type ConnectResult = Result<(u64, MultiplexedConnection), String>;
 /// that found room. Large enough never to fill (a node that stops reading holds at most
 /// what is sent to it until the TCP user timeout drops its connection), so every request
 /// is queued at its first poll, in poll order, which the release ordering relies on (see
-/// [`SendGate`](crate::fanout::SendGate)). Slots are allocated as used, not up front.
+/// [`SendGate`]). Slots are allocated as used, not up front.
 const PIPELINE_BUFFER: usize = 1 << 20;
 
 /// The connection state of a node.
@@ -48,7 +49,7 @@ pub(crate) enum NodeFailure {
     /// Connect or request error.
     Failed(String),
     /// Never sent: the token's release closed the request's gate first (see
-    /// [`SendGate`](crate::fanout::SendGate)).
+    /// [`SendGate`]).
     Withdrawn,
 }
 
@@ -74,6 +75,139 @@ impl From<NodeFailure> for NodeOutcome {
                 NodeOutcome::Failed("not sent: the lock was released first".to_owned())
             }
         }
+    }
+}
+
+/// A command sent unchanged to every node of a round, shared by their requests.
+#[derive(Debug)]
+pub(crate) struct Call {
+    cmd: Cmd,
+    /// For a script sent as `EVALSHA`: its source, loaded when a node answers `NOSCRIPT`.
+    source: Option<&'static str>,
+    /// For a command that may set a lock key: the gate its token's release closes.
+    gate: Option<Arc<SendGate>>,
+}
+
+/// Orders the requests that may set a token's keys before that token's release, on every
+/// node: each such request is written to its connection under the gate's lock, and the
+/// release closes the gate before it sends anything.
+///
+/// Once closed, a request not yet written (waiting for a connection still opening, say) is
+/// never sent: without the gate it could be written after the release's compare-and-delete
+/// and leave its key for a whole TTL. A request written before is ahead of the release on
+/// the same connection, whose commands the node applies in order.
+#[derive(Debug)]
+pub(crate) struct SendGate {
+    open: std::sync::Mutex<bool>,
+}
+
+impl SendGate {
+    pub(crate) fn new() -> Self {
+        SendGate {
+            open: std::sync::Mutex::new(true),
+        }
+    }
+
+    /// No request through this gate is written from now on.
+    pub(crate) fn close(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = false;
+    }
+
+    /// Runs `send` if the gate is open, its first poll under the gate's lock: that poll
+    /// queues the command on the connection (the driver's channel is first come, first
+    /// served, and the poll runs outside the task's cooperative budget, which could otherwise
+    /// defer the queueing to a later poll). `None`: closed, nothing was sent.
+    async fn pass<T>(gate: Option<&Self>, send: impl Future<Output = T>) -> Option<T> {
+        let mut send = std::pin::pin!(tokio::task::coop::unconstrained(send));
+        let mut first = gate;
+        std::future::poll_fn(|cx| match first.take() {
+            Some(gate) => {
+                let open = gate.open.lock().unwrap_or_else(|p| p.into_inner());
+                if !*open {
+                    return Poll::Ready(None);
+                }
+                let polled = send.as_mut().poll(cx);
+                drop(open);
+                polled.map(Some)
+            }
+            None => send.as_mut().poll(cx).map(Some),
+        })
+        .await
+    }
+}
+
+impl Call {
+    /// A plain command.
+    pub(crate) fn new(cmd: Cmd) -> Self {
+        Call {
+            cmd,
+            source: None,
+            gate: None,
+        }
+    }
+
+    /// `EVALSHA` of `lua` for the lock keys `locks` (the script gets them and the keys
+    /// derived from them, in its layout); add its arguments with [`Call::arg`].
+    pub(crate) fn script(lua: &'static Lua, locks: &[String]) -> Self {
+        let keys: Vec<String> = lua.keys(locks).collect();
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(lua.hash()).arg(keys.len());
+        for key in keys {
+            cmd.arg(key);
+        }
+        Call {
+            cmd,
+            source: Some(lua.source),
+            gate: None,
+        }
+    }
+
+    /// Sends this call only while `gate` is open (see [`SendGate`]).
+    pub(crate) fn gated(mut self, gate: &Arc<SendGate>) -> Self {
+        self.gate = Some(Arc::clone(gate));
+        self
+    }
+
+    /// Appends an argument.
+    pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Sends the command; `None` when its gate closed before it was written.
+    async fn run(&self, conn: &mut MultiplexedConnection) -> RedisResult<Option<Value>> {
+        let gate = self.gate.as_deref();
+        let Some(reply) = SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await else {
+            return Ok(None);
+        };
+        match reply? {
+            // A node that lost its scripts (`SCRIPT FLUSH`, a restart between our preload
+            // and this call): load the source and try once more.
+            Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
+                let Some(source) = self.source else {
+                    return Err(e.into());
+                };
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(source)
+                    .query_async::<()>(conn)
+                    .await?;
+                // The second try passes the gate again: a release may have closed it.
+                match SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await {
+                    Some(reply) => server_error(reply?).map(Some),
+                    None => Ok(None),
+                }
+            }
+            reply => server_error(reply).map(Some),
+        }
+    }
+}
+
+/// An error reply as an error (the driver hands them over as values).
+fn server_error(reply: Value) -> RedisResult<Value> {
+    match reply {
+        Value::ServerError(e) => Err(e.into()),
+        reply => Ok(reply),
     }
 }
 
@@ -303,6 +437,14 @@ impl Node {
         op(conn).await.map_err(|e| self.classify(generation, e))
     }
 
+    /// Sends `call` on this node's connection, connecting first if needed. Unbounded: the
+    /// caller bounds it (a round's deadline).
+    pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
+        self.request(|mut conn| async move { call.run(&mut conn).await })
+            .await
+            .and_then(|sent| sent.ok_or(NodeFailure::Withdrawn))
+    }
+
     /// Runs `op` on this node's connection, bounded by `timeout` (waiting for a connect
     /// included). Returns the answer or why there is none, and the latency.
     pub(crate) async fn run<T, F, Fut>(
@@ -340,7 +482,7 @@ impl Node {
 /// Loads every script on a new connection (one pipelined round trip), so `EVALSHA` finds
 /// them even when its answer is never awaited. A refusal by the server (say, an ACL without
 /// `SCRIPT`) is not fatal: a call answered with `NOSCRIPT` still loads its script and
-/// retries (see [`Call`](crate::fanout::Call)).
+/// retries (see [`Call`]).
 async fn preload_scripts(conn: &mut MultiplexedConnection) -> RedisResult<()> {
     let mut pipe = redis::pipe();
     for source in scripts::SOURCES {

@@ -4,7 +4,7 @@
 //! Every client has a random id and, from its first contended wait on, one pub/sub
 //! connection per node subscribed to its own channel `quorum-lock:wake:<id>`. A failed
 //! attempt of a waiting client appends the id to the key's waiting list on one node, the
-//! first where its subscription stands (see [`scripts::ACQUIRE`](crate::scripts)); a release
+//! first where its subscription stands (see [`scripts::ACQUIRE`](crate::protocol::scripts)); a release
 //! pops the first id whose client is still listening and publishes `<token>:<key>` to it
 //! alone. So clients are woken one at a time, in the order they started waiting, and a
 //! herd of waiters never splits the votes of one release between them. Inside the client, the local queue lets one task per resource
@@ -20,14 +20,14 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::{Notify, watch};
 
-use crate::fanout::{self, Background, Call, Round, Stop};
+use crate::fanout::{self, Background, Round, Stop};
 use crate::metrics;
+use crate::node::Call;
 use crate::node::Node;
+use crate::protocol::{keys, scripts};
 use crate::report::NodeOutcome;
-use crate::scripts;
 
 /// Channel name prefix; the client id follows.
-const CHANNEL_PREFIX: &str = "quorum-lock:wake:";
 
 #[derive(Debug, Default)]
 struct Interest {
@@ -128,7 +128,7 @@ impl Notifier {
             subscribed: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
             nodes,
             background,
-            channel: format!("{CHANNEL_PREFIX}{id}"),
+            channel: keys::wake_channel(&id),
             id,
             node_timeout,
             connect_timeout,

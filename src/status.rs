@@ -7,8 +7,8 @@ use std::time::Duration;
 use crate::client::Redlock;
 use crate::error::{Error, Result};
 use crate::json::JsonObject;
+use crate::protocol::scripts;
 use crate::report::NodeOutcome;
-use crate::scripts;
 
 /// What one node holds for a lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! Every Lua script the client runs, each with its KEYS/ARGV contract and return codes.
 //!
 //! Scripts are sent as `EVALSHA` with their precomputed hash (one command built per round
-//! and shared by every node, see [`Call::script`](crate::fanout::Call::script)); a node that
+//! and shared by every node, see [`Call::script`](crate::node::Call::script)); a node that
 //! answers `NOSCRIPT` (after `SCRIPT FLUSH`) gets the source with `SCRIPT LOAD` and the call
 //! once more. Every new connection also loads all of them first ([`SOURCES`]): a release
 //! queued behind a `SET` on a node that is paused must run when the node resumes, when
@@ -14,22 +14,37 @@ use std::sync::OnceLock;
 use redis::{Script, Value};
 
 use crate::fanout;
+use crate::protocol::keys::{self, Kind};
 use crate::report::NodeOutcome;
 
-/// A Lua script: its source and, built once (hashing the source), the driver's
-/// [`Script`] with the SHA1 that `EVALSHA` names it by.
+/// A Lua script: its source, the layout of its `KEYS` and, built once (hashing the
+/// source), the driver's [`Script`] with the SHA1 that `EVALSHA` names it by.
 #[derive(Debug)]
 pub(crate) struct Lua {
     pub(crate) source: &'static str,
+    /// `KEYS` is one block per kind, in this order, each with one key per lock key: with
+    /// `k` lock keys, block `b` (from 0) is `KEYS[b*k + 1 ..= b*k + k]`.
+    layout: &'static [Kind],
     script: OnceLock<Script>,
 }
 
 impl Lua {
-    const fn new(source: &'static str) -> Self {
+    const fn new(layout: &'static [Kind], source: &'static str) -> Self {
         Lua {
             source,
+            layout,
             script: OnceLock::new(),
         }
+    }
+
+    /// The script's `KEYS` for the lock keys `locks`, block by block.
+    pub(crate) fn keys<'a>(
+        &'static self,
+        locks: &'a [String],
+    ) -> impl Iterator<Item = String> + 'a {
+        self.layout
+            .iter()
+            .flat_map(move |&kind| locks.iter().map(move |lock| keys::derived(kind, lock)))
     }
 
     /// The SHA1 digest `EVALSHA` names the script by.
@@ -48,14 +63,13 @@ pub(crate) fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
 }
 
-/// Lua source of `enqueue(key, id, front, expire_ms)`, shared by the scripts that keep
-/// waiting lists: puts client `id` in the waiting list of `key` unless it is there already,
+/// Lua source of `enqueue(list, id, front, expire_ms)`, shared by the scripts that keep
+/// waiting lists: puts client `id` in the waiting list `list` unless it is there already,
 /// at the head when `front` is `'1'`, else at the tail, and sets the list's expiry.
 macro_rules! lua_enqueue {
     () => {
         r"
-local function enqueue(key, id, front, expire_ms)
-    local list = 'quorum-lock:waiters:' .. key
+local function enqueue(list, id, front, expire_ms)
     if not redis.call('LPOS', list, id) then
         if front == '1' then
             redis.call('LPUSH', list, id)
@@ -72,7 +86,8 @@ end
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
 /// bookkeeping of release notifications and the fencing counter read.
 ///
-/// KEYS: the lock keys (sorted, distinct). ARGV[1]: our token. ARGV[2]: TTL in
+/// KEYS: the lock keys (sorted, distinct), then their fencing counters, then their waiting
+/// lists (see [`keys`]). ARGV[1]: our token. ARGV[2]: TTL in
 /// milliseconds. ARGV[3]: our client id, or `''` for no bookkeeping. ARGV[4]: `'1'` when
 /// other tasks of our client still wait for these keys. ARGV[5]: `'1'` to read the fencing
 /// counters. ARGV[6]: `'1'` when this attempt follows our wake-up, so a failure puts us back
@@ -81,52 +96,53 @@ end
 ///
 /// Returns `{acquired, fence}`. `acquired` is 1 after setting every key to the token with
 /// the TTL, or 0 (and nothing set) when any key already exists, whatever its type. `fence`
-/// is, with ARGV[5], the highest fencing counter `quorum-lock:fence:<key>` of the keys
-/// (0 when none exists), else nil. With a client id, a failed attempt appends the id (once)
-/// to each key's waiting list `quorum-lock:waiters:<key>`, so the next release wakes this
+/// is, with ARGV[5], the highest fencing counter of the keys (0 when none exists), else
+/// nil. With a client id, a failed attempt appends the id (once) to each key's waiting
+/// list, so the next release wakes this
 /// client; a successful one removes it again unless other tasks of the client still wait
 /// (ARGV[4]), in which case it stays queued. Lists expire after twice the TTL unless renewed
 /// by a later attempt. Counters never expire.
 const ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
     r"
-local function queue(key)
-    enqueue(key, ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
+local k = #KEYS / 3
+local function queue(i)
+    enqueue(KEYS[2 * k + i], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
 end
 local fence = false
 if ARGV[5] == '1' then
     fence = 0
-    for i = 1, #KEYS do
-        local f = tonumber(redis.call('GET', 'quorum-lock:fence:' .. KEYS[i]) or '0') or 0
+    for i = 1, k do
+        local f = tonumber(redis.call('GET', KEYS[k + i]) or '0') or 0
         if f > fence then
             fence = f
         end
     end
 end
-for i = 1, #KEYS do
+for i = 1, k do
     if redis.call('EXISTS', KEYS[i]) == 1 then
         if ARGV[3] ~= '' then
-            for j = 1, #KEYS do
-                queue(KEYS[j])
+            for j = 1, k do
+                queue(j)
             end
         end
         return {0, fence}
     end
 end
-for i = 1, #KEYS do
+for i = 1, k do
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
     if ARGV[3] ~= '' then
         if ARGV[4] == '1' then
-            queue(KEYS[i])
+            queue(i)
         else
-            redis.call('LREM', 'quorum-lock:waiters:' .. KEYS[i], 0, ARGV[3])
+            redis.call('LREM', KEYS[2 * k + i], 0, ARGV[3])
         end
     end
 end
 return {1, fence}
 "
 );
-pub(crate) static ACQUIRE: Lua = Lua::new(ACQUIRE_SRC);
+pub(crate) static ACQUIRE: Lua = Lua::new(&[Kind::Lock, Kind::Fence, Kind::Waiters], ACQUIRE_SRC);
 
 /// [`ACQUIRE`]'s reply `{acquired, fence}`: whether it set the keys, and the fencing
 /// counter it read (with fencing on).
@@ -136,42 +152,46 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOut
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
-/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2]: `'0'`, or to wake waiters, the
-/// lifetime in milliseconds of the turn it gives the woken client. ARGV[3..5] (optional, for the clean-up of a failed attempt): our client id, `'1'` to
-/// queue at the head of the waiting lists instead of their tail, and the lists' expiry in
-/// milliseconds.
+/// KEYS: the lock keys, then their waiting lists, then their turns (see [`keys`]).
+/// ARGV[1]: our token. ARGV[2]: `'0'`, or to wake waiters, the lifetime in milliseconds of
+/// the turn it gives the woken client. ARGV[3]: the prefix of the clients' wake-up
+/// channels. ARGV[4..6] (optional, for the clean-up of a failed attempt): our client id,
+/// `'1'` to queue at the head of the waiting lists instead of their tail, and the lists'
+/// expiry in milliseconds.
 ///
 /// Deletes every key whose value equals the token and returns `{deleted, woke}`: how many
 /// keys it deleted (0: none of them is ours, or they expired) and 1 if it woke a waiting
 /// client, else 0. With ARGV[2], for each deleted key it pops
 /// client ids from the key's waiting list until one of them is listening, and publishes
-/// `<token>:<key>` on that client's channel `quorum-lock:wake:<id>`: one client is woken
-/// per release and node, in arrival order; ids of clients that went away are skipped. It
-/// also records the woken id as the key's turn `quorum-lock:turn:<key>` for ARGV[2] ms,
+/// `<token>:<key>` on that client's channel (ARGV[3] followed by its id): one client is
+/// woken per release and node, in arrival order; ids of clients that went away are
+/// skipped. It also records the woken id as the key's turn for ARGV[2] ms,
 /// which [`GATE`] makes other waiters respect, through the woken client's hold until the
 /// next release passes the turn on (or, waking nobody, deletes it).
-/// With ARGV[3], it puts the client back in each key's waiting list (once), where the
+/// With ARGV[4], it puts the client back in each key's waiting list (once), where the
 /// acquire script took it off when it set the key: the attempt failed on the whole, and
 /// the client still waits. A key of another type makes `GET` fail with `WRONGTYPE`, which
 /// the caller reports as a foreign key.
 const RELEASE_SRC: &str = concat!(
     lua_enqueue!(),
     r"
+local k = #KEYS / 3
 local n = 0
 local woke = 0
-for i = 1, #KEYS do
+for i = 1, k do
     if redis.call('GET', KEYS[i]) == ARGV[1] then
         n = n + redis.call('DEL', KEYS[i])
         if ARGV[2] ~= '0' then
-            local list = 'quorum-lock:waiters:' .. KEYS[i]
+            local list = KEYS[k + i]
+            local turn = KEYS[2 * k + i]
             while true do
                 local id = redis.call('LPOP', list)
                 if not id then
-                    redis.call('DEL', 'quorum-lock:turn:' .. KEYS[i])
+                    redis.call('DEL', turn)
                     break
                 end
-                if redis.call('PUBLISH', 'quorum-lock:wake:' .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
-                    redis.call('SET', 'quorum-lock:turn:' .. KEYS[i], id, 'PX', ARGV[2])
+                if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
+                    redis.call('SET', turn, id, 'PX', ARGV[2])
                     woke = 1
                     break
                 end
@@ -179,36 +199,37 @@ for i = 1, #KEYS do
         end
     end
 end
-if ARGV[3] then
-    for i = 1, #KEYS do
-        enqueue(KEYS[i], ARGV[3], ARGV[4], ARGV[5])
+if ARGV[4] then
+    for i = 1, k do
+        enqueue(KEYS[k + i], ARGV[4], ARGV[5], ARGV[6])
     end
 end
 return {n, woke}
 "
 );
-pub(crate) static RELEASE: Lua = Lua::new(RELEASE_SRC);
+pub(crate) static RELEASE: Lua = Lua::new(&[Kind::Lock, Kind::Waiters, Kind::Turn], RELEASE_SRC);
 
 /// Leaves the waiting lists of keys (a waiter that gave up).
 ///
-/// KEYS: the lock keys. ARGV[1]: our client id. Returns the number of entries removed.
+/// KEYS: the waiting lists of the lock keys. ARGV[1]: our client id. Returns the number of
+/// entries removed.
 const LEAVE_SRC: &str = r"
 local n = 0
 for i = 1, #KEYS do
-    n = n + redis.call('LREM', 'quorum-lock:waiters:' .. KEYS[i], 0, ARGV[1])
+    n = n + redis.call('LREM', KEYS[i], 0, ARGV[1])
 end
 return n
 ";
-pub(crate) static LEAVE: Lua = Lua::new(LEAVE_SRC);
+pub(crate) static LEAVE: Lua = Lua::new(&[Kind::Waiters], LEAVE_SRC);
 
 /// Asks the waiting-list node whether an attempt may go ahead, before sending it: sent by
 /// a waiter that was not woken (a poll, or a new `lock()` right after this client's own
 /// release woke another client), so it does not take the lock from under the client whose
 /// turn it is, nor split the votes with it.
 ///
-/// KEYS: the lock keys. ARGV[1]: our client id. ARGV[2]: `'1'` to queue at the head
-/// instead of the tail. ARGV[3]: the lists' expiry in milliseconds. Returns 1 unless a
-/// turn `quorum-lock:turn:<key>` names another client; otherwise queues the client (once)
+/// KEYS: the turns of the lock keys, then their waiting lists (see [`keys`]). ARGV[1]: our
+/// client id. ARGV[2]: `'1'` to queue at the head instead of the tail. ARGV[3]: the lists'
+/// expiry in milliseconds. Returns 1 unless a key's turn names another client; otherwise queues the client (once)
 /// in each key's waiting list and returns 0. The turn lasts while releases hand the lock
 /// from one waiter to the next, and at most two node timeouts after the last of them. A
 /// key that exists here does not close the gate on its own: the other nodes may still
@@ -216,45 +237,47 @@ pub(crate) static LEAVE: Lua = Lua::new(LEAVE_SRC);
 const GATE_SRC: &str = concat!(
     lua_enqueue!(),
     r"
+local k = #KEYS / 2
 local open = 1
-for i = 1, #KEYS do
-    local turn = redis.call('GET', 'quorum-lock:turn:' .. KEYS[i])
+for i = 1, k do
+    local turn = redis.call('GET', KEYS[i])
     if turn and turn ~= ARGV[1] then
         open = 0
     end
 end
 if open == 0 then
-    for i = 1, #KEYS do
-        enqueue(KEYS[i], ARGV[1], ARGV[2], ARGV[3])
+    for i = 1, k do
+        enqueue(KEYS[k + i], ARGV[1], ARGV[2], ARGV[3])
     end
 end
 return open
 "
 );
-pub(crate) static GATE: Lua = Lua::new(GATE_SRC);
+pub(crate) static GATE: Lua = Lua::new(&[Kind::Turn, Kind::Waiters], GATE_SRC);
 
 /// Commits a fencing token next to a lock we hold.
 ///
-/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2]: the fencing token.
-/// Returns 1 after raising every counter `quorum-lock:fence:<key>` to at least ARGV[2]
+/// KEYS: the lock keys, then their fencing counters (see [`keys`]). ARGV[1]: our token.
+/// ARGV[2]: the fencing token. Returns 1 after raising every counter to at least ARGV[2]
 /// (never lowering one), or 0, changing nothing, when any lock key does not hold our
 /// token.
 const FENCE_SRC: &str = r"
-for i = 1, #KEYS do
+local k = #KEYS / 2
+for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
 local value = tonumber(ARGV[2])
-for i = 1, #KEYS do
-    local counter = 'quorum-lock:fence:' .. KEYS[i]
+for i = 1, k do
+    local counter = KEYS[k + i]
     if value > (tonumber(redis.call('GET', counter) or '0') or 0) then
         redis.call('SET', counter, ARGV[2])
     end
 end
 return 1
 ";
-pub(crate) static FENCE: Lua = Lua::new(FENCE_SRC);
+pub(crate) static FENCE: Lua = Lua::new(&[Kind::Lock, Kind::Fence], FENCE_SRC);
 
 /// A write guarded by a fencing token, for data kept in Redis.
 ///
@@ -271,7 +294,8 @@ redis.call('SET', KEYS[2], ARGV[1])
 redis.call('SET', KEYS[1], ARGV[2])
 return 1
 ";
-pub(crate) static FENCED_SET: Lua = Lua::new(FENCED_SET_SRC);
+/// Invoked directly on two keys of the caller's choosing, not through [`Lua::keys`].
+pub(crate) static FENCED_SET: Lua = Lua::new(&[], FENCED_SET_SRC);
 
 /// Reads a lock key without touching it (operators' `status`).
 ///
@@ -285,7 +309,7 @@ if kind == 'string' then
 end
 return {kind, pttl, false}
 ";
-pub(crate) static INSPECT: Lua = Lua::new(INSPECT_SRC);
+pub(crate) static INSPECT: Lua = Lua::new(&[Kind::Lock], INSPECT_SRC);
 
 /// Compare-and-PEXPIRE, all or nothing.
 ///
@@ -303,7 +327,7 @@ for i = 1, #KEYS do
 end
 return 1
 ";
-pub(crate) static EXTEND: Lua = Lua::new(EXTEND_SRC);
+pub(crate) static EXTEND: Lua = Lua::new(&[Kind::Lock], EXTEND_SRC);
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
 pub(crate) const SOURCES: [&str; 8] = [

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Layering rules anyone can check with grep (run by .ci/run):
+# 1. key and channel names and Lua live only in src/protocol/;
+# 2. only src/node.rs names the driver's async connection types (src/fencing.rs takes the
+#    caller's own connection in its public API; the doctor's probes open their own);
+# 3. the pure quorum module imports nothing async and no Redis type.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+check() {
+    local what=$1 found=$2
+    if [ -n "$found" ]; then
+        echo "layering: $what:" >&2
+        echo "$found" >&2
+        fail=1
+    fi
+}
+check "key names or Lua outside src/protocol" \
+    "$(grep -rnE "redis\.call|\"quorum-lock:[a-z]|'quorum-lock:" src --include=*.rs | grep -v '^src/protocol/' || true)"
+check "redis::aio outside src/node.rs" \
+    "$(grep -rn "redis::aio\|MultiplexedConnection" src --include=*.rs \
+        | grep -v '^src/node.rs:\|^src/fencing.rs:\|^src/doctor' || true)"
+check "async or Redis in the pure quorum module" \
+    "$(grep -nE "tokio|futures|redis|async " src/quorum.rs || true)"
+exit $fail
