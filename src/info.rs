@@ -66,7 +66,9 @@ impl Version {
     /// `"7.0.15"` → 7.0.15; `None` when the text does not start with a number.
     pub(crate) fn parse(text: &str) -> Option<Version> {
         let mut parts = text.trim().split('.').map(|part| {
-            let digits = part.find(|c: char| !c.is_ascii_digit()).unwrap_or(part.len());
+            let digits = part
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(part.len());
             part[..digits].parse::<u32>().ok()
         });
         let major = parts.next()??;
@@ -310,13 +312,20 @@ mod tests {
         );
         assert_eq!(r62.get("rdb_last_bgsave_status"), Some("ok"));
         assert_eq!(r70.get("rdb_last_bgsave_status"), Some("err"));
-        assert_eq!((r62.maxmemory(), r62.maxmemory_policy()), (Some(0), Some("noeviction")));
+        assert_eq!(
+            (r62.maxmemory(), r62.maxmemory_policy()),
+            (Some(0), Some("noeviction"))
+        );
         assert_eq!(
             (r70.maxmemory(), r70.maxmemory_policy()),
             (Some(100 << 20), Some("allkeys-lru"))
         );
         assert_eq!(
-            [r62.cluster_enabled(), r70.cluster_enabled(), v91.cluster_enabled()],
+            [
+                r62.cluster_enabled(),
+                r70.cluster_enabled(),
+                v91.cluster_enabled()
+            ],
             [Some(false), Some(true), None]
         );
     }
@@ -327,13 +336,23 @@ mod tests {
         let server: Vec<_> = info.section("server").map(|(f, _)| f).collect();
         assert_eq!(
             server,
-            ["redis_version", "redis_mode", "run_id", "uptime_in_seconds", "executable"]
+            [
+                "redis_version",
+                "redis_mode",
+                "run_id",
+                "uptime_in_seconds",
+                "executable"
+            ]
         );
-        assert_eq!(info.section("Cluster").collect::<Vec<_>>(), [("cluster_enabled", "1")]);
+        assert_eq!(
+            info.section("Cluster").collect::<Vec<_>>(),
+            [("cluster_enabled", "1")]
+        );
         assert_eq!(info.section("Keyspace").count(), 0);
 
         // Values keep their colons; LF-only text works; junk and duplicates are harmless.
-        let odd = parse("executable:C:\\redis\nnot a field\nrun_id:\nrun_id:x\nmaster_port:99999\n");
+        let odd =
+            parse("executable:C:\\redis\nnot a field\nrun_id:\nrun_id:x\nmaster_port:99999\n");
         assert_eq!(odd.get("executable"), Some("C:\\redis"));
         assert_eq!(odd.run_id(), None, "an empty run_id is no identity");
         assert_eq!(odd.master_port(), None, "out of range");

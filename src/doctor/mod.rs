@@ -23,7 +23,6 @@ mod tests;
 pub use crate::info::ServerKind;
 pub(crate) use findings::Limits;
 
-
 /// How serious a [`Finding`] is. Ordered: `Info < Warning < Error`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]

@@ -21,7 +21,6 @@ const PROBE_DEADLINE: Duration = Duration::from_millis(2500);
 /// `TIME` samples per node; the one with the shortest round trip is kept.
 const TIME_SAMPLES: usize = 3;
 
-
 /// Probes one node within [`PROBE_DEADLINE`]; what was learned before the deadline is kept.
 pub(super) async fn probe(node: &Node) -> NodeInfo {
     let mut info = NodeInfo::new(node.name());

@@ -52,7 +52,12 @@ pub(super) fn group(findings: &[Finding]) -> Vec<(&Finding, Vec<&str>)> {
             first.node.is_some()
                 && finding.node.is_some()
                 && (first.kind, first.severity, &first.message, &first.fix)
-                    == (finding.kind, finding.severity, &finding.message, &finding.fix)
+                    == (
+                        finding.kind,
+                        finding.severity,
+                        &finding.message,
+                        &finding.fix,
+                    )
         };
         match groups.iter_mut().find(same) {
             Some(g) => g.1.extend(finding.node.as_deref()),

@@ -357,9 +357,7 @@ fn json_rendering() {
         "{json}"
     );
     assert!(
-        json.contains(
-            r#"{"name":"10.0.0.1:6379","reachable":false,"error":"refused \"quoted\"","#
-        ),
+        json.contains(r#"{"name":"10.0.0.1:6379","reachable":false,"error":"refused \"quoted\"","#),
         "{json}"
     );
     assert!(
@@ -408,12 +406,15 @@ fn display_rendering() {
         "{text}"
     );
     assert!(
+        text.contains("  node           state  version  role    aof     cluster  uptime  clock\n"),
+        "{text}"
+    );
+    assert!(
         text.contains(
-            "  node           state  version  role    aof     cluster  uptime  clock\n"
+            "  10.0.0.0:6379  up     7.2.4    master  always  no       60m     +0.2 ms ±1.0 ms\n"
         ),
         "{text}"
     );
-    assert!(text.contains("  10.0.0.0:6379  up     7.2.4    master  always  no       60m     +0.2 ms ±1.0 ms\n"), "{text}");
     assert!(
         text.contains("  10.0.0.1:6379  down   -        -       -       -        -       -\n"),
         "{text}"
@@ -439,4 +440,227 @@ fn display_rendering() {
     assert_eq!(signed_ms(49), "0.0");
     assert_eq!(signed_ms(-50), "-0.1");
     assert_eq!(signed_ms(i64::MIN), "-9223372036854775.8");
+}
+
+#[test]
+fn known_issues_by_version_and_persistence() {
+    // kind, version, appendonly, appendfsync, expected severity.
+    type Case = (
+        ServerKind,
+        &'static str,
+        Option<bool>,
+        Option<&'static str>,
+        Option<Severity>,
+    );
+    let table: [Case; 11] = [
+        (
+            ServerKind::Redis,
+            "6.2.14",
+            Some(true),
+            Some("always"),
+            Some(I),
+        ),
+        (
+            ServerKind::Redis,
+            "6.0.20",
+            Some(true),
+            Some("always"),
+            Some(I),
+        ),
+        // Only `always` promises a write is on disk when acknowledged.
+        (
+            ServerKind::Redis,
+            "6.2.14",
+            Some(true),
+            Some("everysec"),
+            None,
+        ),
+        (
+            ServerKind::Redis,
+            "6.2.14",
+            Some(false),
+            Some("always"),
+            None,
+        ),
+        (
+            ServerKind::Redis,
+            "7.0.0",
+            Some(true),
+            Some("always"),
+            Some(W),
+        ),
+        (
+            ServerKind::Redis,
+            "7.0.4",
+            Some(true),
+            Some("everysec"),
+            Some(W),
+        ),
+        (ServerKind::Redis, "7.0.4", None, None, None),
+        (ServerKind::Redis, "7.0.5", Some(true), Some("always"), None),
+        (
+            ServerKind::Redis,
+            "7.0.15",
+            Some(true),
+            Some("always"),
+            None,
+        ),
+        (
+            ServerKind::Valkey,
+            "7.2.4",
+            Some(true),
+            Some("always"),
+            None,
+        ),
+        (
+            ServerKind::Redis,
+            "unknown",
+            Some(true),
+            Some("always"),
+            None,
+        ),
+    ];
+    for (kind, version, appendonly, fsync, expected) in table {
+        let mut infos = set(3);
+        infos[2].server_kind = Some(kind);
+        infos[2].server_version = Some(version.into());
+        infos[2].appendonly = appendonly;
+        infos[2].appendfsync = fsync.map(str::to_owned);
+        let got: Vec<_> = kinds(&infos, &limits())
+            .into_iter()
+            .filter(|(k, _, _)| *k == K::KnownIssue)
+            .collect();
+        let want: Vec<_> = expected
+            .map(|s| (K::KnownIssue, s, node(2)))
+            .into_iter()
+            .collect();
+        assert_eq!(got, want, "{kind} {version} {appendonly:?} {fsync:?}");
+    }
+    let mut infos = set(3);
+    infos[0].server_kind = Some(ServerKind::Redis);
+    infos[0].server_version = Some("7.0.2".into());
+    let f = findings(&infos, 2, &limits());
+    assert_eq!(f[0].kind, K::KnownIssue);
+    assert!(
+        f[0].message.starts_with("Redis 7.0.2: the directory"),
+        "{}",
+        f[0].message
+    );
+    assert!(
+        f[0].message.contains("redis/redis#10737"),
+        "{}",
+        f[0].message
+    );
+    assert!(
+        f[0].message.contains("redis/redis#11004"),
+        "{}",
+        f[0].message
+    );
+    infos[0].server_version = Some("7.0.3".into());
+    let f = findings(&infos, 2, &limits());
+    assert!(
+        !f[0].message.contains("#10737"),
+        "fixed in 7.0.3: {}",
+        f[0].message
+    );
+}
+
+#[test]
+fn persistence_mismatch_across_the_set() {
+    let mismatch = |infos: &[NodeInfo]| {
+        findings(infos, 2, &limits())
+            .into_iter()
+            .filter(|f| f.kind == K::PersistenceMismatch)
+            .collect::<Vec<_>>()
+    };
+    let mut infos = set(3);
+    assert_eq!(mismatch(&infos), vec![], "all on");
+    for info in &mut infos {
+        info.appendonly = Some(false);
+    }
+    assert_eq!(mismatch(&infos), vec![], "all off");
+    infos[1].appendonly = Some(true);
+    let found = mismatch(&infos);
+    assert_eq!(found.len(), 1);
+    assert_eq!((found[0].severity, found[0].node.as_deref()), (W, None));
+    assert!(
+        found[0]
+            .message
+            .contains("on at 10.0.0.1:6379 but off at 10.0.0.0:6379, 10.0.0.2:6379"),
+        "{}",
+        found[0].message
+    );
+    // Unknown and unreachable nodes are not compared.
+    infos[0].appendonly = None;
+    infos[2].reachable = false;
+    assert_eq!(mismatch(&infos), vec![]);
+}
+
+#[test]
+fn same_findings_on_several_nodes_render_as_one_line() {
+    let mut infos = set(5);
+    for info in &mut infos {
+        info.appendonly = Some(false);
+    }
+    infos[3].server_kind = Some(ServerKind::Valkey);
+    infos[3].server_version = Some("9.1.2".into());
+    infos[4].server_kind = Some(ServerKind::Redis);
+    infos[4].server_version = Some("7.2.4".into());
+    infos[2].maxmemory = Some(1 << 20);
+    infos[2].maxmemory_policy = Some("allkeys-lru".into());
+    let report = DeploymentReport {
+        quorum: 3,
+        findings: findings(&infos, 3, &limits()),
+        nodes: infos,
+    };
+    assert_eq!(report.findings.len(), 6, "still one finding per node");
+    let text = report.to_string();
+    assert!(
+        text.starts_with("5 nodes, quorum 3: 0 error(s), 6 warning(s), 0 note(s)\n"),
+        "{text}"
+    );
+    let names = (0..5)
+        .map(|i| format!("10.0.0.{i}:6379"))
+        .collect::<Vec<_>>();
+    let line = format!("WARNING  {}: appendonly is off: ", names.join(", "));
+    assert_eq!(text.matches(&line).count(), 1, "{text}");
+    assert_eq!(text.matches("appendonly is off").count(), 1, "{text}");
+    assert!(
+        text.contains("WARNING  10.0.0.2:6379: maxmemory 1048576 with"),
+        "{text}"
+    );
+    assert_eq!(text.matches("fix: ").count(), 2, "{text}");
+    // The version column names the server when its kind is known.
+    assert!(
+        text.contains("  10.0.0.3:6379  up     valkey 9.1.2  master"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  10.0.0.4:6379  up     redis 7.2.4   master"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  10.0.0.0:6379  up     7.2.4         master"),
+        "{text}"
+    );
+    let json = report.to_json();
+    assert_eq!(json.matches(r#""kind":"no_persistence""#).count(), 5);
+    assert!(
+        json.contains(
+            r#""redis_version":"7.2.4","server_kind":"valkey","server_version":"9.1.2","#
+        ),
+        "{json}"
+    );
+}
+
+#[test]
+fn valkey_info_fills_kind_and_own_version() {
+    let text = "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n\
+                run_id:5415bfbb56f0c8955bbdbabf514e6e0b8a3230e8\r\nuptime_in_seconds:5\r\n";
+    let mut node = NodeInfo::new("x:1");
+    apply_info(&mut node, &info::parse(text));
+    assert_eq!(node.redis_version.as_deref(), Some("7.2.4"));
+    assert_eq!(node.server_kind, Some(ServerKind::Valkey));
+    assert_eq!(node.server_version.as_deref(), Some("9.1.2"));
+    assert_eq!(node.uptime, Some(Duration::from_secs(5)));
 }
