@@ -14,6 +14,9 @@
 //! Valkey also reports `server_name:valkey` and `valkey_version`, and keeps
 //! `redis_version:7.2.4` for compatibility, so `redis_version` alone does not tell the two
 //! apart. None of them shows the RDB save points in `INFO`; only `CONFIG GET save` does.
+//!
+//! Users: the deployment check (`doctor/probe.rs`); a node's identity for restart
+//! quarantine is `parse(&text)` then [`Info::run_id`] and [`Info::uptime`].
 
 use std::fmt;
 use std::time::Duration;
