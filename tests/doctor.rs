@@ -654,11 +654,24 @@ async fn nodes_show_server_kind_and_findings_are_grouped_in_the_text() {
     let line = format!("WARNING  {}: appendonly is off: ", names.join(", "));
     assert_eq!(text.matches(&line).count(), 1, "{text}");
     assert_eq!(text.matches("appendonly is off").count(), 1, "{text}");
-    let (kind, version) = kind_and_version(&cluster.nodes[0]);
-    assert!(
-        text.contains(&format!("  {}  up     {kind} {version}  master", names[0])),
-        "{text}"
-    );
+    // Each node's row names its server (columns padded to the widest cell, which differs
+    // when the matrix runs a mixed ensemble).
+    for (server, n) in cluster.nodes.iter().zip(&names) {
+        let (kind, version) = kind_and_version(server);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("  {n}  up ")))
+            .unwrap_or_else(|| panic!("no row for {n}: {text}"));
+        let cells: Vec<&str> = row
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            cells[..4],
+            [n.as_str(), "up", &format!("{kind} {version}"), "master"]
+        );
+    }
 }
 
 #[tokio::test]
