@@ -10,6 +10,7 @@ mod extend;
 mod fanout;
 pub mod fencing;
 mod guard;
+mod info;
 mod json;
 mod lease;
 pub mod metrics;
@@ -25,7 +26,9 @@ mod status;
 
 pub use builder::RedlockBuilder;
 pub use client::{LockRequest, Redlock};
-pub use doctor::{ClockOffset, DeploymentReport, Finding, FindingKind, NodeInfo, Severity};
+pub use doctor::{
+    ClockOffset, DeploymentReport, Finding, FindingKind, NodeInfo, ServerKind, Severity,
+};
 pub use error::{Error, Result};
 pub use extend::AutoExtend;
 pub use guard::LockGuard;

@@ -6,13 +6,17 @@
 
 mod common;
 
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    BlackHole, CLOCKSHIFT_REFRESH, ClockFile, Cluster, RedisServer, ServerExtras, ServerOptions,
-    clockshift_lib, eventually, server_clock_offset_ms, wait_until,
+    BlackHole, CLOCKSHIFT_REFRESH, ClockFile, Cluster, PORT_HI, PORT_LO, READY_TIMEOUT,
+    RedisServer, START_TRIES, ServerExtras, ServerOptions, clockshift_lib, eventually, raw_ping,
+    server_clock_offset_ms, unique, wait_until,
 };
-use quorum_lock::{DeploymentReport, FindingKind, Redlock, Severity};
+use quorum_lock::{DeploymentReport, FindingKind, Redlock, ServerKind, Severity};
 
 use FindingKind as K;
 use Severity::{Error as E, Info as I, Warning as W};
@@ -44,11 +48,15 @@ async fn check(redlock: &Redlock) -> DeploymentReport {
     report
 }
 
-/// Every finding as (kind, severity, node), sorted, for exact comparison.
+/// Every finding as (kind, severity, node), sorted, for exact comparison. `known_issue`
+/// findings are left out: they depend on the server build the harness runs (the
+/// compatibility matrix runs these tests on Redis 6.2 too), and are asserted by
+/// `other_builds_report_their_kind_version_and_known_issues`.
 fn summary(report: &DeploymentReport) -> Summary {
     let mut s: Summary = report
         .findings
         .iter()
+        .filter(|f| f.kind != K::KnownIssue)
         .map(|f| (f.kind.as_str(), f.severity, f.node.clone()))
         .collect();
     s.sort();
@@ -614,4 +622,246 @@ async fn clock_skew_beyond_drift_and_beyond_the_ttl() {
             assert!(c.excess() <= Duration::from_millis(1), "{c:?}");
         }
     }
+}
+
+/// The kind and own version a harness server reports, read with `INFO server`.
+fn kind_and_version(server: &RedisServer) -> (ServerKind, String) {
+    match info_field(server, "server", "valkey_version") {
+        Some(v) => (ServerKind::Valkey, v),
+        None => (
+            ServerKind::Redis,
+            info_field(server, "server", "redis_version").expect("redis_version"),
+        ),
+    }
+}
+
+#[tokio::test]
+async fn nodes_show_server_kind_and_findings_are_grouped_in_the_text() {
+    let cluster = Cluster::start(3);
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    let report = check(&client(&cluster.urls())).await;
+    for (info, server) in report.nodes.iter().zip(&cluster.nodes) {
+        let (kind, version) = kind_and_version(server);
+        assert_eq!(info.server_kind, Some(kind), "{info:?}");
+        assert_eq!(info.server_version.as_deref(), Some(version.as_str()));
+        let json = report.to_json();
+        let field = format!(r#""server_kind":"{kind}","server_version":"{version}""#);
+        assert!(json.contains(&field), "{json}");
+    }
+    // Three per-node findings, one line of text naming the three nodes.
+    assert_eq!(summary(&report), expected(no_persistence(&names)));
+    let text = report.to_string();
+    let line = format!("WARNING  {}: appendonly is off: ", names.join(", "));
+    assert_eq!(text.matches(&line).count(), 1, "{text}");
+    assert_eq!(text.matches("appendonly is off").count(), 1, "{text}");
+    // Each node's row names its server (columns padded to the widest cell, which differs
+    // when the matrix runs a mixed ensemble).
+    for (server, n) in cluster.nodes.iter().zip(&names) {
+        let (kind, version) = kind_and_version(server);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("  {n}  up ")))
+            .unwrap_or_else(|| panic!("no row for {n}: {text}"));
+        let cells: Vec<&str> = row
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect();
+        assert_eq!(
+            cells[..4],
+            [n.as_str(), "up", &format!("{kind} {version}"), "master"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn nodes_that_differ_in_persistence() {
+    let on = [
+        RedisServer::start_with(appendonly()),
+        RedisServer::start_with(appendonly()),
+    ];
+    let off = RedisServer::start();
+    let report = check(&client(&[on[0].url(), off.url(), on[1].url()])).await;
+    assert_eq!(
+        summary(&report),
+        expected([
+            (K::NoPersistence, W, Some(name(&off))),
+            (K::PersistenceMismatch, W, None),
+        ])
+    );
+    let mismatch = report
+        .findings
+        .iter()
+        .find(|f| f.kind == K::PersistenceMismatch)
+        .expect("mismatch");
+    let want = format!(
+        "appendonly is on at {}, {} but off at {}",
+        name(&on[0]),
+        name(&on[1]),
+        name(&off)
+    );
+    assert!(mismatch.message.contains(&want), "{}", mismatch.message);
+
+    // Same settings everywhere (all off): no mismatch, only the per-node warnings.
+    let plain = Cluster::start(2);
+    let mut urls = plain.urls();
+    urls.push(off.url());
+    let report = check(&client(&urls)).await;
+    assert!(
+        report.findings.iter().all(|f| f.kind == K::NoPersistence),
+        "{report}"
+    );
+}
+
+/// A server of another build than the harness's, from the compatibility matrix's cache
+/// (`scripts/servers.sh`), SIGKILLed, reaped and its directory removed on drop.
+struct Build {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Build {
+    /// `<cache>/<name>/<binary>`, where the cache is `$QUORUM_LOCK_SERVER_CACHE` or
+    /// `~/.cache/quorum-lock/servers`; `None` when it is not there.
+    fn cached(name: &str, binary: &str) -> Option<PathBuf> {
+        let cache = std::env::var_os("QUORUM_LOCK_SERVER_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(|h| PathBuf::from(h).join(".cache/quorum-lock/servers"))
+            })?;
+        Some(cache.join(name).join(binary)).filter(|p| p.is_file())
+    }
+
+    /// Starts `bin` on a free port below the ephemeral range, with an append-only file
+    /// fsynced on every write and no RDB snapshots, and waits until it answers `PING`.
+    fn start(bin: &Path) -> Build {
+        let dir = std::env::temp_dir().join(unique("doctor-build"));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        for attempt in 0..START_TRIES as u32 {
+            let span = u32::from(PORT_HI - PORT_LO);
+            let port = PORT_LO + u16::try_from((seed + attempt * 7919) % span).unwrap_or(0);
+            if TcpListener::bind(("127.0.0.1", port)).is_err() {
+                continue;
+            }
+            let child = Command::new(bin)
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                ])
+                .args(["--appendonly", "yes", "--appendfsync", "always"])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn server");
+            let mut build = Build {
+                child,
+                port,
+                dir: dir.clone(),
+            };
+            let start = Instant::now();
+            while start.elapsed() < READY_TIMEOUT {
+                if raw_ping(port, Duration::from_millis(200)).is_ok_and(|r| r.contains("PONG")) {
+                    return build;
+                }
+                if build.child.try_wait().ok().flatten().is_some() {
+                    break; // exited: port taken after all; try another
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = build.child.kill();
+        }
+        panic!("{} did not start", bin.display());
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn name(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Build {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test]
+async fn other_builds_report_their_kind_version_and_known_issues() {
+    let (Some(redis62), Some(valkey)) = (
+        Build::cached("redis-6.2", "redis-server"),
+        Build::cached("valkey-9.1", "valkey-server"),
+    ) else {
+        eprintln!(
+            "skipped: other_builds_report_their_kind_version_and_known_issues needs the \
+             redis-6.2 and valkey-9.1 builds: run scripts/servers.sh"
+        );
+        return;
+    };
+    // A mixed ensemble of builds chosen here, whatever build the matrix gives the harness.
+    let nodes = [
+        Build::start(&redis62),
+        Build::start(&valkey),
+        Build::start(&valkey),
+    ];
+    let old = &nodes[0];
+    let report = check(&client(&nodes.each_ref().map(Build::url))).await;
+
+    let kinds: Vec<_> = report
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.server_kind,
+                n.server_version.clone(),
+                n.redis_version.clone(),
+            )
+        })
+        .collect();
+    let valkey_91 = (
+        Some(ServerKind::Valkey),
+        Some("9.1.2".to_owned()),
+        Some("7.2.4".to_owned()),
+    );
+    assert_eq!(
+        kinds,
+        [
+            (
+                Some(ServerKind::Redis),
+                Some("6.2.14".into()),
+                Some("6.2.14".into())
+            ),
+            valkey_91.clone(),
+            valkey_91,
+        ]
+    );
+    // Persistence is the same everywhere: the only finding is Redis 6.2's release-note
+    // issue with appendfsync always.
+    let all: Vec<_> = report
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.severity, f.node.clone()))
+        .collect();
+    assert_eq!(all, [(K::KnownIssue, I, Some(old.name()))], "{report}");
+    let message = &report.findings[0].message;
+    assert!(message.starts_with("Redis 6.2.14 predates"), "{message}");
+    assert!(message.contains("redis/redis#9678"), "{message}");
+    let text = report.to_string();
+    assert!(text.contains("valkey 9.1.2"), "{text}");
+    assert!(text.contains("redis 6.2.14"), "{text}");
 }
