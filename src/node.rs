@@ -276,17 +276,11 @@ impl Node {
             Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
             Err(_) => return Ok(()),
         };
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                .map(str::trim)
-        };
-        let identity = match (field("run_id"), field("uptime_in_seconds")) {
-            (Some(run_id), Some(uptime)) => uptime.parse::<u64>().ok().map(|secs| Identity {
+        let info = crate::info::parse(&info);
+        let identity = match (info.run_id(), info.uptime()) {
+            (Some(run_id), Some(uptime)) => Some(Identity {
                 run_id: run_id.to_owned(),
-                started: asked
-                    .checked_sub(Duration::from_secs(secs))
-                    .unwrap_or(asked),
+                started: asked.checked_sub(uptime).unwrap_or(asked),
             }),
             _ => None,
         };
