@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-redis.sh
-exec cargo run --release --example demo
+exec cargo run --release -p quorum-lock-demo
