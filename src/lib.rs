@@ -33,3 +33,4 @@ pub use lease::{LockContext, LostReason, LostSignal};
 pub use report::{NodeOutcome, NodeReport, NodeResult};
 pub use retry::RetryPolicy;
 pub use status::{Holder, KeyState, LockStatus, Verdict};
+pub use redis;
