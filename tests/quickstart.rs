@@ -57,16 +57,24 @@ fn cargo(dir: &Path, args: &[&str], target: &Path) -> std::process::Output {
         .expect("run cargo")
 }
 
-/// A new project from `cargo new`, with the README's dependencies and `src/main.rs`.
-fn new_project(root: &Path, deps: &str, main_rs: &str) -> PathBuf {
-    let parent = root.join("target").join("quickstart");
+/// A directory removed when dropped (also when the test panics).
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A new project from `cargo new`, with the README's dependencies and `src/main.rs`. It is
+/// made outside this checkout: inside it, `cargo new` would join this workspace.
+fn new_project(root: &Path, parent: &Path, deps: &str, main_rs: &str) -> PathBuf {
     let project = parent.join("lock-demo");
-    let _ = std::fs::remove_dir_all(&project);
-    std::fs::create_dir_all(&parent).unwrap();
+    std::fs::create_dir_all(parent).unwrap();
     let out = cargo(
-        &parent,
+        parent,
         &["new", "--vcs", "none", "--quiet", "lock-demo"],
-        &parent,
+        parent,
     );
     assert!(
         out.status.success(),
@@ -117,7 +125,8 @@ fn readme_quick_start_builds_and_runs_in_a_new_project() {
             &format!("redis://127.0.0.1:{}", node.port()),
         );
     }
-    let project = new_project(root, &deps, &main_rs);
+    let parent = TempDir(std::env::temp_dir().join(common::unique("quickstart")));
+    let project = new_project(root, &parent.0, &deps, &main_rs);
     // Its own target dir, kept between runs: later runs only rebuild the small program.
     let target = root.join("target").join("quickstart").join("target");
     let built = cargo(&project, &["build", "--quiet"], &target);
