@@ -3,5 +3,6 @@
 # processes (started and stopped by the tests), doctests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/ensure-build.sh
 bash scripts/ensure-redis.sh
 exec cargo test --all-features "$@"

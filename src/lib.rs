@@ -33,6 +33,7 @@ pub use error::{Error, Result};
 pub use extend::AutoExtend;
 pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};
+pub use redis;
 pub use report::{NodeOutcome, NodeReport, NodeResult};
 pub use retry::RetryPolicy;
 pub use status::{Holder, KeyState, LockStatus, Verdict};
