@@ -111,4 +111,18 @@ for r in "${ROWS[@]}"; do
     echo
 done
 echo "logs: target/matrix/<server>/<target>.log"
+passed=0 failed=0 skips=0
+for r in "${ROWS[@]}"; do
+    for t in "${TARGETS[@]}"; do
+        case "${CELL[$r,$t]}" in
+        passed*) passed=$((passed + 1)) ;;
+        FAILED*) failed=$((failed + 1)) ;;
+        *) skips=$((skips + 1)) ;;
+        esac
+    done
+done
+# One closing line counting target runs (server x target); none when nothing ran.
+if ((passed + failed > 0)); then
+    echo "matrix: $passed passed, $failed failed, $skips skipped"
+fi
 exit "$FAILED"
