@@ -86,7 +86,11 @@ fn nodes_run_the_listed_servers_round_robin_also_after_restart() {
     }
     cluster.nodes[1].restart();
     let want = std::fs::canonicalize(expected(1)).unwrap();
-    assert_eq!(running_executable(&cluster.nodes[1]), want, "node 1 after restart");
+    assert_eq!(
+        running_executable(&cluster.nodes[1]),
+        want,
+        "node 1 after restart"
+    );
 }
 
 #[test]
