@@ -335,18 +335,42 @@ mod tests {
         // 60 s lease on the ensemble, 1 % drift: period 60.602 s.
         let table = [
             (facts(cur, "r2", 0), served(60_000), votes(true, false)),
-            (facts(cur_incomplete, "r2", 5), served(60_000), votes(false, false)),
+            (
+                facts(cur_incomplete, "r2", 5),
+                served(60_000),
+                votes(false, false),
+            ),
             (facts(None, "r2", 0), FRESH, votes(true, true)),
             (facts(None, "r2", 500), FRESH, votes(true, true)),
-            (facts(None, "r2", 1), served(60_000), q(60_602, Reason::MemoryLost)),
-            (facts(None, "r2", 2), served(60_000), q(59_602, Reason::MemoryLost)),
-            (facts(None, "r2", 61), served(60_000), q(602, Reason::MemoryLost)),
+            (
+                facts(None, "r2", 1),
+                served(60_000),
+                q(60_602, Reason::MemoryLost),
+            ),
+            (
+                facts(None, "r2", 2),
+                served(60_000),
+                q(59_602, Reason::MemoryLost),
+            ),
+            (
+                facts(None, "r2", 61),
+                served(60_000),
+                q(602, Reason::MemoryLost),
+            ),
             (facts(None, "r2", 62), served(60_000), votes(false, true)),
-            (facts(old, "r2", 10), served(60_000), q(51_602, Reason::Restarted)),
+            (
+                facts(old, "r2", 10),
+                served(60_000),
+                q(51_602, Reason::Restarted),
+            ),
             (facts(old, "r2", 100), served(60_000), votes(false, true)),
             // A short TTL of this client does not shorten it: the record is the ensemble's.
             (facts(None, "r2", 3), served(1_000), votes(false, true)),
-            (facts(None, "r2", 3), served(2_000), q(22, Reason::MemoryLost)),
+            (
+                facts(None, "r2", 3),
+                served(2_000),
+                q(22, Reason::MemoryLost),
+            ),
         ];
         for (i, (node, view, want)) in table.into_iter().enumerate() {
             assert_eq!(admit(&node, &view, 0.01), want, "row {i}");
@@ -420,16 +444,36 @@ mod tests {
         };
         let undecidable = |trusted, needed| NextToken::Undecidable { trusted, needed };
         let table: [(&[CounterRead], usize, Option<u64>, NextToken); 8] = [
-            (&[t(Some(5)), t(Some(3)), t(None)], 3, None, NextToken::Mint(6)),
+            (
+                &[t(Some(5)), t(Some(3)), t(None)],
+                3,
+                None,
+                NextToken::Mint(6),
+            ),
             (&[t(None), t(None)], 3, None, NextToken::Mint(1)),
             // Issue 14's case: the restarted node's empty counter does not count.
             (&[u(None), t(Some(3))], 3, None, undecidable(1, 2)),
-            (&[u(None), t(Some(3)), t(Some(5))], 3, None, NextToken::Mint(6)),
+            (
+                &[u(None), t(Some(3)), t(Some(5))],
+                3,
+                None,
+                NextToken::Mint(6),
+            ),
             // An untrusted value is not used even when higher (it cannot be, but stays out).
-            (&[u(Some(9)), t(Some(3)), t(Some(5))], 3, None, NextToken::Mint(6)),
+            (
+                &[u(Some(9)), t(Some(3)), t(Some(5))],
+                3,
+                None,
+                NextToken::Mint(6),
+            ),
             (&[t(Some(5)), t(Some(3))], 5, None, undecidable(2, 3)),
             (&[t(None), t(None)], 3, Some(1_000), NextToken::Mint(1_001)),
-            (&[t(Some(2_000)), t(None)], 3, Some(1_000), NextToken::Mint(2_001)),
+            (
+                &[t(Some(2_000)), t(None)],
+                3,
+                Some(1_000),
+                NextToken::Mint(2_001),
+            ),
         ];
         for (i, (reads, n, floor, want)) in table.into_iter().enumerate() {
             assert_eq!(next_token(reads, n, floor), want, "row {i}");
@@ -439,8 +483,14 @@ mod tests {
     #[test]
     fn one_server_behind_two_urls_is_found() {
         assert_eq!(duplicate_server(&[Some("a"), Some("b"), Some("c")]), None);
-        assert_eq!(duplicate_server(&[Some("a"), Some("b"), Some("a")]), Some((0, 2)));
-        assert_eq!(duplicate_server(&[None, None, Some("b"), Some("b")]), Some((2, 3)));
+        assert_eq!(
+            duplicate_server(&[Some("a"), Some("b"), Some("a")]),
+            Some((0, 2))
+        );
+        assert_eq!(
+            duplicate_server(&[None, None, Some("b"), Some("b")]),
+            Some((2, 3))
+        );
         assert_eq!(duplicate_server(&[]), None);
     }
 
@@ -456,7 +506,10 @@ mod tests {
             after_failed_extension(MS(1_000), MS(30_000), MS(100), 0.0),
             Some(MS(1_000))
         );
-        assert_eq!(after_failed_extension(MS(1_000), MS(100), MS(98), 0.0), None);
+        assert_eq!(
+            after_failed_extension(MS(1_000), MS(100), MS(98), 0.0),
+            None
+        );
         assert_eq!(after_failed_extension(MS(0), MS(30_000), MS(0), 0.0), None);
     }
 }

@@ -58,9 +58,19 @@ struct Probe {
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 enum Phase {
     Idle,
-    Acquiring { start: u8, probes: [Option<Probe>; N] },
-    Committing { start: u8, token: u8, voters: u8, acks: u8 },
-    Holding { until: u8 },
+    Acquiring {
+        start: u8,
+        probes: [Option<Probe>; N],
+    },
+    Committing {
+        start: u8,
+        token: u8,
+        voters: u8,
+        acks: u8,
+    },
+    Holding {
+        until: u8,
+    },
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -370,9 +380,7 @@ impl Model for Lock {
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
             Property::always("mutual exclusion", |_, s: &State| !s.overlap),
-            Property::always("fencing tokens increase", |_, s: &State| {
-                !s.repeated_token
-            }),
+            Property::always("fencing tokens increase", |_, s: &State| !s.repeated_token),
             Property::sometimes("a lock is held after a restart", |_, s: &State| {
                 s.issued >= 2 && s.nodes.iter().any(|n| usize::from(n.life) >= N)
             }),
@@ -398,7 +406,23 @@ const SAFE: Lock = Lock {
     trust_every_counter: false,
 };
 
+/// Runs in the suite: two ticks, no restart (about 140,000 states, a few seconds in debug).
 #[test]
+fn rules_keep_exclusion_and_fencing_without_restarts_small() {
+    let (checker, _, _) = check(Lock {
+        t_max: 2,
+        restarts: 0,
+        ..SAFE
+    });
+    checker.assert_no_discovery("mutual exclusion");
+    checker.assert_no_discovery("fencing tokens increase");
+}
+
+// The three checks below need a horizon past the quarantine (about 15 ticks); with the
+// present interleaving model that is more than 8 minutes in debug, so they are ignored
+// until the model batches each tick's steps (see the report in docs/safety-v2.md).
+#[test]
+#[ignore = "state space too large in debug: run with --ignored --release"]
 fn rules_keep_exclusion_and_fencing_with_a_restart() {
     let (checker, _, _) = check(SAFE);
     checker.assert_no_discovery("mutual exclusion");
@@ -407,6 +431,7 @@ fn rules_keep_exclusion_and_fencing_with_a_restart() {
 }
 
 #[test]
+#[ignore = "state space too large in debug: run with --ignored --release"]
 fn quarantine_from_this_clients_ttl_loses_exclusion() {
     let (checker, _, _) = check(Lock {
         own_ttl_quarantine: true,
@@ -418,6 +443,7 @@ fn quarantine_from_this_clients_ttl_loses_exclusion() {
 }
 
 #[test]
+#[ignore = "state space too large in debug: run with --ignored --release"]
 fn counting_a_restarted_nodes_counter_repeats_tokens() {
     let (checker, _, _) = check(Lock {
         trust_every_counter: true,
