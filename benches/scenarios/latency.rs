@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::common::Cluster;
 use crate::support::contender::{Contender, Subject, defaults, floor_nodes, quorum};
 use crate::support::measure::{cpu_cells, interleaved, servers_of};
+use crate::support::probe::probe_all;
 use crate::support::stats::summarize;
 use crate::support::table::{Cell, Table, Unit};
 use crate::{Cfg, FLOOR_1RTT, FLOOR_2ROUNDS, QUORUM, REDLOCK, ROUNDS, RSLOCK};
@@ -41,6 +42,7 @@ pub async fn run(cfg: Cfg) {
                 Subject::Sync(Arc::new(redlock::RedLock::new(urls.clone()))),
             ),
         ];
+        let probed = probe_all(&subjects, &urls).await;
         let list: Vec<Subject> = subjects.iter().map(|(_, s)| s.clone()).collect();
         let runs = interleaved(&list, warm, iters, &servers_of(&cluster)).await;
 
@@ -78,6 +80,7 @@ pub async fn run(cfg: Cfg) {
         t.ratio(2, rs, "cpu/rslock");
         t.note("floor (for ratios) = floor: 2 rounds x N");
         t.note("cpu/cycle = CPU time of the whole client process / cycles; server cpu = CPU time of all redis-servers / cycles");
+        t.note(probed);
         print!("{}", t.render());
         println!();
         drop(cluster);

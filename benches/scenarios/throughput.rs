@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::common::Cluster;
 use crate::support::contender::{Contender, Subject, defaults, floor_nodes, quorum};
 use crate::support::measure::{Throughput, cpu_cells, servers_of, throughput};
+use crate::support::probe::probe_all;
 use crate::support::table::{Cell, Table, Unit};
 use crate::{Cfg, FLOOR_2ROUNDS, QUORUM, REDLOCK, RSLOCK};
 
@@ -41,6 +42,7 @@ pub async fn run(cfg: Cfg) {
                 Subject::Sync(Arc::new(redlock::RedLock::new(urls.clone()))),
             ),
         ];
+        let probed = probe_all(&subjects, &urls).await;
         for (_, s) in &subjects {
             throughput(s, TASKS, warm, Duration::ZERO, &servers).await;
         }
@@ -82,6 +84,7 @@ pub async fn run(cfg: Cfg) {
         t.ratio(1, rs, "cpu/rslock");
         t.note("one lock client (or floor connection set) shared by all tasks; redlock: one thread per task");
         t.note("cpu/cycle = client process CPU time / cycles; server cpu = all redis-servers' CPU time / cycles");
+        t.note(probed);
         print!("{}", t.render());
         println!();
         drop(cluster);

@@ -3,6 +3,7 @@
 
 pub mod contender;
 pub mod measure;
+pub mod probe;
 pub mod proxy;
 pub mod stats;
 pub mod table;
