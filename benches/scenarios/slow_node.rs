@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::proxy::FaultProxy;
 use crate::common::{BlackHole, Cluster, unique};
 use crate::support::contender::{
     Contender, FloorNode, Subject, defaults, floor_conn, floor_nodes, quorum,
@@ -11,7 +12,6 @@ use crate::support::contender::{
 use crate::support::measure::{
     Servers, interleaved, join_within, measure, measure_redlock_bounded,
 };
-use crate::support::proxy::DelayProxy;
 use crate::support::stats::summarize;
 use crate::support::table::{Cell, Table, Unit};
 use crate::{Cfg, NODE_TIMEOUT, QUORUM, REDLOCK, ROUNDS, RSLOCK, SLOW_DELAY};
@@ -29,7 +29,7 @@ pub async fn run(cfg: Cfg) {
     {
         let cluster = Cluster::start(5);
         let upstream = SocketAddr::from(([127, 0, 0, 1], cluster.nodes[0].port()));
-        let proxy = DelayProxy::start(upstream, SLOW_DELAY);
+        let proxy = FaultProxy::with_delay(upstream, SLOW_DELAY);
         let healthy = cluster.urls();
         let mut urls = healthy.clone();
         urls[0] = proxy.url();
