@@ -197,6 +197,32 @@ fn start(mut cmd: Command, scratch: &Scratch) -> Running {
     }
 }
 
+/// Starts `quorum-lock run ARGS RESOURCE -- sh -c 'PRELUDE echo $$ > PID_FILE; BODY'` and
+/// waits until its program has written its pid to `pid_file`: from then on the lock is
+/// held. `args` are the options before the resource; `prelude` runs first (a `trap`).
+#[track_caller]
+fn hold(
+    urls: &[String],
+    scratch: &Scratch,
+    args: &[&str],
+    resource: &str,
+    pid_file: &Path,
+    prelude: &str,
+    body: &str,
+) -> Running {
+    let script = format!("{prelude} echo $$ > {}; {body}", pid_file.display());
+    let mut all = vec!["run"];
+    all.extend_from_slice(args);
+    all.extend([resource, "--", "sh", "-c", &script]);
+    let holder = start(cli(urls, all), scratch);
+    wait_until(
+        Duration::from_secs(40),
+        "the holder's program to start",
+        || fs::read_to_string(pid_file).is_ok_and(|s| s.ends_with('\n')),
+    );
+    holder
+}
+
 /// Runs to the end (at most [`LIMIT`]).
 #[track_caller]
 fn output(cmd: Command) -> Done {
@@ -482,26 +508,14 @@ fn no_wait_against_a_held_lock_exits_75_at_once() {
     let scratch = Scratch::new();
     let resource = unique("held");
     let ready = scratch.path("ready");
-    let holder = start(
-        cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                TTL_ARG,
-                &resource,
-                "--",
-                "sh",
-                "-c",
-                &format!("touch {}; exec sleep 30", ready.display()),
-            ],
-        ),
+    let holder = hold(
+        &urls,
         &scratch,
-    );
-    wait_until(
-        Duration::from_secs(20),
-        "the holder's program to start",
-        || ready.exists(),
+        &["--ttl", TTL_ARG],
+        &resource,
+        &ready,
+        "",
+        "exec sleep 30",
     );
 
     let ran = scratch.path("ran");
@@ -637,25 +651,15 @@ fn a_program_outliving_several_ttls_keeps_the_lock() {
     let scratch = Scratch::new();
     let resource = unique("long");
     let ready = scratch.path("ready");
-    let mut holder = start(
-        cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                TTL_ARG,
-                &resource,
-                "--",
-                "sh",
-                "-c",
-                &format!("touch {}; sleep 6.5", ready.display()),
-            ],
-        ),
+    let mut holder = hold(
+        &urls,
         &scratch,
+        &["--ttl", TTL_ARG],
+        &resource,
+        &ready,
+        "",
+        "sleep 6.5",
     );
-    wait_until(Duration::from_secs(20), "the program to start", || {
-        ready.exists()
-    });
     let started = Instant::now();
     let mut checks = 0;
     while started.elapsed() < Duration::from_millis(6000) && holder.is_running() {
@@ -697,27 +701,15 @@ fn losing_the_majority_terminates_the_program_and_exits_70() {
     let scratch = Scratch::new();
     let resource = unique("lost");
     let pid_file = scratch.path("pid");
-    let holder = start(
-        cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                TTL_ARG,
-                "--grace",
-                "2s",
-                &resource,
-                "--",
-                "sh",
-                "-c",
-                &format!("echo $$ > {}; exec sleep 30", pid_file.display()),
-            ],
-        ),
+    let holder = hold(
+        &urls,
         &scratch,
+        &["--ttl", TTL_ARG, "--grace", "2s"],
+        &resource,
+        &pid_file,
+        "",
+        "exec sleep 30",
     );
-    wait_until(Duration::from_secs(20), "the program to start", || {
-        fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
-    });
     let pid = read_pid(&pid_file);
     let paused = Instant::now();
     cluster.nodes[0].pause();
@@ -746,30 +738,15 @@ fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
     let resource = unique("stubborn");
     let pid_file = scratch.path("pid");
     let _net = KillGroup(pid_file.clone());
-    let holder = start(
-        cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                TTL_ARG,
-                "--grace",
-                "500ms",
-                &resource,
-                "--",
-                "sh",
-                "-c",
-                &format!(
-                    "trap '' TERM; echo $$ > {}; while :; do sleep 0.1; done",
-                    pid_file.display()
-                ),
-            ],
-        ),
+    let holder = hold(
+        &urls,
         &scratch,
+        &["--ttl", TTL_ARG, "--grace", "500ms"],
+        &resource,
+        &pid_file,
+        "trap '' TERM;",
+        "while :; do sleep 0.1; done",
     );
-    wait_until(Duration::from_secs(20), "the program to start", || {
-        fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
-    });
     let pid = read_pid(&pid_file);
     // Another owner takes the lock (an operator's forced release, then a new holder).
     output(cli(&urls, ["release", "--force", &resource])).expect(0);
@@ -832,30 +809,15 @@ fn sigterm_reaches_the_program_and_the_lock_is_released() {
     let resource = unique("sigterm");
     let ready = scratch.path("ready");
     let got = scratch.path("got");
-    let holder = start(
-        cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                "5s",
-                &resource,
-                "--",
-                "sh",
-                "-c",
-                &format!(
-                    "trap 'echo TERM > {got}; exit 7' TERM; touch {ready}; \
-                     while :; do sleep 0.1; done",
-                    got = got.display(),
-                    ready = ready.display()
-                ),
-            ],
-        ),
+    let holder = hold(
+        &urls,
         &scratch,
+        &["--ttl", "5s"],
+        &resource,
+        &ready,
+        &format!("trap 'echo TERM > {}; exit 7' TERM;", got.display()),
+        "while :; do sleep 0.1; done",
     );
-    wait_until(Duration::from_secs(40), "the program to start", || {
-        ready.exists()
-    });
     assert_eq!(verdict(&urls, &resource), "held");
     holder.signal(Signal::SIGTERM);
     let done = holder.wait(LIMIT);
@@ -869,25 +831,15 @@ fn sigterm_reaches_the_program_and_the_lock_is_released() {
 
     // SIGINT too; a program that dies of it gives 128 + 2.
     let pid_file = scratch.path("pid");
-    let holder = start(
-        cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                "5s",
-                &resource,
-                "--",
-                "sh",
-                "-c",
-                &format!("echo $$ > {}; exec sleep 30", pid_file.display()),
-            ],
-        ),
+    let holder = hold(
+        &urls,
         &scratch,
+        &["--ttl", "5s"],
+        &resource,
+        &pid_file,
+        "",
+        "exec sleep 30",
     );
-    wait_until(Duration::from_secs(20), "the program to start", || {
-        fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n'))
-    });
     holder.signal(Signal::SIGINT);
     holder.wait(LIMIT).expect(128 + 2);
     assert!(!pid_alive(read_pid(&pid_file)));
@@ -909,25 +861,15 @@ fn status_and_forced_release_report_what_the_nodes_hold() {
     done.expect(0).stdout_has(": free").stdout_has("absent");
     assert_eq!(done.stdout.matches("absent").count(), 3, "{}", done.stdout);
 
-    let holder = start(
-        cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                TTL_ARG,
-                &resource,
-                "--",
-                "sh",
-                "-c",
-                &format!("touch {}; exec sleep 30", ready.display()),
-            ],
-        ),
+    let holder = hold(
+        &urls,
         &scratch,
+        &["--ttl", TTL_ARG],
+        &resource,
+        &ready,
+        "",
+        "exec sleep 30",
     );
-    wait_until(Duration::from_secs(20), "the program to start", || {
-        ready.exists()
-    });
     let json = status_json(&urls, &resource);
     assert!(json.contains("\"verdict\":\"held\""), "{json}");
     // A majority at least; the last node may get its copy a moment later.

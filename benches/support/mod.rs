@@ -1,6 +1,8 @@
-//! Helpers for `benches/compare.rs`: a reply-delaying TCP proxy, process statistics from
-//! `/proc`, percentiles and plain-text tables.
+//! Helpers for `benches/compare.rs`: the contenders, the measuring loops, the correctness
+//! probe, process statistics from `/proc`, percentiles and plain-text tables.
 
-pub mod proxy;
+pub mod contender;
+pub mod measure;
+pub mod probe;
 pub mod stats;
 pub mod table;

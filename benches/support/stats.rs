@@ -155,3 +155,13 @@ pub fn delta(
         })
         .collect()
 }
+
+/// Milliseconds, fractional.
+pub fn ms_f(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Whole milliseconds, saturating.
+pub fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,10 +1,12 @@
 //! Integration-test harness: throw-away `redis-server` processes, a TCP black
-//! hole, unique key names and polling helpers.
+//! hole, a fault-injecting TCP proxy ([`proxy`]), unique key names and polling helpers.
 //!
 //! Every process started here is held as a [`std::process::Child`] and is
 //! SIGKILLed and reaped when its owner is dropped (also during a panic), so a
 //! test run leaves no `redis-server` behind.
 #![allow(dead_code)]
+
+pub mod proxy;
 
 use std::fs;
 use std::io::{self, Read, Write};

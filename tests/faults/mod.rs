@@ -5,7 +5,8 @@
 //! - [`clock`]: one time base for every process of a run;
 //! - [`history`]: the hold records, the checker and the result table;
 //! - [`worker`]: the worker processes (the test binary re-executed) and their parent side;
-//! - [`proxy`]: a user-space TCP proxy that adds latency, black-holes or resets a link;
+//! - [`proxy`]: the user-space TCP proxy of `tests/common` that adds latency, black-holes or
+//!   resets a link;
 //! - [`ensemble`]: the nodes and the faults that can be applied to them;
 //! - [`nemesis`]: randomised fault schedules against concurrent workers;
 //! - [`scenarios`]: the deterministic bare-majority and paused-holder scenarios;
@@ -16,7 +17,8 @@ pub mod clock;
 pub mod ensemble;
 pub mod history;
 pub mod nemesis;
-pub mod proxy;
 pub mod rng;
 pub mod scenarios;
 pub mod worker;
+
+pub use crate::common::proxy;

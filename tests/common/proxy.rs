@@ -15,8 +15,9 @@
 //! - [`Link::Reset`]: every connection is closed at once, and new ones are accepted and
 //!   closed: clients fail fast, like an `iptables REJECT` or a node whose port is closed.
 //!
-//! The proxy runs on its own thread with a current-thread runtime; dropping it closes every
-//! connection. The idea comes from the delaying proxy of `benches/support/proxy.rs`.
+//! The proxy runs on its own thread with a current-thread runtime, so it neither competes
+//! with the client under test for worker threads nor adds to its task counts; dropping it
+//! closes every connection. The one proxy of the tests and of `benches/compare.rs`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -58,6 +59,7 @@ pub struct FaultProxy {
 }
 
 impl FaultProxy {
+    /// Starts forwarding to `upstream`, link up, no delay.
     pub fn start(upstream: SocketAddr) -> FaultProxy {
         let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind proxy");
         listener
@@ -93,6 +95,13 @@ impl FaultProxy {
             stop: Some(stop_tx),
             thread: Some(thread),
         }
+    }
+
+    /// Starts forwarding to `upstream`, delaying every reply chunk by `delay`.
+    pub fn with_delay(upstream: SocketAddr, delay: Duration) -> FaultProxy {
+        let proxy = FaultProxy::start(upstream);
+        proxy.set_delay(delay);
+        proxy
     }
 
     /// `redis://127.0.0.1:PORT` of the proxy.
@@ -235,7 +244,10 @@ async fn pump(
     let mut write_mode = mode;
     let writer = async move {
         while let Some((due, chunk)) = rx.recv().await {
-            tokio::time::sleep_until(due).await;
+            // A chunk due now is written at once: the timer would round up to its next tick.
+            if due > Instant::now() {
+                tokio::time::sleep_until(due).await;
+            }
             if !link_up(&mut write_mode).await {
                 return;
             }

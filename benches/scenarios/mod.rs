@@ -1,0 +1,8 @@
+//! The scenarios of `benches/compare.rs`, one module each; every module has one `run`
+//! that measures its contenders and prints its tables.
+
+pub mod contention;
+pub mod latency;
+pub mod memory;
+pub mod slow_node;
+pub mod throughput;
