@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests, integration tests against real redis-server
 # processes (started and stopped by the tests), doctests; then the compatibility matrix
-# (scripts/matrix.sh: the integration targets on Redis 6.2, Valkey 9.1 and a mixed
+# (scripts/matrix.sh: the integration targets on Redis 6.2 and 7.4, Valkey 9.1 and a mixed
 # ensemble, builds fetched once into a cache). QUORUM_LOCK_MATRIX=0 skips the matrix; so
 # do arguments (e.g. a test filter), which go to `cargo test`.
 set -euo pipefail
