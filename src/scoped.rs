@@ -45,8 +45,8 @@ impl LockRequest {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        if self.auto_extend.is_none() {
-            self.auto_extend = Some(AutoExtend::new());
+        if self.request.auto_extend.is_none() {
+            self.request.auto_extend = Some(AutoExtend::new());
         }
         let guard = self.await?;
         let signal = guard.lost_signal();
