@@ -8,15 +8,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::{self, Plan};
-use crate::extend::AutoExtend;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
+use crate::extend::AutoExtend;
 use crate::guard::LockGuard;
 use crate::metrics;
 use crate::report::NodeReport;
 use crate::wait::Waiting;
 
-/// What a [`LockRequest`](crate::LockRequest) asks for.
+/// What a `LockRequest` asks for.
 #[derive(Debug)]
 pub(crate) struct Request {
     pub(crate) resources: Vec<String>,
@@ -29,8 +29,7 @@ pub(crate) struct Request {
     pub(crate) fencing: bool,
 }
 
-/// Runs a [`LockRequest`](crate::LockRequest) on `ensemble`: see its
-/// [`IntoFuture`](std::future::IntoFuture) docs.
+/// Runs a `LockRequest` on `ensemble`: see its `IntoFuture` docs in the client module.
 pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result<LockGuard> {
     let ensemble = &ensemble;
     let config = &ensemble.config;
@@ -55,7 +54,7 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
             }),
         });
     };
-    let mut waiting = Waiting::start(ensemble, &plan.keys, started + wait).await;
+    let mut waiting = Waiting::start(ensemble.wait_context(), &plan.keys, started + wait).await;
     let mut attempts: u32 = 0;
     let mut retries: u32 = 0;
     loop {

@@ -93,7 +93,9 @@ pub(crate) async fn attempt(
         votes = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
-    attempt_inner(ensemble, plan, enqueue).instrument(span).await
+    attempt_inner(ensemble, plan, enqueue)
+        .instrument(span)
+        .await
 }
 
 async fn attempt_inner(
@@ -127,7 +129,9 @@ async fn attempt_inner(
     // The waiting-list node's answer, if it is still to come: it says whether the acquire
     // script took us off the list there or listed us (see `Notifier::settle`).
     let list_reply = enqueue
-        .filter(|e| (collected.outcomes.get(e.node)).is_some_and(|(o, _)| *o == NodeOutcome::Pending))
+        .filter(|e| {
+            (collected.outcomes.get(e.node)).is_some_and(|(o, _)| *o == NodeOutcome::Pending)
+        })
         .and_then(|e| Some((e.node, round.take(e.node)?)));
     // The slower nodes still get their SET (queued on their connections, or sent once the
     // connection is up): copies beyond the bare majority let the lock survive, and be
@@ -177,10 +181,7 @@ async fn attempt_inner(
 
 /// Collects the acquire round's answers: each node's outcome, and the fencing counters
 /// the acquire script read, per node.
-async fn collect_votes(
-    ensemble: &Ensemble,
-    round: &mut Round,
-) -> (Collected, Vec<Option<u64>>) {
+async fn collect_votes(ensemble: &Ensemble, round: &mut Round) -> (Collected, Vec<Option<u64>>) {
     let mut counters: Vec<Option<u64>> = vec![None; ensemble.nodes.len()];
     let vote = Voter::new(ensemble);
     let collected = fanout::collect(
@@ -196,7 +197,11 @@ async fn collect_votes(
                     if let Some(slot) = counters.get_mut(i) {
                         *slot = fence;
                     }
-                    if set { vote.yes(i) } else { NodeOutcome::HeldByOther }
+                    if set {
+                        vote.yes(i)
+                    } else {
+                        NodeOutcome::HeldByOther
+                    }
                 }
                 Err(failed) => failed,
             },
@@ -349,5 +354,10 @@ fn acquire_round(
         }
     };
     let special = enqueue.map(|e| (e.node, call(enqueue)));
-    Round::broadcast_with(ensemble.view(), call(None), 0..ensemble.nodes.len(), special)
+    Round::broadcast_with(
+        ensemble.view(),
+        call(None),
+        0..ensemble.nodes.len(),
+        special,
+    )
 }

@@ -129,7 +129,8 @@ impl Redlock {
             .map_or(Duration::ZERO, |n| n.connect_timeout())
             .saturating_add(ensemble.config.node_timeout);
         let ping = Arc::new(Call::new(redis::cmd("PING")));
-        let pending = (ensemble.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
+        let pending =
+            (ensemble.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
         let mut round = Round::new(pending, timeout);
         let collected = fanout::collect(
             &ensemble.nodes,
@@ -237,6 +238,9 @@ impl IntoFuture for LockRequest {
     type IntoFuture = BoxFuture<'static, Result<LockGuard>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(acquire::acquire(Arc::clone(&self.client.inner), self.request))
+        Box::pin(acquire::acquire(
+            Arc::clone(&self.client.inner),
+            self.request,
+        ))
     }
 }

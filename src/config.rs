@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::quorum;
 use crate::retry::RetryPolicy;
 
-/// Validated settings shared by every clone of a [`Redlock`](crate::Redlock).
+/// Validated settings shared by every clone of a `Redlock`.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) key_prefix: String,

@@ -1,6 +1,6 @@
 //! The shared state below every lock operation: the nodes, the validated configuration,
 //! the majority size, this client's local queue, the release notifier and the background
-//! collector. A [`Redlock`](crate::Redlock) is an `Arc` of it; guards, leases and
+//! collector. A `Redlock` is an `Arc` of it; guards, leases and
 //! extenders keep one too. It sits above the node, fan-out and waiting modules and
 //! below acquire, release, guard and lease.
 
@@ -13,11 +13,12 @@ use crate::error::Result;
 use crate::fanout::{Background, View};
 use crate::node::Node;
 use crate::quorum;
+use crate::wait::Context;
 use crate::wait::notify::Notifier;
 use crate::wait::queue::LocalQueue;
 
 /// The ensemble of nodes and everything shared by every clone of a
-/// [`Redlock`](crate::Redlock).
+/// `Redlock`.
 #[derive(Debug)]
 pub(crate) struct Ensemble {
     pub(crate) nodes: Vec<Arc<Node>>,
@@ -68,6 +69,15 @@ impl Ensemble {
         }
     }
 
+    /// What the waiting protocol uses of this client.
+    pub(crate) fn wait_context(&self) -> Context<'_> {
+        Context {
+            view: self.view(),
+            notifier: self.notifier.as_ref(),
+            queue: &self.queue,
+        }
+    }
+
     /// Validates a TTL for a lock or extension and records it as in use (the restart
     /// quarantine lasts as long as the longest one). Redis expiry has millisecond
     /// resolution: the TTL is rounded down so the validity arithmetic never assumes more
@@ -75,8 +85,7 @@ impl Ensemble {
     pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
         let ttl = Duration::from_millis(whole_ms(ttl));
         check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
-        self.max_ttl_ms
-            .fetch_max(whole_ms(ttl), Ordering::Relaxed);
+        self.max_ttl_ms.fetch_max(whole_ms(ttl), Ordering::Relaxed);
         Ok(ttl)
     }
 

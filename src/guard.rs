@@ -16,8 +16,8 @@ use crate::error::Result;
 use crate::extend::{self, AutoExtend};
 use crate::fanout;
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
-use crate::release::Holding;
 use crate::metrics;
+use crate::release::Holding;
 use crate::report::{NodeOutcome, NodeReport};
 
 /// A lock held on a majority of nodes.

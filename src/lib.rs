@@ -4,31 +4,31 @@
 
 // Modules from the top layer down (see DESIGN.md, "Module map"); no module imports one
 // above it (scripts/check-layers.sh checks there are no import cycles).
-mod builder;
-mod client;
-mod scoped;
-mod status;
-mod doctor;
 mod acquire;
 mod attempt;
-mod guard;
-mod extend;
-mod lease;
-mod release;
-mod wait;
-mod ensemble;
+mod builder;
+mod client;
 mod config;
-mod fanout;
-mod node;
-pub mod fencing;
-mod protocol;
-mod quorum;
+mod doctor;
+mod ensemble;
 mod error;
-mod report;
-mod retry;
+mod extend;
+mod fanout;
+pub mod fencing;
+mod guard;
 mod info;
 mod json;
+mod lease;
 pub mod metrics;
+mod node;
+mod protocol;
+mod quorum;
+mod release;
+mod report;
+mod retry;
+mod scoped;
+mod status;
+mod wait;
 // Pure rules of issue 14, public only for tests/model.rs; not yet called by the client.
 #[doc(hidden)]
 #[allow(dead_code)]

@@ -175,7 +175,10 @@ impl Decision {
 
     /// The validity won, or the error that tells the caller what happened, with the
     /// round's report (made only for an error: a win does not pay for it).
-    pub(crate) fn into_result(self, report: impl FnOnce() -> NodeReport) -> Result<Duration, Error> {
+    pub(crate) fn into_result(
+        self,
+        report: impl FnOnce() -> NodeReport,
+    ) -> Result<Duration, Error> {
         if let Decision::Won { validity } = self {
             return Ok(validity);
         }
@@ -382,7 +385,8 @@ mod tests {
     /// Every split of `n` votes into yes / no / open / missing.
     fn splits(n: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
         (0..=n).flat_map(move |y| {
-            (0..=n - y).flat_map(move |no| (0..=n - y - no).map(move |o| (y, no, o, n - y - no - o)))
+            (0..=n - y)
+                .flat_map(move |no| (0..=n - y - no).map(move |o| (y, no, o, n - y - no - o)))
         })
     }
 
@@ -403,7 +407,10 @@ mod tests {
         for (outcome, expected) in table {
             assert_eq!(vote(&outcome, &yes), expected, "{outcome:?}");
         }
-        assert_eq!(vote(&NodeOutcome::Released, &NodeOutcome::Released), Vote::Yes);
+        assert_eq!(
+            vote(&NodeOutcome::Released, &NodeOutcome::Released),
+            Vote::Yes
+        );
     }
 
     #[test]
@@ -420,7 +427,11 @@ mod tests {
                 } else {
                     Decision::Contended
                 };
-                assert_eq!(decide_acquire(&votes, MS(5), v), expected, "n={n} {votes:?}");
+                assert_eq!(
+                    decide_acquire(&votes, MS(5), v),
+                    expected,
+                    "n={n} {votes:?}"
+                );
             }
             // Majority but no validity left; one vote short of a majority.
             let bare = ballot(q, n - q, 0, 0);
@@ -429,16 +440,25 @@ mod tests {
                 Decision::ValiditySpent { elapsed: MS(7) }
             );
             let short = ballot(q - 1, 0, 0, n - q + 1);
-            assert_eq!(decide_acquire(&short, MS(7), v), Decision::Unavailable { quorum: q });
+            assert_eq!(
+                decide_acquire(&short, MS(7), v),
+                Decision::Unavailable { quorum: q }
+            );
         }
         // Boundaries at n = 5: two failures still leave a contended verdict, three do not.
-        assert_eq!(decide_acquire(&ballot(2, 1, 0, 2), MS(1), v), Decision::Contended);
+        assert_eq!(
+            decide_acquire(&ballot(2, 1, 0, 2), MS(1), v),
+            Decision::Contended
+        );
         assert_eq!(
             decide_acquire(&ballot(2, 0, 0, 3), MS(1), v),
             Decision::Unavailable { quorum: 3 }
         );
         // Unheard nodes could still hold another owner's key: contended, not unavailable.
-        assert_eq!(decide_acquire(&ballot(0, 2, 1, 2), MS(1), v), Decision::Contended);
+        assert_eq!(
+            decide_acquire(&ballot(0, 2, 1, 2), MS(1), v),
+            Decision::Contended
+        );
     }
 
     #[test]
@@ -454,7 +474,11 @@ mod tests {
                 } else {
                     Decision::Unavailable { quorum: q }
                 };
-                assert_eq!(decide_extend(&votes, MS(5), Some(MS(40))), expected, "n={n} {votes:?}");
+                assert_eq!(
+                    decide_extend(&votes, MS(5), Some(MS(40))),
+                    expected,
+                    "n={n} {votes:?}"
+                );
             }
             assert_eq!(
                 decide_extend(&ballot(q, 0, 0, n - q), MS(9), None),
@@ -466,7 +490,10 @@ mod tests {
             decide_extend(&ballot(1, 1, 0, 1), MS(1), Some(MS(1))),
             Decision::Unavailable { quorum: 2 }
         );
-        assert_eq!(decide_extend(&ballot(1, 2, 0, 0), MS(1), Some(MS(1))), Decision::NotHeld);
+        assert_eq!(
+            decide_extend(&ballot(1, 2, 0, 0), MS(1), Some(MS(1))),
+            Decision::NotHeld
+        );
     }
 
     #[test]
@@ -476,7 +503,9 @@ mod tests {
             for (y, no, o, m) in splits(n) {
                 let votes = ballot(y, no, o, m);
                 let expected = if y >= q {
-                    Decision::Won { validity: Duration::ZERO }
+                    Decision::Won {
+                        validity: Duration::ZERO,
+                    }
                 } else if n - no < q {
                     Decision::NotHeld
                 } else {
@@ -484,7 +513,11 @@ mod tests {
                 };
                 assert_eq!(decide_release(&votes, false), expected, "n={n} {votes:?}");
                 // Released after the validity ran out: never a success.
-                assert_eq!(decide_release(&votes, true), Decision::NotHeld, "n={n} {votes:?}");
+                assert_eq!(
+                    decide_release(&votes, true),
+                    Decision::NotHeld,
+                    "n={n} {votes:?}"
+                );
             }
         }
     }
@@ -496,7 +529,9 @@ mod tests {
             for (y, no, o, m) in splits(n) {
                 let votes = ballot(y, no, o, m);
                 let expected = if y >= q {
-                    Decision::Won { validity: Duration::ZERO }
+                    Decision::Won {
+                        validity: Duration::ZERO,
+                    }
                 } else {
                     Decision::Unavailable { quorum: q }
                 };
@@ -508,9 +543,15 @@ mod tests {
     #[test]
     fn one_mapping_to_errors() {
         let report = NodeReport::default;
-        assert_eq!(Decision::Won { validity: MS(3) }.into_result(report).ok(), Some(MS(3)));
+        assert_eq!(
+            Decision::Won { validity: MS(3) }.into_result(report).ok(),
+            Some(MS(3))
+        );
         let cases = [
-            (Decision::ValiditySpent { elapsed: MS(4) }, "majority acquired after 4ms"),
+            (
+                Decision::ValiditySpent { elapsed: MS(4) },
+                "majority acquired after 4ms",
+            ),
             (Decision::Contended, "held by another owner"),
             (Decision::NotHeld, "no longer held"),
             (Decision::Unavailable { quorum: 2 }, "majority of 2"),

@@ -109,9 +109,8 @@ impl Holding {
         }
     }
 
-    /// Releases the lock on every node and decides: see
-    /// [`LockGuard::release`](crate::LockGuard::release); `expired` when the validity had
-    /// run out before. Disarms.
+    /// Releases the lock on every node and decides (see `LockGuard::release` for what each
+    /// outcome means); `expired` when the validity had run out before. Disarms.
     pub(crate) async fn release(&mut self, expired: bool) -> Result<NodeReport> {
         let ensemble = Arc::clone(&self.ensemble);
         let n = ensemble.nodes.len();
@@ -170,8 +169,12 @@ impl Holding {
             (r.node, call)
         });
         self.gate.close();
-        let mut round =
-            Round::broadcast_with(self.ensemble.view(), self.release_call(false), which, special);
+        let mut round = Round::broadcast_with(
+            self.ensemble.view(),
+            self.release_call(false),
+            which,
+            special,
+        );
         let this = &*self;
         fanout::collect(
             &self.ensemble.nodes,

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::client::Redlock;
 use crate::error::{Error, Result};
-use crate::json::JsonObject;
 use crate::fanout::{self, Round, Stop};
+use crate::json::JsonObject;
 use crate::node::Call;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;

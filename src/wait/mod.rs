@@ -22,14 +22,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
-use crate::fanout::{self, Round, Stop};
+use crate::fanout::{self, Round, Stop, View};
 use crate::metrics;
 use crate::node::Call;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
-use notify::Registration;
+use notify::{Notifier, Registration};
+use queue::LocalQueue;
 use state::{AfterFailure, QUICK_RETRY_DELAY, WaitState};
 
 /// How an attempt keeps this client in the waiting list of the keys (see
@@ -74,10 +74,20 @@ pub(crate) struct Requeue<'a> {
     pub(crate) list_ttl_ms: u64,
 }
 
+/// What the waiting protocol uses of the client: the nodes, the release notifier (when
+/// notifications are on) and the local queue. Handed down by the
+/// ensemble above.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Context<'a> {
+    pub(crate) view: View<'a>,
+    pub(crate) notifier: Option<&'a Arc<Notifier>>,
+    pub(crate) queue: &'a LocalQueue,
+}
+
 /// One `lock()` call's part in the waiting protocol: its subscription to release
 /// notifications (once it listens) and its [`WaitState`].
 pub(crate) struct Waiting<'a> {
-    ensemble: &'a Ensemble,
+    cx: Context<'a>,
     keys: &'a Arc<[String]>,
     listening: Option<Registration>,
     state: WaitState,
@@ -91,15 +101,15 @@ impl<'a> Waiting<'a> {
     /// woken client has the turn) before it is sent; otherwise this waits for a head start,
     /// at most until `deadline`.
     pub(crate) async fn start(
-        ensemble: &'a Ensemble,
+        cx: Context<'a>,
         keys: &'a Arc<[String]>,
         deadline: Instant,
     ) -> Waiting<'a> {
-        let listening = (ensemble.notifier.as_ref())
+        let listening = (cx.notifier)
             .filter(|n| n.is_started())
             .map(|n| n.register(keys));
         let mut courtesy = false;
-        if let Some(until) = ensemble.queue.courtesy_until(keys) {
+        if let Some(until) = cx.queue.courtesy_until(keys) {
             if listening.is_some() {
                 courtesy = true;
             } else {
@@ -107,7 +117,7 @@ impl<'a> Waiting<'a> {
             }
         }
         Waiting {
-            ensemble,
+            cx,
             keys,
             listening,
             state: WaitState::new(courtesy),
@@ -123,14 +133,14 @@ impl<'a> Waiting<'a> {
     /// list means one wake-up per release.
     pub(crate) fn next(&mut self, attempt: u32) -> (Option<Enqueue<'a>>, bool) {
         let next = self.state.next(attempt);
-        let ensemble = self.ensemble;
-        let enqueue = match (&mut self.listening, &ensemble.notifier) {
+        let cx = self.cx;
+        let enqueue = match (&mut self.listening, cx.notifier) {
             (Some(registration), Some(notifier)) => notifier.wake_node().map(|node| {
                 registration.listing_on(node);
                 Enqueue {
                     node,
                     client: notifier.client_id(),
-                    stay: ensemble.queue.has_waiters(self.keys),
+                    stay: cx.queue.has_waiters(self.keys),
                     front: next.front,
                 }
             }),
@@ -145,23 +155,23 @@ impl<'a> Waiting<'a> {
     /// asked, [`NodeOutcome::Pending`]), and the client is in the waiting list. A node that
     /// fails to answer opens the gate: the attempt then decides.
     pub(crate) async fn ask_gate(&self, e: Enqueue<'_>, list_ttl_ms: u64) -> Result<()> {
-        let ensemble = self.ensemble;
+        let view = self.cx.view;
         let call = Call::script(&scripts::GATE, self.keys)
             .arg(e.client)
             .arg(scripts::flag(e.front))
             .arg(list_ttl_ms);
         let start = Instant::now();
-        let mut round = Round::broadcast(ensemble.view(), call, [e.node]);
+        let mut round = Round::broadcast(view, call, [e.node]);
         let collected = fanout::collect(
-            &ensemble.nodes,
+            view.nodes,
             &mut round,
             |_, r| reply::one_or(r, NodeOutcome::Acquired, NodeOutcome::HeldByOther),
             |o| *o == NodeOutcome::Acquired,
             Stop::AtEnd,
         )
         .await;
-        let refused = (collected.outcomes.get(e.node))
-            .is_some_and(|(o, _)| *o == NodeOutcome::HeldByOther);
+        let refused =
+            (collected.outcomes.get(e.node)).is_some_and(|(o, _)| *o == NodeOutcome::HeldByOther);
         if !refused {
             metrics::wait_event("gate_open");
             return Ok(());
@@ -169,7 +179,7 @@ impl<'a> Waiting<'a> {
         metrics::wait_event("gate_refused");
         metrics::attempt("contended", start.elapsed());
         Err(Error::Contended {
-            report: collected.report(&ensemble.nodes),
+            report: collected.report(view.nodes),
         })
     }
 
@@ -198,14 +208,17 @@ impl<'a> Waiting<'a> {
         remaining: Duration,
         poll: impl FnOnce(u32) -> Duration,
     ) {
-        let notifier = self.ensemble.notifier.as_ref();
+        let notifier = self.cx.notifier;
         let can_listen = self.listening.is_none() && notifier.is_some();
         // The waiting-list node answered the gate or the attempt: we are in its list.
         let listed = enqueue.is_some_and(|e| {
             (err.report().and_then(|r| r.results().get(e.node)))
                 .is_some_and(|r| !r.outcome.is_failure() && r.outcome != NodeOutcome::Pending)
         });
-        match self.state.failed(can_listen, self.listening.is_some(), listed) {
+        match self
+            .state
+            .failed(can_listen, self.listening.is_some(), listed)
+        {
             AfterFailure::Listen => {
                 let Some(notifier) = notifier else { return };
                 self.listening = Some(notifier.register(self.keys));
@@ -214,8 +227,9 @@ impl<'a> Waiting<'a> {
                 // of them (bounded): the wake node is the first node where we listen, and
                 // one that comes up later would move us to another waiting list than the
                 // one clients configured alike use.
-                let bound = remaining.min(self.ensemble.config.node_timeout * 4);
-                notifier.wait_ready(self.ensemble.nodes.len(), bound).await;
+                let view = self.cx.view;
+                let bound = remaining.min(view.timeout * 4);
+                notifier.wait_ready(view.nodes.len(), bound).await;
             }
             AfterFailure::QuickRetry => {
                 // Woken, yet the attempt failed: the release that woke us comes from the

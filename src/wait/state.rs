@@ -75,7 +75,12 @@ impl WaitState {
     /// After a failed attempt: `can_listen` when notifications are on but this call does
     /// not listen yet, `listening` when it does, `listed` when the waiting-list node
     /// answered (so this client is in its list).
-    pub(crate) fn failed(&mut self, can_listen: bool, listening: bool, listed: bool) -> AfterFailure {
+    pub(crate) fn failed(
+        &mut self,
+        can_listen: bool,
+        listening: bool,
+        listed: bool,
+    ) -> AfterFailure {
         if can_listen {
             return AfterFailure::Listen;
         }
@@ -115,10 +120,14 @@ mod tests {
             if woken {
                 s.woken();
             }
-            assert_eq!(s.next(attempt), Next { front, gated }, "{courtesy} {woken} {attempt}");
+            assert_eq!(
+                s.next(attempt),
+                Next { front, gated },
+                "{courtesy} {woken} {attempt}"
+            );
             // Both flags are spent by one attempt.
-            assert_eq!(s.next(attempt).front, false);
-            assert_eq!(s.next(1).gated, false);
+            assert!(!s.next(attempt).front);
+            assert!(!s.next(1).gated);
         }
     }
 
@@ -126,24 +135,52 @@ mod tests {
     fn failures_listen_first_then_quick_retries_then_wait() {
         let mut s = WaitState::new(false);
         assert_eq!(s.failed(true, false, false), AfterFailure::Listen);
-        assert_eq!(s.failed(false, true, false), AfterFailure::Wait { shift: 0 });
-        assert_eq!(s.failed(false, true, true), AfterFailure::Wait { shift: LISTED_POLL_SHIFT });
+        assert_eq!(
+            s.failed(false, true, false),
+            AfterFailure::Wait { shift: 0 }
+        );
+        assert_eq!(
+            s.failed(false, true, true),
+            AfterFailure::Wait {
+                shift: LISTED_POLL_SHIFT
+            }
+        );
         s.woken();
-        assert_eq!(s.next(2).front, true);
+        assert!(s.next(2).front);
         for _ in 0..QUICK_RETRIES {
             assert_eq!(s.failed(false, true, true), AfterFailure::QuickRetry);
             // A quick retry keeps the head of the list and is not gated.
-            assert_eq!(s.next(3), Next { front: true, gated: false });
+            assert_eq!(
+                s.next(3),
+                Next {
+                    front: true,
+                    gated: false
+                }
+            );
         }
-        assert_eq!(s.failed(false, true, true), AfterFailure::Wait { shift: LISTED_POLL_SHIFT });
-        assert_eq!(s.next(4), Next { front: false, gated: true });
+        assert_eq!(
+            s.failed(false, true, true),
+            AfterFailure::Wait {
+                shift: LISTED_POLL_SHIFT
+            }
+        );
+        assert_eq!(
+            s.next(4),
+            Next {
+                front: false,
+                gated: true
+            }
+        );
     }
 
     #[test]
     fn quick_retries_need_listening() {
         let mut s = WaitState::new(false);
         s.woken();
-        assert_eq!(s.failed(false, false, false), AfterFailure::Wait { shift: 0 });
+        assert_eq!(
+            s.failed(false, false, false),
+            AfterFailure::Wait { shift: 0 }
+        );
         assert_eq!(s.failed(true, false, false), AfterFailure::Listen);
     }
 }
