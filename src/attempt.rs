@@ -253,7 +253,8 @@ fn record_failure(collected: &Collected, err: Error) -> Error {
     let span = tracing::Span::current();
     span.record("votes", collected.tally.yes());
     span.record("outcome", tracing::field::display(&err));
-    tracing::debug!(report = %err.report().map(ToString::to_string).unwrap_or_default(), "attempt failed");
+    let report = err.report().map(ToString::to_string).unwrap_or_default();
+    tracing::debug!(%report, "attempt failed");
     err
 }
 

@@ -75,6 +75,19 @@ impl Redlock {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// Awaiting the request returns [`Error::Timeout`] when the wait budget or the attempt
+    /// cap ran out (its `last` says why the final attempt failed: [`Error::Contended`],
+    /// [`Error::Unavailable`] or [`Error::ValiditySpent`]), and [`Error::Config`] at once for
+    /// no or an empty resource name, an unusable TTL or a zero attempt cap.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no lock behind: whatever an attempt in
+    /// progress may have set is released on every node in the background, the local turn
+    /// passes to the next task, and the waiting lists that may hold this client are left.
     pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> LockRequest {
         LockRequest::new(self.clone(), vec![resource.into()], ttl)
     }
@@ -83,6 +96,19 @@ impl Redlock {
     /// none (one atomic script per node), and a majority of nodes must agree. The order of
     /// `resources` does not matter and duplicates are ignored, so two callers locking
     /// `[a, b]` and `[b, a]` cannot deadlock.
+    ///
+    /// # Errors
+    ///
+    /// Awaiting the request returns [`Error::Timeout`] when the wait budget or the attempt
+    /// cap ran out (its `last` says why the final attempt failed: [`Error::Contended`],
+    /// [`Error::Unavailable`] or [`Error::ValiditySpent`]), and [`Error::Config`] at once for
+    /// an empty list or an empty resource name, an unusable TTL or a zero attempt cap.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no lock behind: whatever an attempt in
+    /// progress may have set is released on every node in the background, the local turn
+    /// passes to the next task, and the waiting lists that may hold this client are left.
     pub fn lock_many<I, S>(&self, resources: I, ttl: Duration) -> LockRequest
     where
         I: IntoIterator<Item = S>,
@@ -123,6 +149,11 @@ impl Redlock {
     ///
     /// [`Error::Unavailable`] when fewer than a majority of nodes answered; the report
     /// lists every node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing; a connection being made goes on and is kept for the
+    /// next request.
     pub async fn connect(&self) -> Result<NodeReport> {
         let ensemble = &self.inner;
         let timeout = (ensemble.nodes.first())
@@ -154,7 +185,13 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty resource name.
+    /// [`Error::Config`] for an empty resource name. Nodes that fail are reported per node,
+    /// not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lock deleted on some nodes and not on others; call
+    /// again to finish.
     pub async fn reset(&self, resource: &str) -> Result<NodeReport> {
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
@@ -181,6 +218,9 @@ impl Redlock {
 }
 
 /// A pending [`Redlock::lock`] or [`Redlock::lock_many`] call; `.await` it.
+///
+/// Awaiting it runs the attempts (see [`Redlock::lock`] for its `# Errors` and
+/// `# Cancel safety`); [`LockRequest::run`] runs a closure under the lock instead.
 #[derive(Debug)]
 #[must_use = "a lock request does nothing until awaited"]
 pub struct LockRequest {
@@ -203,8 +243,9 @@ impl LockRequest {
         }
     }
 
-    /// How long to keep retrying, overriding [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call.
-    /// Zero makes a single attempt.
+    /// How long to keep retrying, overriding
+    /// [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call. Zero makes a
+    /// single attempt.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.request.wait = Some(wait);
         self
@@ -233,6 +274,17 @@ impl LockRequest {
     }
 }
 
+/// Acquires the lock: attempts retried with jittered backoff (and, with notifications on,
+/// woken by releases) until the wait budget or the attempt cap runs out.
+///
+/// # Errors
+///
+/// As [`Redlock::lock`]: [`Error::Timeout`] when the budget ran out, [`Error::Config`] for
+/// an unusable request.
+///
+/// # Cancel safety
+///
+/// Dropping the future leaves no lock behind (see [`Redlock::lock`]).
 impl IntoFuture for LockRequest {
     type Output = Result<LockGuard>;
     type IntoFuture = BoxFuture<'static, Result<LockGuard>>;

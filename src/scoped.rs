@@ -37,6 +37,12 @@ impl LockRequest {
     ///
     /// Acquisition errors as for [`Redlock::lock`], or [`Error::Lost`].
     ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `f`'s future at its suspension point and releases the lock
+    /// in the background (as dropping a [`LockGuard`](crate::LockGuard) does); dropped
+    /// while acquiring, it leaves no lock behind (see [`Redlock::lock`]).
+    ///
     /// # Panics
     ///
     /// A panic in `f` is resumed after the lock was released.
@@ -85,6 +91,10 @@ impl Redlock {
     /// `self.lock(resource, ttl).run(f)`. See [`LockRequest::run`].
     ///
     /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Cancel safety
     ///
     /// As [`LockRequest::run`].
     pub async fn run<F, Fut, T>(

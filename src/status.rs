@@ -187,6 +187,10 @@ impl Redlock {
     ///
     /// [`Error::Config`] for an empty resource name. Unreachable nodes are reported per
     /// node, not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing.
     pub async fn status(&self, resource: &str) -> Result<LockStatus> {
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
