@@ -2,8 +2,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
-// Modules from the top layer down (see DESIGN.md, "Module map"); no module imports one
-// above it (scripts/check-layers.sh checks there are no import cycles).
+// The layers, top down, and what each module owns: DESIGN.md, "Module map". No module
+// imports one above it (scripts/check-layers.sh checks there are no import cycles).
 mod acquire;
 mod attempt;
 mod builder;
