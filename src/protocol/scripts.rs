@@ -11,11 +11,9 @@
 
 use std::sync::OnceLock;
 
-use redis::{Script, Value};
+use redis::Script;
 
-use crate::fanout;
 use crate::protocol::keys::{self, Kind};
-use crate::report::NodeOutcome;
 
 /// A Lua script: its source, the layout of its `KEYS` and, built once (hashing the
 /// source), the driver's [`Script`] with the SHA1 that `EVALSHA` names it by.
@@ -143,12 +141,6 @@ return {1, fence}
 "
 );
 pub(crate) static ACQUIRE: Lua = Lua::new(&[Kind::Lock, Kind::Fence, Kind::Waiters], ACQUIRE_SRC);
-
-/// [`ACQUIRE`]'s reply `{acquired, fence}`: whether it set the keys, and the fencing
-/// counter it read (with fencing on).
-pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOutcome> {
-    fanout::decode::<(i64, Option<u64>)>(reply).map(|(set, fence)| (set == 1, fence))
-}
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
