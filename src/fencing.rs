@@ -302,7 +302,11 @@ mod tests {
             (u64::MAX, None),
         ];
         for (value, expected) in cases {
-            assert_eq!(FencingToken::new(value).map(FencingToken::get), expected, "{value}");
+            assert_eq!(
+                FencingToken::new(value).map(FencingToken::get),
+                expected,
+                "{value}"
+            );
             assert_eq!(
                 FencingToken::try_from(value).ok().map(FencingToken::get),
                 expected,
@@ -382,7 +386,10 @@ mod tests {
             ("", "fencing token is not a decimal number"),
             ("-1", "fencing token is not a decimal number"),
             ("12a", "fencing token is not a decimal number"),
-            ("18446744073709551616", "fencing token is not a decimal number"),
+            (
+                "18446744073709551616",
+                "fencing token is not a decimal number",
+            ),
             ("0", "fencing token 0 is outside 1..=9007199254740992"),
             (
                 "9007199254740993",
