@@ -2,10 +2,12 @@
 //! takes only the current holder's write: `cargo run -p quorum-lock-fenced-sqlite`.
 //!
 //! Starts three `redis-server` nodes and a SQLite file in a temporary directory, and removes
-//! them when it ends.
+//! them when it ends, also on SIGINT, SIGTERM or SIGHUP.
 
 use std::process::ExitCode;
 use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
 
 use quorum_lock_fenced_sqlite::{Ledger, Nodes, Pattern, client, fencing_token, until_not_held_by};
 
@@ -84,11 +86,24 @@ fn shown(read: Option<i64>) -> String {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("fenced-sqlite: {e}");
-            ExitCode::FAILURE
-        }
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        eprintln!("fenced-sqlite: cannot install signal handlers");
+        return ExitCode::FAILURE;
+    };
+    // On a signal `run` is dropped, and with it the nodes and their directory.
+    tokio::select! {
+        result = run() => match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("fenced-sqlite: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        _ = tokio::signal::ctrl_c() => ExitCode::from(130),
+        _ = term.recv() => ExitCode::from(143),
+        _ = hup.recv() => ExitCode::from(129),
     }
 }
