@@ -25,7 +25,8 @@
 //! for a SQL `bigint` column (it always fits). The bound is what the nodes can count
 //! exactly: their scripts compare counters as Lua numbers (doubles), exact up to 2<sup>53</sup>.
 //! Minting past it is refused ([`FencingToken::after`]) rather than risking a repeated
-//! token; at one acquisition per microsecond that takes 285 years.
+//! token; at one acquisition per microsecond that takes 285 years. The guard still hands
+//! out the plain number today: `FencingToken::try_from(value)` turns it into a token.
 //!
 //! # Using the token with SQL: claim the row when you read it
 //!
@@ -49,15 +50,18 @@
 //! value: no update is lost. The claim succeeds once per token (`fence < $t`); to read the
 //! row again under the same lock, `SELECT ... WHERE id = $id AND fence = $t`. Create rows
 //! with `fence = 0` before holders claim them (a claim on a missing row also returns
-//! nothing).
+//! nothing). Each statement may run on its own (autocommit): what matters is that an
+//! `UPDATE` checks its condition against the row's current version, as SQLite does and
+//! PostgreSQL does at `READ COMMITTED` (it re-checks after waiting for a concurrent
+//! update; stricter levels fail the statement instead, which is also safe).
 //!
 //! Why the simpler `UPDATE ... SET balance = $new, fence = $t WHERE id = $id AND fence <=
 //! $t` (with a plain `SELECT` to read) is **not** safe for a read-modify-write: it rejects
 //! an old write only after a newer holder has *written*. An old holder A (token 1) reads
 //! the balance and pauses; its lock expires; B (token 2) acquires and reads the same
-//! balance; A resumes and writes (`fence` is still below 1, accepted); then B writes its
-//! value computed from the balance before A's write (`1 <= 2`, accepted). A's update is
-//! lost, though every write passed the fence check. Claiming at the read closes exactly
+//! balance; A resumes and writes (`fence` is still 0, at most 1: accepted); then B writes
+//! its value computed from the balance before A's write (`1 <= 2`, accepted). A's update
+//! is lost, though every write passed the fence check. Claiming at the read closes exactly
 //! this window: B's read raises `fence` to 2 before A can write.
 //!
 //! `examples/fenced-sqlite` runs this on SQLite with real nodes, and its tests show both a
