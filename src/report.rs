@@ -57,7 +57,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::Failed(msg) => write!(f, "error: {msg}"),
             NodeOutcome::Reachable => f.write_str("reachable"),
-            NodeOutcome::Pending => f.write_str("no answer yet, not waited for"),
+            NodeOutcome::Pending => f.write_str("no answer yet (not waited for)"),
         }
     }
 }
@@ -112,9 +112,10 @@ impl NodeReport {
 
 impl fmt::Display for NodeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Semicolons: a driver's error message may contain commas.
         for (i, r) in self.results.iter().enumerate() {
             if i > 0 {
-                f.write_str(", ")?;
+                f.write_str("; ")?;
             }
             write!(f, "{} {}", r.node, r.outcome)?;
             // A pending node's time is only how long it had not answered.
@@ -165,8 +166,8 @@ mod tests {
         ]);
         assert_eq!(
             report.to_string(),
-            "10.0.0.1:6379 voted yes (340 µs), 10.0.0.1:6379 held by another owner (1.2 ms), \
-             10.0.0.1:6379 timed out (50 ms), 10.0.0.1:6379 no answer yet, not waited for, \
+            "10.0.0.1:6379 voted yes (340 µs); 10.0.0.1:6379 held by another owner (1.2 ms); \
+             10.0.0.1:6379 timed out (50 ms); 10.0.0.1:6379 no answer yet (not waited for); \
              10.0.0.1:6379 released (1.25 s)"
         );
         assert_eq!(latency(Duration::from_micros(9_960)), "10.0 ms");

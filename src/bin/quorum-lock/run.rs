@@ -94,6 +94,12 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
+/// The signal that ended the program, if one did.
+fn signal_of(status: ExitStatus) -> Option<Signal> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().and_then(|sig| Signal::try_from(sig).ok())
+}
+
 fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
@@ -449,6 +455,8 @@ fn finish(
                 display(opts.plan.grace),
                 human(KILL_MARGIN)
             )
+        } else if signal_of(status) == Some(Signal::SIGTERM) {
+            "SIGTERM ended it".to_owned()
         } else {
             format!("it was sent SIGTERM and {}", describe(status))
         };
