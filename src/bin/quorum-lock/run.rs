@@ -399,13 +399,16 @@ async fn supervise(
                 stopping = Some(Stopping { why, termed: Instant::now(), killed: false });
             }
             result = extend_when(&guard, opts.ttl, extend_at), if extend_at.is_some() => {
+                let now = Instant::now();
+                // Never again at once, whatever the error (no tight loop).
+                let later = now.checked_add(retry_pause).unwrap_or(now);
                 match result {
                     Ok(_) => keeping.retry_at = None,
                     // The lease is marked lost: the lost branch fires next.
-                    Err(Error::NotHeld { .. }) => {}
+                    Err(Error::NotHeld { .. }) => keeping.retry_at = Some(later),
                     Err(e) => {
                         keeping.last_error = Some(e.to_string());
-                        keeping.retry_at = Some(Instant::now() + retry_pause);
+                        keeping.retry_at = Some(later);
                     }
                 }
             }

@@ -70,6 +70,15 @@ impl Plan {
             .filter(|stop| *stop < validity);
         let Some(stop) = fits else {
             let most = validity.saturating_sub(KILL_MARGIN);
+            if most.is_zero() {
+                return Err(format!(
+                    "--ttl {} is too short for run: its validity (at most {}) must outlast \
+                     the {} by which SIGKILL precedes its end; use a longer --ttl",
+                    display(ttl),
+                    display(validity),
+                    human(KILL_MARGIN)
+                ));
+            }
             return Err(format!(
                 "{named} does not fit in --ttl {}: the program must be dead before the lock's \
                  validity ends (at most {} after it is taken), and SIGKILL goes {} before \
@@ -184,11 +193,18 @@ mod tests {
             let err = Plan::new(MS(30_000), Some(huge), true, NT).unwrap_err();
             assert!(err.contains("does not fit"), "{err}");
         }
-        let err = Plan::new(MS(1), None, false, NT).unwrap_err();
+        let err = Plan::new(MS(100), None, false, NT).unwrap_err();
+        assert_eq!(
+            err,
+            "--ttl 100ms is too short for run: its validity (at most 97ms) must outlast the \
+             100ms by which SIGKILL precedes its end; use a longer --ttl"
+        );
+        let err = Plan::new(MS(150), None, false, NT).unwrap_err();
         assert!(
-            err.contains("the default --grace of 0s does not fit"),
+            err.contains("the default --grace of 50ms does not fit"),
             "{err}"
         );
+        assert!(err.contains("below 46ms"), "{err}");
     }
 
     #[test]
