@@ -45,12 +45,14 @@ struct Axis {
     lo: f64,
     hi: f64,
     log: bool,
+    /// Ticks fall on round multiples of this (1024 for KiB, so that they are round MiB).
+    base: f64,
     from: f64,
     to: f64,
 }
 
 impl Axis {
-    fn new(values: impl Iterator<Item = f64>, log: bool, from: f64, to: f64) -> Axis {
+    fn new(values: impl Iterator<Item = f64>, log: bool, base: f64, from: f64, to: f64) -> Axis {
         let ok: Vec<f64> = values
             .filter(|v| v.is_finite() && (!log || *v > 0.0))
             .collect();
@@ -70,6 +72,7 @@ impl Axis {
             lo,
             hi,
             log,
+            base,
             from,
             to,
         }
@@ -130,13 +133,18 @@ impl Chart {
     /// The chart as an SVG document.
     pub fn render(&self) -> String {
         let (x0, x1, y0, y1) = (LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP);
-        let xa = Axis::new(self.xs.iter().copied(), self.log_x, x0, x1);
+        let xa = Axis::new(self.xs.iter().copied(), self.log_x, 1.0, x0, x1);
+        let base = if matches!(self.unit, Unit::KiB) {
+            1024.0
+        } else {
+            1.0
+        };
         let ys = self.series.iter().flat_map(|s| s.ys.iter().copied());
         // A linear y axis starts at zero, so that a ratio reads as a ratio.
         let ya = if self.log_y {
-            Axis::new(ys, true, y0, y1)
+            Axis::new(ys, true, base, y0, y1)
         } else {
-            Axis::new(ys.chain([0.0]), false, y0, y1)
+            Axis::new(ys.chain([0.0]), false, base, y0, y1)
         };
         let mut s = String::new();
         let _ = writeln!(
