@@ -91,35 +91,33 @@ impl Axis {
     /// powers of ten (or 1-2-5 multiples of them over a short range) on a log axis.
     fn ticks(&self) -> Vec<f64> {
         let mut out = Vec::new();
+        let (lo, hi) = (self.lo / self.base, self.hi / self.base);
         if self.log {
-            let (a, b) = (
-                self.lo.log10().floor() as i32,
-                self.hi.log10().ceil() as i32,
-            );
+            let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
             let mults: &[f64] = if b - a <= 2 { &[1.0, 2.0, 5.0] } else { &[1.0] };
             for e in a..=b {
                 for m in mults {
                     let v = m * 10f64.powi(e);
-                    if v >= self.lo * 0.999 && v <= self.hi * 1.001 {
+                    if v >= lo * 0.999 && v <= hi * 1.001 {
                         out.push(v);
                     }
                 }
             }
         } else {
-            let raw = (self.hi - self.lo) / 5.0;
+            let raw = (hi - lo) / 5.0;
             let mag = 10f64.powf(raw.log10().floor());
             let step = [1.0, 2.0, 5.0, 10.0]
                 .iter()
                 .map(|m| m * mag)
                 .find(|s| *s >= raw)
                 .unwrap_or(raw);
-            let mut v = (self.lo / step).ceil() * step;
-            while v <= self.hi + step * 1e-9 {
+            let mut v = (lo / step).ceil() * step;
+            while v <= hi + step * 1e-9 {
                 out.push(v);
                 v += step;
             }
         }
-        out
+        out.into_iter().map(|v| v * self.base).collect()
     }
 }
 
