@@ -225,6 +225,66 @@ async fn commands_per_cycle(
         .collect()
 }
 
+/// Where one point of 6a is measured: N = `n`, column `j`.
+#[derive(Clone, Copy)]
+struct At {
+    cfg: Cfg,
+    n: usize,
+    j: usize,
+    how: Slices,
+    warm: usize,
+    iters: usize,
+}
+
+/// One column of 6a: starts `at.n` servers and fills column `at.j` of `rows` (p50, rate,
+/// client CPU, server CPU, commands per cycle), one row per name in `names`.
+async fn nodes_at(
+    at: At,
+    kinds: &[Kind],
+    names: &[String],
+    rows: &mut [&mut Vec<Series>; 5],
+    notes: &mut Vec<String>,
+) {
+    let (n, j) = (at.n, at.j);
+    let cluster = Cluster::start(n);
+    let urls = cluster.urls();
+    let servers = servers_of(&cluster);
+    let mut admin: Vec<redis::Connection> = cluster.nodes.iter().map(RedisServer::conn).collect();
+    let subjects = lock_contenders(&urls, kinds).await;
+    let probed = probe_all(&subjects, &urls).await;
+    if probed.contains("FAILED") {
+        notes.push(format!("N = {n}: {probed}"));
+    }
+    let list: Vec<Subject> = subjects.iter().map(|(_, s)| s.clone()).collect();
+    let lat = interleaved(&list, at.warm, at.iters, &servers).await;
+    let tput = throughput_interleaved(&list, at.how, &servers).await;
+    for (k, (name, s)) in subjects.iter().enumerate() {
+        // With `ONLY`, rows are matched by name.
+        let Some(i) = names.iter().position(|x| x == name) else {
+            continue;
+        };
+        rows[0][i].ys[j] = summarize(lat[k].samples.clone()).p50.as_nanos() as f64;
+        rows[1][i].ys[j] = tput[k].per_sec();
+        if let Some((client, srv)) = tput[k].cpu_per_cycle() {
+            rows[2][i].ys[j] = client.as_nanos() as f64;
+            rows[3][i].ys[j] = srv.as_nanos() as f64;
+        }
+        if let Some(e) = lat[k].error_note(name) {
+            notes.push(format!("N = {n}, one task: {e}"));
+        }
+        if let Some(e) = &tput[k].first_error {
+            notes.push(format!(
+                "N = {n}, {name}: {} failed cycles, first: {e}",
+                tput[k].errors
+            ));
+        }
+        let per = commands_per_cycle(s, at.cfg.n(500), &mut admin).await;
+        rows[4][i].ys[j] = per.values().sum();
+        let by: Vec<String> = per.iter().map(|(c, v)| format!("{c} {v:.2}")).collect();
+        notes.push(format!("N = {n}, {name}: {}", by.join(", ")));
+    }
+}
+
 /// (a) N = 1, 3, 5, 7, 9: p50 of one task, throughput of 16, CPU and commands per cycle.
 async fn nodes(cfg: Cfg, plots: &Plots) {
     const COUNTS: [usize; 5] = [1, 3, 5, 7, 9];
@@ -242,44 +302,16 @@ async fn nodes(cfg: Cfg, plots: &Plots) {
         std::array::from_fn(|_| blank(&names, COUNTS.len()));
     let mut notes = Vec::new();
     for (j, &n) in COUNTS.iter().enumerate() {
-        let cluster = Cluster::start(n);
-        let urls = cluster.urls();
-        let servers = servers_of(&cluster);
-        let mut admin: Vec<redis::Connection> =
-            cluster.nodes.iter().map(RedisServer::conn).collect();
-        let subjects = lock_contenders(&urls, &kinds).await;
-        let probed = probe_all(&subjects, &urls).await;
-        if probed.contains("FAILED") {
-            notes.push(format!("N = {n}: {probed}"));
-        }
-        let list: Vec<Subject> = subjects.iter().map(|(_, s)| s.clone()).collect();
-        let lat = interleaved(&list, warm, iters, &servers).await;
-        let tput = throughput_interleaved(&list, how, &servers).await;
-        for (k, (name, s)) in subjects.iter().enumerate() {
-            // With `ONLY`, rows are matched by name.
-            let Some(i) = names.iter().position(|x| x == name) else {
-                continue;
-            };
-            p50[i].ys[j] = summarize(lat[k].samples.clone()).p50.as_nanos() as f64;
-            rate[i].ys[j] = tput[k].per_sec();
-            if let Some((client, srv)) = tput[k].cpu_per_cycle() {
-                cpu[i].ys[j] = client.as_nanos() as f64;
-                server_cpu[i].ys[j] = srv.as_nanos() as f64;
-            }
-            if let Some(e) = lat[k].error_note(name) {
-                notes.push(format!("N = {n}, one task: {e}"));
-            }
-            if let Some(e) = &tput[k].first_error {
-                notes.push(format!(
-                    "N = {n}, {name}: {} failed cycles, first: {e}",
-                    tput[k].errors
-                ));
-            }
-            let per = commands_per_cycle(s, cfg.n(500), &mut admin).await;
-            cmds[i].ys[j] = per.values().sum();
-            let by: Vec<String> = per.iter().map(|(c, v)| format!("{c} {v:.2}")).collect();
-            notes.push(format!("N = {n}, {name}: {}", by.join(", ")));
-        }
+        let at = At {
+            cfg,
+            n,
+            j,
+            how,
+            warm,
+            iters,
+        };
+        let mut rows = [&mut p50, &mut rate, &mut cpu, &mut server_cpu, &mut cmds];
+        nodes_at(at, &kinds, &names, &mut rows, &mut notes).await;
     }
     let x = XAxis {
         part: "6a",
@@ -561,6 +593,39 @@ async fn held(cfg: Cfg, plots: &Plots) {
     );
 }
 
+/// The contenders of 6c, each with `max` clients (or one, shared by all tasks), every
+/// client warmed up by one cycle.
+async fn waiting_contenders(urls: &[String], max: usize) -> Vec<(String, Vec<Contender>)> {
+    let fifo = Contender::Fifo {
+        nodes: floor_nodes(urls).await,
+        queue: Arc::new(tokio::sync::Mutex::new(())),
+    };
+    let mut own = Vec::with_capacity(max);
+    for _ in 0..max {
+        own.push(Contender::Quorum(quorum(urls, defaults).await));
+    }
+    let contenders: Vec<(String, Vec<Contender>)> = vec![
+        ("floor: FIFO queue + 2 rounds".into(), vec![fifo]),
+        (
+            format!("{QUORUM}, one client"),
+            vec![Contender::Quorum(quorum(urls, defaults).await)],
+        ),
+        (format!("{QUORUM}, a client per task"), own),
+        (
+            format!("{RSLOCK}, a client per task"),
+            (0..max)
+                .map(|_| Contender::Rslock(rslock::LockManager::new(urls.to_vec())))
+                .collect(),
+        ),
+    ];
+    for (_, clients) in &contenders {
+        for c in clients {
+            c.cycle(&unique("s6-warm")).await.expect("warm-up cycle");
+        }
+    }
+    contenders
+}
+
 /// (c) 2 to 256 waiters on one resource, N = 5, 1 ms critical section: wait p50/p99,
 /// commands per acquisition and rate.
 async fn waiters(cfg: Cfg, plots: &Plots) {
@@ -571,33 +636,7 @@ async fn waiters(cfg: Cfg, plots: &Plots) {
     let cluster = Cluster::start(N);
     let urls = cluster.urls();
     let mut admin: Vec<redis::Connection> = cluster.nodes.iter().map(RedisServer::conn).collect();
-    let fifo = Contender::Fifo {
-        nodes: floor_nodes(&urls).await,
-        queue: Arc::new(tokio::sync::Mutex::new(())),
-    };
-    let mut own = Vec::with_capacity(MAX);
-    for _ in 0..MAX {
-        own.push(Contender::Quorum(quorum(&urls, defaults).await));
-    }
-    let contenders: Vec<(String, Vec<Contender>)> = vec![
-        ("floor: FIFO queue + 2 rounds".into(), vec![fifo]),
-        (
-            format!("{QUORUM}, one client"),
-            vec![Contender::Quorum(quorum(&urls, defaults).await)],
-        ),
-        (format!("{QUORUM}, a client per task"), own),
-        (
-            format!("{RSLOCK}, a client per task"),
-            (0..MAX)
-                .map(|_| Contender::Rslock(rslock::LockManager::new(urls.clone())))
-                .collect(),
-        ),
-    ];
-    for (_, clients) in &contenders {
-        for c in clients {
-            c.cycle(&unique("s6-warm")).await.expect("warm-up cycle");
-        }
-    }
+    let contenders = waiting_contenders(&urls, MAX).await;
     let names: Vec<String> = contenders.iter().map(|(n, _)| n.clone()).collect();
     let [mut p99, mut p50, mut cmds, mut rate] =
         std::array::from_fn(|_| blank(&names, COUNTS.len()));
