@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -19,7 +18,7 @@ use crate::metrics;
 use crate::node::Call;
 use crate::node::Node;
 use crate::notify::Notifier;
-use crate::protocol::{keys, scripts};
+use crate::protocol::{keys, replies, scripts};
 use crate::queue::LocalQueue;
 use crate::quorum::{self, Verdict};
 use crate::report::{NodeOutcome, NodeReport};
@@ -213,7 +212,7 @@ impl Redlock {
             .first()
             .map_or(Duration::ZERO, |n| n.connect_timeout())
             .saturating_add(inner.config.node_timeout);
-        let ping = Arc::new(Call::new(redis::cmd("PING")));
+        let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
         let pending =
             (inner.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
         let mut round = Round::new(pending, timeout);
@@ -252,11 +251,11 @@ impl Redlock {
         let key = self.key(resource);
         let mut del = redis::cmd("DEL");
         del.arg(key);
-        let mut round = Round::everywhere(inner, Call::new(del));
+        let mut round = Round::everywhere(inner, Call::new(del).repeatable());
         let collected = fanout::collect(
             &inner.nodes,
             &mut round,
-            |_, reply| match fanout::decode::<i64>(reply) {
+            |_, reply| match replies::count(reply) {
                 Ok(deleted) if deleted > 0 => NodeOutcome::Released,
                 Ok(_) => NodeOutcome::NotHeld,
                 Err(failed) => failed,
@@ -382,6 +381,8 @@ impl LockRequest {
         let mut front = false;
         // Quick retries left since the last wake-up.
         let mut quick: u32 = 0;
+        // Whether this call waited for the subscriptions to stand (once at most).
+        let mut waited_ready = false;
         loop {
             // A guard of this client holds the lock: an attempt would fail. Wait for its
             // release to complete, or one poll interval in case the guard was forgotten.
@@ -470,15 +471,27 @@ impl LockRequest {
                     last: Box::new(err),
                 });
             }
-            if let (None, Some(notifier)) = (&listening, &inner.notifier) {
-                listening = Some(notifier.register(&plan.keys));
+            if let Some(notifier) = &inner.notifier
+                && !waited_ready
+                && enqueue.is_none()
+            {
+                // The attempt was in no waiting list: not listening yet, or no subscription
+                // stood (their tasks were started again by `register`: the ones before died
+                // with their runtime, say).
+                waited_ready = true;
+                if listening.is_none() {
+                    listening = Some(notifier.register(&plan.keys));
+                }
                 // A release may have been announced before we listened: once the
                 // subscriptions stand, try again at once instead of sleeping. Wait for
                 // all of them (bounded): the wake node is the first node where we listen,
                 // and one that comes up later would move us to another waiting list than
                 // the one clients configured alike use.
                 notifier
-                    .wait_ready(inner.nodes.len(), remaining.min(config.node_timeout * 4))
+                    .wait_ready(
+                        inner.nodes.len(),
+                        remaining.min(config.node_timeout.saturating_mul(4)),
+                    )
                     .await;
                 continue;
             }
@@ -634,24 +647,19 @@ async fn attempt_inner(
     let collected = fanout::collect(
         &inner.nodes,
         &mut round,
-        |i, reply| match reply {
-            // `SET NX PX`.
-            Value::Okay => vote.yes(i),
-            Value::Nil => NodeOutcome::HeldByOther,
-            // The acquire script: `{acquired, fence}`.
-            reply => match scripts::acquire_reply(reply) {
-                Ok((set, fence)) => {
-                    if let Some(slot) = counters.get_mut(i) {
-                        *slot = fence;
-                    }
-                    if set {
-                        vote.yes(i)
-                    } else {
-                        NodeOutcome::HeldByOther
-                    }
+        // `SET NX PX`, or the acquire script's `{acquired, fence}`.
+        |i, reply| match replies::acquire(reply) {
+            Ok((set, fence)) => {
+                if let Some(slot) = counters.get_mut(i) {
+                    *slot = fence;
                 }
-                Err(failed) => failed,
-            },
+                if set {
+                    vote.yes(i)
+                } else {
+                    NodeOutcome::HeldByOther
+                }
+            }
+            Err(failed) => failed,
         },
         is_acquired,
         Stop::WhenCertain,
@@ -783,9 +791,9 @@ async fn gate_open(inner: &Inner, plan: &Plan, e: Enqueue<'_>) -> Result<()> {
     let collected = fanout::collect(
         &inner.nodes,
         &mut round,
-        |_, reply| match fanout::decode::<i64>(reply) {
-            Ok(1) => NodeOutcome::Acquired,
-            Ok(_) => NodeOutcome::HeldByOther,
+        |_, reply| match replies::yes(reply) {
+            Ok(true) => NodeOutcome::Acquired,
+            Ok(false) => NodeOutcome::HeldByOther,
             Err(failed) => failed,
         },
         is_acquired,
@@ -879,9 +887,9 @@ async fn commit_fence(
     let collected = fanout::collect(
         &inner.nodes,
         &mut round,
-        |i, reply| match fanout::decode::<i64>(reply) {
-            Ok(1) => vote.yes(i),
-            Ok(_) => NodeOutcome::NotHeld,
+        |i, reply| match replies::yes(reply) {
+            Ok(true) => vote.yes(i),
+            Ok(false) => NodeOutcome::NotHeld,
             Err(failed) => failed,
         },
         is_acquired,

@@ -252,9 +252,10 @@ pub(crate) enum Stop {
     AtEnd,
     /// As soon as the verdict is certain.
     WhenCertain,
-    /// As soon as the verdict is certain and this node answered (or the deadline passed):
-    /// its answer carries more than a vote.
-    WhenCertainAndHeard(usize),
+    /// As soon as a majority said yes (and this node, if any, answered). A round that
+    /// cannot reach one waits for every answer, so its report and error say what each node
+    /// did (a release: not held here, failed there).
+    WhenReached(Option<usize>),
 }
 
 /// The outcome of a failed request, counted in the failure metric (a request withdrawn
@@ -321,7 +322,7 @@ pub(crate) async fn collect(
         let done = match stop {
             Stop::AtEnd => false,
             Stop::WhenCertain => verdict != Verdict::Pending,
-            Stop::WhenCertainAndHeard(i) => verdict != Verdict::Pending && heard(i),
+            Stop::WhenReached(i) => verdict == Verdict::Reached && i.is_none_or(heard),
         };
         if done {
             break;
@@ -334,11 +335,6 @@ pub(crate) async fn collect(
         }
     }
     Collected { outcomes, tally }
-}
-
-/// Converts a reply to `T`, or says why it is not one.
-pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOutcome> {
-    redis::from_redis_value(value).map_err(|e| NodeOutcome::Failed(e.to_string()))
 }
 
 /// One task per client that waits for the requests rounds left behind, so every node's

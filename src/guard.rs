@@ -17,7 +17,7 @@ use crate::fanout::{self, Round, Stop};
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
 use crate::node::{Call, SendGate};
-use crate::protocol::{keys, scripts};
+use crate::protocol::{keys, replies, scripts};
 use crate::queue::LocalHold;
 use crate::quorum::Verdict;
 use crate::report::{NodeOutcome, NodeReport};
@@ -86,9 +86,9 @@ impl Holding {
 
     /// Turns a release reply `{deleted, woke}` into an outcome.
     fn released(&self, reply: Value) -> NodeOutcome {
-        match fanout::decode::<(i64, i64)>(reply) {
+        match replies::release(reply) {
             Ok((deleted, woke)) => {
-                if woke == 1 {
+                if woke {
                     // Another client was woken to take over: let it go first (see
                     // `LocalQueue::handed_off`).
                     self.inner
@@ -411,10 +411,9 @@ impl LockGuard {
         // With wake-ups on, hear the node that keeps the waiting lists even when it is not
         // among the first answers: its reply says whether another client was woken, and
         // only then does this client let it go first on its next `lock()`.
-        let stop = match inner.notifier.as_ref().and_then(|n| n.wake_node()) {
-            Some(wake) => Stop::WhenCertainAndHeard(wake),
-            None => Stop::WhenCertain,
-        };
+        // A release that finds no majority waits for every answer (bounded by the node
+        // timeout): "not held" and "unavailable" are told apart by what each node said.
+        let stop = Stop::WhenReached(inner.notifier.as_ref().and_then(|n| n.wake_node()));
         let holding = &self.holding;
         let collected = fanout::collect(
             &inner.nodes,

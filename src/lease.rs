@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
 use crate::node::Call;
-use crate::protocol::scripts;
+use crate::protocol::{replies, scripts};
 use crate::quorum::{self, Verdict};
 use crate::report::{NodeOutcome, NodeReport};
 
@@ -162,9 +162,9 @@ impl Lease {
         let collected = fanout::collect(
             &inner.nodes,
             &mut round,
-            |_, reply| match fanout::decode::<i64>(reply) {
-                Ok(1) => NodeOutcome::Extended,
-                Ok(_) => NodeOutcome::NotHeld,
+            |_, reply| match replies::yes(reply) {
+                Ok(true) => NodeOutcome::Extended,
+                Ok(false) => NodeOutcome::NotHeld,
                 Err(failed) => failed,
             },
             |o| *o == NodeOutcome::Extended,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::client::Redlock;
 use crate::error::{Error, Result};
 use crate::json::JsonObject;
-use crate::protocol::scripts;
+use crate::node::{Call, NodeFailure};
+use crate::protocol::{replies, scripts};
 use crate::report::NodeOutcome;
 
 /// What one node holds for a lock key.
@@ -191,20 +192,20 @@ impl Redlock {
         }
         let inner = self.inner();
         let key = self.key(resource);
+        // A repeatable read: sent once more on a fresh connection when the one at hand
+        // turned out broken before it was written.
+        let call = Call::script(&scripts::INSPECT, std::slice::from_ref(&key));
         let reads = inner.nodes.iter().map(|node| {
-            let mut invocation = scripts::INSPECT.script().prepare_invoke();
-            invocation.key(&key);
+            let call = &call;
             async move {
-                let (result, _) = node
-                    .run(inner.config.node_timeout, move |mut conn| async move {
-                        invocation
-                            .invoke_async::<(String, i64, Option<Vec<u8>>)>(&mut conn)
-                            .await
-                    })
-                    .await;
+                let result = tokio::time::timeout(inner.config.node_timeout, node.send(call))
+                    .await
+                    .unwrap_or(Err(NodeFailure::TimedOut))
+                    .map_err(NodeOutcome::from)
+                    .and_then(replies::inspect);
                 let (holder, error) = match result {
                     Ok((kind, pttl, value)) => (Some(holder(&kind, pttl, value)), None),
-                    Err(failure) => (None, Some(NodeOutcome::from(failure).to_string())),
+                    Err(failure) => (None, Some(failure.to_string())),
                 };
                 KeyState {
                     node: node.name().to_owned(),
