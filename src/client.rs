@@ -371,7 +371,7 @@ impl LockRequest {
             if listening.is_some() {
                 gate = true;
             } else {
-                tokio::time::sleep_until(until.min(started + wait)).await;
+                tokio::time::sleep_until(until.min(crate::deadline::after(started, wait))).await;
             }
         }
         let mut attempts: u32 = 0;

@@ -79,7 +79,7 @@ impl Round {
         Round {
             pending: pending.into_iter().map(Some).collect(),
             early: Vec::new(),
-            deadline: Instant::now() + timeout,
+            deadline: crate::deadline::after(Instant::now(), timeout),
         }
     }
 

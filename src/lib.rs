@@ -4,6 +4,7 @@
 
 mod builder;
 mod client;
+mod deadline;
 mod doctor;
 mod error;
 mod extend;
