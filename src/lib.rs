@@ -22,7 +22,7 @@ mod queue;
 mod quorum;
 mod report;
 mod retry;
-// Pure rules of issue 14, public only for tests/model.rs; not yet called by the client.
+// Pure rules of issue 14, public only for tests/model.rs; the client calls some of them.
 #[doc(hidden)]
 #[allow(dead_code)]
 pub mod safety;

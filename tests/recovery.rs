@@ -359,3 +359,84 @@ async fn waiter_is_woken_after_its_subscriptions_were_killed() {
     assert!(released_at.elapsed() < Duration::from_secs(10));
     guard.release().await.expect("released");
 }
+
+/// An extension to a shorter TTL that fails (its answer comes after the node timeout) may
+/// still have been applied: the guard's validity is then at most the shorter TTL's, not its
+/// old, longer one (issue 14, item 5).
+#[tokio::test]
+async fn failed_extension_to_a_shorter_ttl_lowers_the_validity() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(addr(&server));
+    let client = Redlock::builder()
+        .restart_quarantine(false)
+        .node(proxy.url())
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let resource = unique("recovery-extend");
+    let guard = client.lock(&resource, TTL).await.expect("locked");
+    assert!(guard.validity() > Duration::from_secs(29));
+
+    let shorter = Duration::from_secs(2);
+    // ttl - drift: 2 s - (20 ms + 2 ms).
+    let bound = Duration::from_millis(1_978);
+    proxy.set_delay(Duration::from_millis(400));
+    let err = guard
+        .extend(shorter)
+        .await
+        .expect_err("the answer comes too late");
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        guard.validity() <= bound,
+        "validity {:?} is above the shorter ttl's {bound:?}",
+        guard.validity()
+    );
+    assert!(!guard.validity().is_zero(), "what is sure is still held");
+    // The node did apply it.
+    let pttl = || -> i64 {
+        redis::cmd("PTTL")
+            .arg(&resource)
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    common::eventually(
+        Duration::from_secs(5),
+        "the node applied the extension",
+        || (0..=2_000).contains(&pttl()),
+    )
+    .await;
+    proxy.set_delay(Duration::ZERO);
+    let _ = guard.release().await;
+}
+
+/// The same when the `extend` future is dropped after it was sent.
+#[tokio::test]
+async fn cancelled_extension_to_a_shorter_ttl_lowers_the_validity() {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(addr(&server));
+    let client = Redlock::builder()
+        .restart_quarantine(false)
+        .node(proxy.url())
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let resource = unique("recovery-extend-cancel");
+    let guard = client.lock(&resource, TTL).await.expect("locked");
+    proxy.set_delay(Duration::from_millis(400));
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(50),
+        guard.extend(Duration::from_secs(2)),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "dropped before its answer: {cancelled:?}"
+    );
+    assert!(
+        guard.validity() <= Duration::from_millis(1_978),
+        "validity {:?}",
+        guard.validity()
+    );
+    proxy.set_delay(Duration::ZERO);
+    let _ = guard.release().await;
+}
