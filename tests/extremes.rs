@@ -275,6 +275,24 @@ async fn run_case(options: Options, calls: Calls, resource: &str) -> Result<(), 
             drop(guard);
         }
     }
+    let mut many = client
+        .lock_many(
+            [resource.to_owned(), format!("{resource}:b")],
+            calls.lock_ttl,
+        )
+        .fencing();
+    if let Some(wait) = calls.lock_wait {
+        many = many.wait(wait);
+    }
+    if let Some(locked) = bounded(many.into_future()).await {
+        acceptable(&locked)?;
+        if let Ok(guard) = locked {
+            let _ = bounded(guard.release()).await;
+        }
+    }
+    if let Some(ran) = bounded(client.run(resource, calls.extend_ttl, |_| async {})).await {
+        acceptable(&ran)?;
+    }
 
     // Auto-extension with the case's budget, on a lock short enough to need extending.
     let mut policy = AutoExtend::new();
@@ -311,7 +329,9 @@ async fn keys_left(resource: &str) -> Vec<(usize, String)> {
     let pattern = format!("*{resource}*");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
     loop {
-        let left = cluster().keys_everywhere(&pattern);
+        // Fencing counters outlive locks by design.
+        let mut left = cluster().keys_everywhere(&pattern);
+        left.retain(|(_, key)| !key.contains("fence"));
         if left.is_empty() || tokio::time::Instant::now() > deadline {
             return left;
         }
