@@ -326,8 +326,9 @@ pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration
     }
     if node_timeout >= ttl {
         return Err(config(format!(
-            "node timeout {node_timeout:?} is not below the ttl {ttl:?}: a lock could expire \
-             before its nodes answered; use a node timeout well below the ttl"
+            "ttl {ttl:?} is too short: it is not above the node timeout {node_timeout:?}, so a \
+             lock could expire before its nodes answered; use a ttl well above the node \
+             timeout or a smaller node timeout"
         )));
     }
     if !quorum::ttl_is_usable(ttl, drift_factor, node_timeout) {
@@ -414,7 +415,7 @@ mod tests {
             (Duration::ZERO, "below one millisecond"),
             (Duration::from_micros(900), "below one millisecond"),
             (Duration::from_millis(51), "too short"),
-            (Duration::from_millis(50), "not below the ttl"),
+            (Duration::from_millis(50), "not above the node timeout"),
             (MAX_TTL + Duration::from_secs(1), "exceeds the maximum"),
         ] {
             let err = check_ttl(ttl, 0.01, Duration::from_millis(50)).unwrap_err();
