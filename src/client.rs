@@ -1,88 +1,25 @@
-//! The client handle and acquisition: one attempt fans `SET NX PX` out to every node,
-//! `lock()` retries attempts with jittered backoff within a wait budget.
+//! The public client handle, [`Redlock`], and the [`LockRequest`] builder that `lock()` and
+//! `lock_many()` return. Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
+//! [`attempt`](crate::attempt) (one round); the shared state in
+//! [`ensemble`](crate::ensemble).
 
 use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::time::Instant;
-use tracing::Instrument;
 
-use crate::builder::{Config, RedlockBuilder, check_ttl};
+use crate::acquire::{self, Request};
+use crate::attempt::{self, Plan};
+use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::extend::AutoExtend;
-use crate::fanout::{self, Background, Round, Stop};
-use crate::guard::{Holding, LockGuard, Requeue};
-use crate::metrics;
+use crate::fanout::{self, Round, Stop};
+use crate::guard::LockGuard;
 use crate::node::Call;
-use crate::node::Node;
-use crate::notify::Notifier;
-use crate::protocol::{keys, replies, scripts};
-use crate::queue::LocalQueue;
-use crate::quorum::{self, Verdict};
+use crate::protocol::{keys, reply};
+use crate::quorum;
 use crate::report::{NodeOutcome, NodeReport};
-
-/// State shared by every clone of a [`Redlock`].
-#[derive(Debug)]
-pub(crate) struct Inner {
-    pub(crate) nodes: Vec<Arc<Node>>,
-    pub(crate) config: Config,
-    pub(crate) quorum: usize,
-    pub(crate) queue: Arc<LocalQueue>,
-    /// Present when release notifications are on.
-    pub(crate) notifier: Option<Arc<Notifier>>,
-    /// Waits for requests that rounds left behind (shared with the notifier).
-    pub(crate) background: Arc<Background>,
-    /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
-    /// that long plus its drift allowance.
-    max_ttl_ms: std::sync::atomic::AtomicU64,
-}
-
-impl Inner {
-    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
-        let quorum = quorum::quorum(nodes.len());
-        let background = Arc::new(Background::new(nodes.clone()));
-        let notifier = config.notifications.then(|| {
-            Arc::new(Notifier::new(
-                nodes.clone(),
-                Arc::clone(&background),
-                connect_timeout,
-                config.node_timeout,
-            ))
-        });
-        Inner {
-            background,
-            nodes,
-            config,
-            quorum,
-            // Grows with the TTLs actually used: a fresh ensemble is usable one TTL after
-            // it started, not one `default_ttl`.
-            max_ttl_ms: std::sync::atomic::AtomicU64::new(0),
-            queue: Arc::new(LocalQueue::default()),
-            notifier,
-        }
-    }
-
-    /// Validates a TTL for a lock or extension and records it as in use (the restart
-    /// quarantine lasts as long as the longest one). Redis expiry has millisecond
-    /// resolution: the TTL is rounded down so the validity arithmetic never assumes more
-    /// time than the server grants.
-    pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
-        let ttl = Duration::from_millis(whole_ms(ttl));
-        check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
-        self.max_ttl_ms
-            .fetch_max(whole_ms(ttl), std::sync::atomic::Ordering::Relaxed);
-        Ok(ttl)
-    }
-
-    /// How long a (re)started node's vote does not count: the longest TTL this client uses
-    /// plus its drift allowance. Locks it granted before a restart have expired by then.
-    pub(crate) fn quarantine_period(&self) -> Duration {
-        let ttl = Duration::from_millis(self.max_ttl_ms.load(std::sync::atomic::Ordering::Relaxed));
-        ttl.saturating_add(quorum::drift(ttl, self.config.drift_factor))
-    }
-}
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -90,22 +27,18 @@ impl Inner {
 /// node it is a plain single-instance lock through the same code path.
 #[derive(Debug, Clone)]
 pub struct Redlock {
-    inner: Arc<Inner>,
+    inner: Arc<Ensemble>,
 }
 
 impl Redlock {
-    /// Starts configuring a client.
-    pub fn builder() -> RedlockBuilder {
-        RedlockBuilder::default()
-    }
-
-    pub(crate) fn from_inner(inner: Inner) -> Self {
+    pub(crate) fn from_ensemble(ensemble: Ensemble) -> Self {
         Redlock {
-            inner: Arc::new(inner),
+            inner: Arc::new(ensemble),
         }
     }
 
-    pub(crate) fn inner(&self) -> &Arc<Inner> {
+    /// The shared state: nodes, configuration, queue and notifier.
+    pub(crate) fn inner(&self) -> &Arc<Ensemble> {
         &self.inner
     }
 
@@ -125,7 +58,7 @@ impl Redlock {
         keys::lock(&self.inner.config.key_prefix, resource)
     }
 
-    /// The TTL configured with [`RedlockBuilder::default_ttl`].
+    /// The TTL configured with [`RedlockBuilder::default_ttl`](crate::RedlockBuilder::default_ttl).
     pub fn default_ttl(&self) -> Duration {
         self.inner.config.default_ttl
     }
@@ -142,36 +75,47 @@ impl Redlock {
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```
+    ///
+    /// # Errors
+    ///
+    /// Awaiting the request returns [`Error::Timeout`] when the wait budget or the attempt
+    /// cap ran out (its `last` says why the final attempt failed: [`Error::Contended`],
+    /// [`Error::Unavailable`] or [`Error::ValiditySpent`]), and [`Error::Config`] at once for
+    /// no or an empty resource name, an unusable TTL or a zero attempt cap.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no lock behind: whatever an attempt in
+    /// progress may have set is released on every node in the background, the local turn
+    /// passes to the next task, and the waiting lists that may hold this client are left.
     pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> LockRequest {
-        LockRequest {
-            client: self.clone(),
-            resources: vec![resource.into()],
-            ttl,
-            wait: None,
-            max_attempts: None,
-            auto_extend: None,
-            fencing: false,
-        }
+        LockRequest::new(self.clone(), vec![resource.into()], ttl)
     }
 
     /// Acquires several resources as one lock: on each node either all of them are set or
     /// none (one atomic script per node), and a majority of nodes must agree. The order of
     /// `resources` does not matter and duplicates are ignored, so two callers locking
     /// `[a, b]` and `[b, a]` cannot deadlock.
+    ///
+    /// # Errors
+    ///
+    /// Awaiting the request returns [`Error::Timeout`] when the wait budget or the attempt
+    /// cap ran out (its `last` says why the final attempt failed: [`Error::Contended`],
+    /// [`Error::Unavailable`] or [`Error::ValiditySpent`]), and [`Error::Config`] at once for
+    /// an empty list or an empty resource name, an unusable TTL or a zero attempt cap.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no lock behind: whatever an attempt in
+    /// progress may have set is released on every node in the background, the local turn
+    /// passes to the next task, and the waiting lists that may hold this client are left.
     pub fn lock_many<I, S>(&self, resources: I, ttl: Duration) -> LockRequest
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        LockRequest {
-            client: self.clone(),
-            resources: resources.into_iter().map(Into::into).collect(),
-            ttl,
-            wait: None,
-            max_attempts: None,
-            auto_extend: None,
-            fencing: false,
-        }
+        let resources = resources.into_iter().map(Into::into).collect();
+        LockRequest::new(self.clone(), resources, ttl)
     }
 
     /// Makes exactly one attempt. Returns `Ok(None)` when another owner holds the resource.
@@ -191,7 +135,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Option<LockGuard>> {
         let plan = Plan::new(&self.inner, vec![resource.into()], ttl, false)?;
-        match attempt(&self.inner, &plan, None).await {
+        match attempt::attempt(&self.inner, &plan, None).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Contended { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -205,34 +149,33 @@ impl Redlock {
     ///
     /// [`Error::Unavailable`] when fewer than a majority of nodes answered; the report
     /// lists every node.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing; a connection being made goes on and is kept for the
+    /// next request.
     pub async fn connect(&self) -> Result<NodeReport> {
-        let inner = &self.inner;
-        let timeout = inner
-            .nodes
-            .first()
+        let ensemble = &self.inner;
+        let timeout = (ensemble.nodes.first())
             .map_or(Duration::ZERO, |n| n.connect_timeout())
-            .saturating_add(inner.config.node_timeout);
+            .saturating_add(ensemble.config.node_timeout);
         let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
         let pending =
-            (inner.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
+            (ensemble.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
         let mut round = Round::new(pending, timeout);
         let collected = fanout::collect(
-            &inner.nodes,
+            &ensemble.nodes,
             &mut round,
             |_, _| NodeOutcome::Reachable,
-            is_reachable,
+            |o| *o == NodeOutcome::Reachable,
             Stop::AtEnd,
         )
         .await;
-        let report = collected.report(inner);
-        if collected.tally.verdict() == Verdict::Reached {
-            Ok(report)
-        } else {
-            Err(Error::Unavailable {
-                quorum: inner.quorum,
-                report,
-            })
-        }
+        let report = collected.report(&ensemble.nodes);
+        let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Reachable);
+        quorum::decide_reach(&votes)
+            .into_result(|| report.clone())
+            .map(|_| report)
     }
 
     /// Deletes the lock on every node whatever its owner (the seeds' `reset`), for an
@@ -242,20 +185,26 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty resource name.
+    /// [`Error::Config`] for an empty resource name. Nodes that fail are reported per node,
+    /// not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lock deleted on some nodes and not on others; call
+    /// again to finish.
     pub async fn reset(&self, resource: &str) -> Result<NodeReport> {
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
         }
-        let inner = &self.inner;
+        let ensemble = &self.inner;
         let key = self.key(resource);
         let mut del = redis::cmd("DEL");
         del.arg(key);
-        let mut round = Round::everywhere(inner, Call::new(del).repeatable());
+        let mut round = Round::everywhere(ensemble.view(), Call::new(del).repeatable());
         let collected = fanout::collect(
-            &inner.nodes,
+            &ensemble.nodes,
             &mut round,
-            |_, reply| match replies::count(reply) {
+            |_, answer| match reply::decode::<i64>(answer) {
                 Ok(deleted) if deleted > 0 => NodeOutcome::Released,
                 Ok(_) => NodeOutcome::NotHeld,
                 Err(failed) => failed,
@@ -264,51 +213,48 @@ impl Redlock {
             Stop::AtEnd,
         )
         .await;
-        Ok(collected.report(inner))
+        Ok(collected.report(&ensemble.nodes))
     }
 }
 
-fn is_reachable(o: &NodeOutcome) -> bool {
-    *o == NodeOutcome::Reachable
-}
-
-/// How many times a woken waiter retries at once when its attempt fails, and after how
-/// long: enough for the release that woke it to reach the other nodes, well inside the head
-/// start the releasing client gives it.
-const QUICK_RETRIES: u32 = 2;
-const QUICK_RETRY_DELAY: Duration = Duration::from_millis(1);
-
-/// How many doublings later a waiter's polls start while it is known to be in a waiting
-/// list and listens: a release then wakes it, and its polls only cover silent releases
-/// (expiry, a client with notifications off, a lost message). Every poll of a queued
-/// waiter costs a gate round trip that a hand-off in progress refuses.
-const LISTED_POLL_SHIFT: u32 = 2;
-
 /// A pending [`Redlock::lock`] or [`Redlock::lock_many`] call; `.await` it.
+///
+/// Awaiting it runs the attempts (see [`Redlock::lock`] for its `# Errors` and
+/// `# Cancel safety`); [`LockRequest::run`] runs a closure under the lock instead.
 #[derive(Debug)]
 #[must_use = "a lock request does nothing until awaited"]
 pub struct LockRequest {
     pub(crate) client: Redlock,
-    resources: Vec<String>,
-    ttl: Duration,
-    wait: Option<Duration>,
-    max_attempts: Option<u32>,
-    pub(crate) auto_extend: Option<AutoExtend>,
-    fencing: bool,
+    pub(crate) request: Request,
 }
 
 impl LockRequest {
-    /// How long to keep retrying, overriding [`RedlockBuilder::wait`] for this call.
-    /// Zero makes a single attempt.
+    fn new(client: Redlock, resources: Vec<String>, ttl: Duration) -> Self {
+        LockRequest {
+            client,
+            request: Request {
+                resources,
+                ttl,
+                wait: None,
+                max_attempts: None,
+                auto_extend: None,
+                fencing: false,
+            },
+        }
+    }
+
+    /// How long to keep retrying, overriding
+    /// [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call. Zero makes a
+    /// single attempt.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.request.wait = Some(wait);
         self
     }
 
     /// Caps the attempts of this call (at least 1), overriding
-    /// [`RedlockBuilder::max_attempts`].
+    /// [`RedlockBuilder::max_attempts`](crate::RedlockBuilder::max_attempts).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = Some(attempts);
+        self.request.max_attempts = Some(attempts);
         self
     }
 
@@ -317,629 +263,36 @@ impl LockRequest {
     /// nodes (one more round trip). See [`LockGuard::fencing_token`] and the
     /// [`fencing`](crate::fencing) module.
     pub fn fencing(mut self) -> Self {
-        self.fencing = true;
+        self.request.fencing = true;
         self
     }
 
     /// Keeps the lock extended in the background once acquired (see [`AutoExtend`]).
     pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.auto_extend = Some(policy);
+        self.request.auto_extend = Some(policy);
         self
-    }
-
-    async fn acquire(self) -> Result<LockGuard> {
-        let inner = &self.client.inner;
-        let config = &inner.config;
-        let plan = Plan::new(inner, self.resources, self.ttl, self.fencing)?;
-        let max_attempts = self.max_attempts.or(config.max_attempts);
-        if max_attempts == Some(0) {
-            return Err(Error::Config("max attempts is zero; use at least 1".into()));
-        }
-        let started = Instant::now();
-        let wait = self.wait.unwrap_or(config.wait);
-
-        // Tasks of this client queue locally for their turn, so only one of them at a time
-        // sends attempts for these resources. The turn passes on as soon as this call
-        // returns (acquired or not): the next task then waits on Redis for our release.
-        let _turn = match tokio::time::timeout(wait, inner.queue.turn(&plan.keys)).await {
-            Ok(turn) => turn,
-            Err(_) => {
-                metrics::gave_up();
-                return Err(Error::Timeout {
-                    attempts: 0,
-                    waited: started.elapsed(),
-                    last: Box::new(Error::Contended {
-                        report: NodeReport::default(),
-                    }),
-                });
-            }
-        };
-
-        // Listen for releases if the subscriptions already run; otherwise they are started
-        // on the first failed attempt (uncontended locks never pay for them).
-        let mut listening = inner
-            .notifier
-            .as_ref()
-            .filter(|n| n.is_started())
-            .map(|n| n.register(&plan.keys));
-
-        // This client just handed these keys to a waiting client: let it go first. While
-        // listening, the first attempt asks the waiting-list node, where the woken client
-        // has the turn, before it is sent; otherwise it waits for a head start.
-        let mut gate = false;
-        if let Some(until) = inner.queue.courtesy_until(&plan.keys) {
-            if listening.is_some() {
-                gate = true;
-            } else {
-                tokio::time::sleep_until(until.min(crate::deadline::after(started, wait))).await;
-            }
-        }
-        let mut attempts: u32 = 0;
-        let mut retries: u32 = 0;
-        // Whether the coming attempt follows a wake-up (a release chose us) or a quick
-        // retry after one: a failure then puts us back at the head of the waiting list.
-        let mut front = false;
-        // Quick retries left since the last wake-up.
-        let mut quick: u32 = 0;
-        // Whether this call waited for the subscriptions to stand (once at most).
-        let mut waited_ready = false;
-        loop {
-            // A guard of this client holds the lock: an attempt would fail. Wait for its
-            // release to complete, or one poll interval in case the guard was forgotten.
-            if let Some(freed) = inner.queue.held_locally(&plan.keys) {
-                let notified = freed.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let remaining = wait.saturating_sub(started.elapsed());
-                if inner.queue.held_locally(&plan.keys).is_some() && !remaining.is_zero() {
-                    let delay = config
-                        .retry
-                        .delay(retries, rand::random::<f64>())
-                        .min(remaining);
-                    tokio::select! {
-                        () = &mut notified => {}
-                        () = tokio::time::sleep(delay) => retries = retries.saturating_add(1),
-                    }
-                }
-            }
-            attempts = attempts.saturating_add(1);
-            // While listening, each attempt also keeps this client in the waiting list of one
-            // node, where our subscription stands (and in it after success when other local
-            // tasks wait for the same keys): a release there pops the entry and must be
-            // heard, and one list means one wake-up per release.
-            let at_front = std::mem::take(&mut front);
-            let enqueue = match (&mut listening, &inner.notifier) {
-                (Some(registration), Some(notifier)) => notifier.wake_node().map(|node| {
-                    registration.listing_on(node);
-                    Enqueue {
-                        node,
-                        client: notifier.client_id(),
-                        stay: inner.queue.has_waiters(&plan.keys),
-                        front: at_front,
-                    }
-                }),
-                _ => None,
-            };
-            // A waiter that was not woken asks the waiting-list node first, so it does not
-            // take the lock from under the client a release woke, nor split the votes.
-            let gated = std::mem::take(&mut gate) || (attempts > 1 && !at_front);
-            let result = match enqueue.filter(|_| gated) {
-                Some(e) => match gate_open(inner, &plan, e).await {
-                    Ok(()) => {
-                        metrics::wait_event("gate_open");
-                        attempt(inner, &plan, enqueue).await
-                    }
-                    Err(refused) => {
-                        metrics::wait_event("gate_refused");
-                        Err(refused)
-                    }
-                },
-                None => attempt(inner, &plan, enqueue).await,
-            };
-            let err = match result {
-                Ok(mut guard) => {
-                    if let (Some(registration), Some(e)) = (&mut listening, enqueue) {
-                        // The acquire script took us off the waiting list where it set the
-                        // key. Where it did not (the majority came from the other nodes), it
-                        // listed us, as may an earlier wake node: those lists are left when
-                        // the registration ends, or the next release there would wake us,
-                        // who no longer wait. A list node that has not answered yet is
-                        // settled from its answer, in the background (`Notifier::settle`).
-                        if matches!(
-                            guard.vote(e.node),
-                            Some(NodeOutcome::Acquired | NodeOutcome::Pending)
-                        ) {
-                            registration.acquired_on(e.node);
-                        }
-                    }
-                    metrics::acquired(started.elapsed());
-                    if let Some(policy) = self.auto_extend {
-                        guard.auto_extend(policy);
-                    }
-                    return Ok(guard);
-                }
-                Err(e) if e.is_retryable() => e,
-                Err(e) => return Err(e),
-            };
-            let waited = started.elapsed();
-            let remaining = wait.saturating_sub(waited);
-            if remaining.is_zero() || max_attempts.is_some_and(|m| attempts >= m) {
-                metrics::gave_up();
-                return Err(Error::Timeout {
-                    attempts,
-                    waited,
-                    last: Box::new(err),
-                });
-            }
-            if let Some(notifier) = &inner.notifier
-                && !waited_ready
-                && enqueue.is_none()
-            {
-                // The attempt was in no waiting list: not listening yet, or no subscription
-                // stood (their tasks were started again by `register`: the ones before died
-                // with their runtime, say).
-                waited_ready = true;
-                if listening.is_none() {
-                    listening = Some(notifier.register(&plan.keys));
-                }
-                // A release may have been announced before we listened: once the
-                // subscriptions stand, try again at once instead of sleeping. Wait for
-                // all of them (bounded): the wake node is the first node where we listen,
-                // and one that comes up later would move us to another waiting list than
-                // the one clients configured alike use.
-                notifier
-                    .wait_ready(
-                        inner.nodes.len(),
-                        remaining.min(config.node_timeout.saturating_mul(4)),
-                    )
-                    .await;
-                continue;
-            }
-            if quick > 0 && listening.is_some() {
-                // Woken, yet the attempt failed: the release that woke us comes from the
-                // node that keeps the waiting list, and the same release may not have
-                // reached the other nodes yet when our SET did. Retry after a moment, still
-                // at the head of the list, instead of waiting for the next release.
-                quick -= 1;
-                front = true;
-                metrics::wait_event("quick_retry");
-                tokio::time::sleep(QUICK_RETRY_DELAY.min(remaining)).await;
-                continue;
-            }
-            // The waiting-list node answered the gate or the attempt: we are in its list.
-            let listed = enqueue.is_some_and(|e| {
-                err.report()
-                    .and_then(|r| r.results().get(e.node))
-                    .is_some_and(|r| !r.outcome.is_failure() && r.outcome != NodeOutcome::Pending)
-            });
-            let shift = if listed { LISTED_POLL_SHIFT } else { 0 };
-            let delay = config
-                .retry
-                .delay(retries.saturating_add(shift), rand::random::<f64>())
-                .min(remaining);
-            retries = retries.saturating_add(1);
-            match &listening {
-                Some(registration) => {
-                    tokio::select! {
-                        () = registration.notified() => {
-                            metrics::wait_event("woken");
-                            front = true;
-                            quick = QUICK_RETRIES;
-                        }
-                        () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
-                    }
-                }
-                None => {
-                    tokio::time::sleep(delay).await;
-                    metrics::wait_event("poll");
-                }
-            }
-        }
     }
 }
 
+/// Acquires the lock: attempts retried with jittered backoff (and, with notifications on,
+/// woken by releases) until the wait budget or the attempt cap runs out.
+///
+/// # Errors
+///
+/// As [`Redlock::lock`]: [`Error::Timeout`] when the budget ran out, [`Error::Config`] for
+/// an unusable request.
+///
+/// # Cancel safety
+///
+/// Dropping the future leaves no lock behind (see [`Redlock::lock`]).
 impl IntoFuture for LockRequest {
     type Output = Result<LockGuard>;
     type IntoFuture = BoxFuture<'static, Result<LockGuard>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.acquire())
+        Box::pin(acquire::acquire(
+            Arc::clone(&self.client.inner),
+            self.request,
+        ))
     }
-}
-
-/// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
-#[derive(Debug)]
-pub(crate) struct Plan {
-    pub(crate) resources: Arc<[String]>,
-    pub(crate) keys: Arc<[String]>,
-    pub(crate) ttl: Duration,
-    pub(crate) fencing: bool,
-}
-
-impl Plan {
-    fn new(
-        inner: &Inner,
-        mut resources: Vec<String>,
-        ttl: Duration,
-        fencing: bool,
-    ) -> Result<Plan> {
-        if resources.is_empty() {
-            return Err(Error::Config("no resource names given".into()));
-        }
-        if resources.iter().any(String::is_empty) {
-            return Err(Error::Config("empty resource name".into()));
-        }
-        // Sorted and unique: the order callers pass must not matter.
-        resources.sort_unstable();
-        resources.dedup();
-        let config = &inner.config;
-        let ttl = inner.accept_ttl(ttl)?;
-        let keys: Arc<[String]> = resources
-            .iter()
-            .map(|r| keys::lock(&config.key_prefix, r))
-            .collect();
-        Ok(Plan {
-            resources: resources.into(),
-            keys,
-            ttl,
-            fencing,
-        })
-    }
-
-    fn ttl_ms(&self) -> u64 {
-        whole_ms(self.ttl)
-    }
-
-    /// The expiry of the keys' waiting lists: twice the TTL, as the acquire script sets it.
-    fn list_ttl_ms(&self) -> u64 {
-        self.ttl_ms().saturating_mul(2)
-    }
-}
-
-/// Whole milliseconds of `d`, saturating.
-pub(crate) fn whole_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A fresh 128-bit random token, as 32 hex digits.
-fn new_token() -> Arc<str> {
-    let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
-    let text = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
-        .simple()
-        .encode_lower(&mut hex);
-    Arc::from(&*text)
-}
-
-/// One acquisition attempt with a fresh token, in a `quorum_lock.acquire` span whose
-/// `votes` and `outcome` fields are filled in when it ends. `enqueue` says how the attempt
-/// keeps this client in the waiting lists, when it listens for releases.
-async fn attempt(
-    inner: &Arc<Inner>,
-    plan: &Plan,
-    enqueue: Option<Enqueue<'_>>,
-) -> Result<LockGuard> {
-    let span = tracing::debug_span!(
-        "quorum_lock.acquire",
-        resources = ?plan.resources,
-        nodes = inner.nodes.len(),
-        quorum = inner.quorum,
-        votes = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    );
-    attempt_inner(inner, plan, enqueue).instrument(span).await
-}
-
-async fn attempt_inner(
-    inner: &Arc<Inner>,
-    plan: &Plan,
-    enqueue: Option<Enqueue<'_>>,
-) -> Result<LockGuard> {
-    let token = new_token();
-    // Armed before the first await: if this future is dropped at any point, whatever it may
-    // have set is released on every node in the background.
-    let mut holding = Holding::new(Arc::clone(inner), Arc::clone(&plan.keys), token);
-    let n = inner.nodes.len();
-    // Fencing counters read by this attempt, per node.
-    let mut counters: Vec<Option<u64>> = vec![None; n];
-    let start = Instant::now();
-    let mut round = acquire_round(inner, plan, &holding, enqueue);
-    let vote = Voter::new(inner);
-    let collected = fanout::collect(
-        &inner.nodes,
-        &mut round,
-        // `SET NX PX`, or the acquire script's `{acquired, fence}`.
-        |i, reply| match replies::acquire(reply) {
-            Ok((set, fence)) => {
-                if let Some(slot) = counters.get_mut(i) {
-                    *slot = fence;
-                }
-                if set {
-                    vote.yes(i)
-                } else {
-                    NodeOutcome::HeldByOther
-                }
-            }
-            Err(failed) => failed,
-        },
-        is_acquired,
-        Stop::WhenCertain,
-    )
-    .await;
-    let mut failure = None;
-
-    if collected.tally.verdict() == Verdict::Reached {
-        // The waiting-list node's answer, if it is still to come: it says whether the
-        // acquire script took us off the list there or listed us (see `settle` below).
-        let list_reply = enqueue
-            .filter(|e| {
-                collected
-                    .outcomes
-                    .get(e.node)
-                    .is_some_and(|(o, _)| *o == NodeOutcome::Pending)
-            })
-            .and_then(|e| Some((e.node, round.take(e.node)?)));
-        // The slower nodes still get their SET (queued on their connections, or sent once
-        // the connection is up): copies beyond the bare majority let the lock survive, and
-        // be extended through, the loss of one of the first nodes. Every release of this
-        // token closes the attempt's send gate first: a SET already queued is ahead of the
-        // release on the same connection, and one not yet queued is never sent.
-        round.finish_in_background(inner);
-        let fencing_token = if plan.fencing {
-            match commit_fence(inner, plan, holding.token(), &counters).await {
-                Ok(fence) => Some(fence),
-                Err(e) => {
-                    failure = Some(e);
-                    None
-                }
-            }
-        } else {
-            None
-        };
-        let decided = Instant::now();
-        let elapsed = decided - start;
-        match (
-            failure.is_none(),
-            quorum::validity(plan.ttl, elapsed, inner.config.drift_factor),
-        ) {
-            (true, Some(validity)) => {
-                holding.hold_locally();
-                if let (Some((node, reply)), Some(notifier)) = (list_reply, &inner.notifier) {
-                    // Acquired before the waiting-list node answered: whether that
-                    // node's list still holds us is known only from its answer.
-                    notifier.settle(Arc::clone(&plan.keys), node, reply);
-                }
-                metrics::attempt("acquired", elapsed);
-                let span = tracing::Span::current();
-                span.record("votes", collected.tally.yes());
-                span.record("outcome", "acquired");
-                tracing::debug!(?elapsed, ?validity, ?fencing_token, "acquired");
-                return Ok(LockGuard::new(
-                    holding,
-                    Arc::clone(&plan.resources),
-                    plan.ttl,
-                    decided + validity,
-                    collected.outcomes,
-                    fencing_token,
-                ));
-            }
-            (true, None) => {
-                metrics::attempt("validity_spent", elapsed);
-                failure = Some(Error::ValiditySpent {
-                    elapsed,
-                    report: collected.report(inner),
-                });
-            }
-            (false, _) => metrics::attempt("unavailable", elapsed),
-        }
-        // The keys may be anywhere now: release everywhere.
-        if let Some((_, reply)) = list_reply {
-            reply.finish_in_background(inner);
-        }
-        holding.release_on(0..n, requeue(plan, enqueue)).await;
-    } else {
-        // Requests still in flight are dropped: one already written to its connection is
-        // followed there by the release below, and one not yet written is never sent.
-        drop(round);
-        // Release wherever our token may be. Nodes that answered "held by another" or
-        // "wrong type" certainly do not have it; every other node might (a timed-out SET
-        // may still have been applied).
-        let maybe_ours: Vec<usize> = collected
-            .outcomes
-            .iter()
-            .enumerate()
-            .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
-            .map(|(i, _)| i)
-            .collect();
-        holding.release_on(maybe_ours, requeue(plan, enqueue)).await;
-    }
-
-    let took = start.elapsed();
-    let err = match failure {
-        Some(e) => e,
-        None if n - collected.unavailable() < inner.quorum => {
-            metrics::attempt("unavailable", took);
-            Error::Unavailable {
-                quorum: inner.quorum,
-                report: collected.report(inner),
-            }
-        }
-        None => {
-            metrics::attempt("contended", took);
-            Error::Contended {
-                report: collected.report(inner),
-            }
-        }
-    };
-    let span = tracing::Span::current();
-    span.record("votes", collected.tally.yes());
-    span.record("outcome", tracing::field::display(&err));
-    tracing::debug!(report = %err.report().map(ToString::to_string).unwrap_or_default(), "attempt failed");
-    Err(err)
-}
-
-/// Asks the waiting-list node whether this waiter, which no release woke, may try now
-/// (see [`scripts::GATE`]). Refused (a release gave another client the turn), it returns [`Error::Contended`] with that node's answer only (the
-/// others show as not asked, [`NodeOutcome::Pending`]), and the client is in the waiting
-/// list. A node that fails to answer opens the gate: the attempt then decides.
-async fn gate_open(inner: &Inner, plan: &Plan, e: Enqueue<'_>) -> Result<()> {
-    let call = Call::script(&scripts::GATE, &plan.keys)
-        .arg(e.client)
-        .arg(scripts::flag(e.front))
-        .arg(plan.list_ttl_ms());
-    let start = Instant::now();
-    let mut round = Round::broadcast(inner, call, [e.node]);
-    let collected = fanout::collect(
-        &inner.nodes,
-        &mut round,
-        |_, reply| match replies::yes(reply) {
-            Ok(true) => NodeOutcome::Acquired,
-            Ok(false) => NodeOutcome::HeldByOther,
-            Err(failed) => failed,
-        },
-        is_acquired,
-        Stop::AtEnd,
-    )
-    .await;
-    let refused = collected
-        .outcomes
-        .get(e.node)
-        .is_some_and(|(o, _)| *o == NodeOutcome::HeldByOther);
-    if !refused {
-        return Ok(());
-    }
-    metrics::attempt("contended", start.elapsed());
-    Err(Error::Contended {
-        report: collected.report(inner),
-    })
-}
-
-/// How a failed attempt's clean-up puts this client back in the waiting list: where the
-/// attempt's `SET` succeeded on the waiting-list node, the acquire script took the client
-/// off that list, and a client that still waits must be on it to be woken.
-fn requeue<'a>(plan: &Plan, enqueue: Option<Enqueue<'a>>) -> Option<Requeue<'a>> {
-    enqueue.map(|e| Requeue {
-        node: e.node,
-        client: e.client,
-        front: e.front,
-        list_ttl_ms: plan.list_ttl_ms(),
-    })
-}
-
-/// How an attempt keeps this client in the waiting list of the keys (see
-/// [`scripts::ACQUIRE`]).
-#[derive(Debug, Clone, Copy, Default)]
-struct Enqueue<'a> {
-    /// The node whose waiting list we join.
-    node: usize,
-    /// Our client id in waiting lists.
-    client: &'a str,
-    /// Stay listed after success: other tasks of this client wait for the keys.
-    stay: bool,
-    /// Rejoin at the head after failure: a release woke us and someone overtook us.
-    front: bool,
-}
-
-/// Counts a node's yes as a vote unless the node restarted too recently: it may have lost
-/// locks it granted before (restart quarantine).
-struct Voter<'a> {
-    inner: &'a Inner,
-    /// The quarantine period, when quarantine is on.
-    period: Option<Duration>,
-}
-
-impl<'a> Voter<'a> {
-    fn new(inner: &'a Inner) -> Self {
-        Voter {
-            inner,
-            period: inner.config.quarantine.then(|| inner.quarantine_period()),
-        }
-    }
-
-    fn yes(&self, i: usize) -> NodeOutcome {
-        let (Some(period), Some(node)) = (self.period, self.inner.nodes.get(i)) else {
-            return NodeOutcome::Acquired;
-        };
-        if node.quarantined_vote(period) {
-            NodeOutcome::Quarantined
-        } else {
-            NodeOutcome::Acquired
-        }
-    }
-}
-
-/// Second round of a fencing acquisition: the new token is one above the highest counter
-/// any node reported, and is committed next to the lock on a majority of voting nodes
-/// before the guard exists. Any two majorities share a node, so the next holder reads a
-/// counter at least this high and mints a larger token.
-async fn commit_fence(
-    inner: &Arc<Inner>,
-    plan: &Plan,
-    token: &str,
-    counters: &[Option<u64>],
-) -> Result<u64> {
-    let highest = counters.iter().flatten().copied().max().unwrap_or(0);
-    let fence = highest.saturating_add(1);
-    let call = Call::script(&scripts::FENCE, &plan.keys)
-        .arg(token)
-        .arg(fence);
-    let mut round = Round::everywhere(inner, call);
-    let vote = Voter::new(inner);
-    let collected = fanout::collect(
-        &inner.nodes,
-        &mut round,
-        |i, reply| match replies::yes(reply) {
-            Ok(true) => vote.yes(i),
-            Ok(false) => NodeOutcome::NotHeld,
-            Err(failed) => failed,
-        },
-        is_acquired,
-        Stop::WhenCertain,
-    )
-    .await;
-    round.finish_in_background(inner);
-    if collected.tally.verdict() == Verdict::Reached {
-        Ok(fence)
-    } else {
-        Err(Error::Unavailable {
-            quorum: inner.quorum,
-            report: collected.report(inner),
-        })
-    }
-}
-
-fn is_acquired(o: &NodeOutcome) -> bool {
-    *o == NodeOutcome::Acquired
-}
-
-/// The acquire requests of one attempt: plain `SET NX PX` for one key, the all-or-nothing
-/// script for several keys, to keep the waiting list or to read fencing counters. Every
-/// node gets the same command except the one whose waiting list this client joins.
-fn acquire_round(
-    inner: &Inner,
-    plan: &Plan,
-    holding: &Holding,
-    enqueue: Option<Enqueue<'_>>,
-) -> Round {
-    let ttl_ms = plan.ttl_ms();
-    let token = &**holding.token();
-    let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
-        ([key], None, false) => {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-            Call::new(cmd).gated(holding.gate())
-        }
-        (keys, enqueue, fencing) => {
-            let enqueue = enqueue.unwrap_or_default();
-            Call::script(&scripts::ACQUIRE, keys)
-                .arg(token)
-                .arg(ttl_ms)
-                .arg(enqueue.client)
-                .arg(scripts::flag(enqueue.stay))
-                .arg(scripts::flag(fencing))
-                .arg(scripts::flag(enqueue.front))
-                .gated(holding.gate())
-        }
-    };
-    let special = enqueue.map(|e| (e.node, call(enqueue)));
-    Round::broadcast_with(inner, call(None), 0..inner.nodes.len(), special)
 }

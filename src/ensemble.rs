@@ -1,0 +1,98 @@
+//! The shared state below every lock operation: the nodes, the validated configuration,
+//! the majority size, this client's local queue, the release notifier and the background
+//! collector. A `Redlock` is an `Arc` of it; guards, leases and
+//! extenders keep one too. It sits above the node, fan-out and waiting modules and
+//! below acquire, release, guard and lease.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::config::{Config, check_ttl, whole_ms};
+use crate::error::Result;
+use crate::fanout::{Background, View};
+use crate::node::Node;
+use crate::quorum;
+use crate::wait::Context;
+use crate::wait::notify::Notifier;
+use crate::wait::queue::LocalQueue;
+
+/// The ensemble of nodes and everything shared by every clone of a
+/// `Redlock`.
+#[derive(Debug)]
+pub(crate) struct Ensemble {
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) config: Config,
+    pub(crate) quorum: usize,
+    pub(crate) queue: Arc<LocalQueue>,
+    /// Present when release notifications are on.
+    pub(crate) notifier: Option<Arc<Notifier>>,
+    /// Waits for requests that rounds left behind (shared with the notifier).
+    pub(crate) background: Arc<Background>,
+    /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
+    /// that long plus its drift allowance.
+    max_ttl_ms: AtomicU64,
+}
+
+impl Ensemble {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
+        let quorum = quorum::quorum(nodes.len());
+        let background = Arc::new(Background::new(nodes.clone()));
+        let notifier = config.notifications.then(|| {
+            Arc::new(Notifier::new(
+                nodes.clone(),
+                Arc::clone(&background),
+                connect_timeout,
+                config.node_timeout,
+            ))
+        });
+        Ensemble {
+            background,
+            nodes,
+            config,
+            quorum,
+            // Grows with the TTLs actually used: a fresh ensemble is usable one TTL after
+            // it started, not one `default_ttl`.
+            max_ttl_ms: AtomicU64::new(0),
+            queue: Arc::new(LocalQueue::default()),
+            notifier,
+        }
+    }
+
+    /// The nodes as a round sees them: every node, bounded by the node timeout, with the
+    /// collector that finishes what a round leaves behind.
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            nodes: &self.nodes,
+            timeout: self.config.node_timeout,
+            background: &self.background,
+        }
+    }
+
+    /// What the waiting protocol uses of this client.
+    pub(crate) fn wait_context(&self) -> Context<'_> {
+        Context {
+            view: self.view(),
+            notifier: self.notifier.as_ref(),
+            queue: &self.queue,
+        }
+    }
+
+    /// Validates a TTL for a lock or extension and records it as in use (the restart
+    /// quarantine lasts as long as the longest one). Redis expiry has millisecond
+    /// resolution: the TTL is rounded down so the validity arithmetic never assumes more
+    /// time than the server grants.
+    pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
+        let ttl = Duration::from_millis(whole_ms(ttl));
+        check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
+        self.max_ttl_ms.fetch_max(whole_ms(ttl), Ordering::Relaxed);
+        Ok(ttl)
+    }
+
+    /// How long a (re)started node's vote does not count: the longest TTL this client uses
+    /// plus its drift allowance. Locks it granted before a restart have expired by then.
+    pub(crate) fn quarantine_period(&self) -> Duration {
+        let ttl = Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed));
+        ttl.saturating_add(quorum::drift(ttl, self.config.drift_factor))
+    }
+}
