@@ -245,7 +245,7 @@ impl LockRequest {
 
     /// How long to keep retrying, overriding
     /// [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call. Zero makes a
-    /// single attempt.
+    /// single attempt; `Duration::MAX` waits for ever.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.request.wait = Some(wait);
         self

@@ -38,7 +38,7 @@ impl AutoExtend {
     }
 
     /// Caps the total hold time: the last extension is shortened so the lock expires at
-    /// most this long after it was acquired.
+    /// most this long after it was acquired. `Duration::MAX` sets no limit.
     pub fn max_hold(mut self, hold: Duration) -> Self {
         self.max_hold = Some(hold);
         self

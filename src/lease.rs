@@ -185,7 +185,7 @@ impl Lease {
             Decision::Won { validity } => {
                 std::mem::forget(unsettled);
                 self.state.send_modify(|s| {
-                    s.deadline = decided + validity;
+                    s.deadline = crate::deadline::after(decided, validity);
                     s.ttl = ttl;
                 });
                 metrics::extended("extended");
@@ -223,9 +223,14 @@ impl Drop for Unsettled<'_> {
                 return false;
             }
             let old = s.deadline.saturating_duration_since(now);
-            match safety::after_failed_extension(old, self.ttl, now - self.start, drift) {
-                Some(left) if now + left < s.deadline => {
-                    s.deadline = now + left;
+            match safety::after_failed_extension(
+                old,
+                self.ttl,
+                now.saturating_duration_since(self.start),
+                drift,
+            ) {
+                Some(left) if crate::deadline::after(now, left) < s.deadline => {
+                    s.deadline = crate::deadline::after(now, left);
                     true
                 }
                 Some(_) => false,
