@@ -146,7 +146,7 @@ fn no_majority(quorum: usize, report: &NodeReport) -> String {
     msg.push_str(&format!(": {heard} of {} nodes answered", results.len()));
     if heard > 0 {
         let detail: Vec<String> = answers.iter().map(|(w, c)| format!("{c} {w}")).collect();
-        msg.push_str(&format!(" ({})", detail.join(", ")));
+        msg.push_str(&format!(" ({})", detail.join("; ")));
     }
     if silent > 0 {
         msg.push_str(&format!(", {silent} did not"));
@@ -159,3 +159,61 @@ fn no_majority(quorum: usize, report: &NodeReport) -> String {
 
 /// Shorthand for `Result<T, quorum_lock::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::report::NodeResult;
+
+    fn report(outcomes: &[NodeOutcome]) -> NodeReport {
+        NodeReport::new(
+            outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, outcome)| NodeResult {
+                    node: format!("n{i}:6379"),
+                    outcome: outcome.clone(),
+                    latency: Duration::from_millis(1),
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn unavailable_says_who_answered() {
+        use NodeOutcome::{Failed, NotHeld, Pending, Quarantined, Released, TimedOut};
+        let table: [(&[NodeOutcome], &str); 4] = [
+            (
+                &[
+                    NotHeld,
+                    NotHeld,
+                    Released,
+                    Released,
+                    Failed("refused".into()),
+                ],
+                "no majority of 3 could be confirmed: 4 of 5 nodes answered \
+                 (2 not held; 2 released), 1 did not",
+            ),
+            (
+                &[TimedOut, TimedOut, Released],
+                "no majority of 3 could be confirmed: 1 of 3 nodes answered (1 released), \
+                 2 did not",
+            ),
+            (
+                &[Quarantined, Quarantined, Pending],
+                "no majority of 3 could be confirmed: 2 of 3 nodes answered \
+                 (2 restarted recently, vote not counted), 1 not waited for",
+            ),
+            (&[], "no majority of 3 could be confirmed"),
+        ];
+        for (outcomes, want) in table {
+            let err = Error::Unavailable {
+                quorum: 3,
+                report: report(outcomes),
+            };
+            assert_eq!(err.to_string(), want, "{outcomes:?}");
+        }
+    }
+}

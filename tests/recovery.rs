@@ -208,7 +208,7 @@ async fn release_after_restarts_reports_what_each_node_said() {
     assert!(outcomes[4].is_failure(), "{report}");
     assert_eq!(
         err.to_string(),
-        "no majority of 3 could be confirmed: 4 of 5 nodes answered (2 not held, 2 released), \
+        "no majority of 3 could be confirmed: 4 of 5 nodes answered (2 not held; 2 released), \
          1 did not"
     );
 }
@@ -236,7 +236,7 @@ async fn unavailable_release_says_who_answered() {
     assert!(err.is_unavailable(), "{err:?}");
     assert_eq!(
         err.to_string(),
-        "no majority of 3 could be confirmed: 4 of 5 nodes answered (2 not held, 2 released), \
+        "no majority of 3 could be confirmed: 4 of 5 nodes answered (2 not held; 2 released), \
          1 did not"
     );
 }
