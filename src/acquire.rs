@@ -54,7 +54,12 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
             }),
         });
     };
-    let mut waiting = Waiting::start(ensemble.wait_context(), &plan.keys, started + wait).await;
+    let mut waiting = Waiting::start(
+        ensemble.wait_context(),
+        &plan.keys,
+        crate::deadline::after(started, wait),
+    )
+    .await;
     let mut attempts: u32 = 0;
     let mut retries: u32 = 0;
     loop {

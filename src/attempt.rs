@@ -173,7 +173,7 @@ async fn attempt_inner(
         holding,
         Arc::clone(&plan.resources),
         plan.ttl,
-        decided + validity,
+        crate::deadline::after(decided, validity),
         collected.outcomes,
         fencing_token,
     ))

@@ -106,7 +106,7 @@ impl RedlockBuilder {
 
     /// Upper bound on one request to one node, including any wait for its connection.
     /// A node that does not answer in time counts as a failed vote for that attempt; keep
-    /// it small against the TTL. Default: 50 ms.
+    /// it small against the TTL: a TTL not above it is a configuration error. Default: 50 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
@@ -114,7 +114,7 @@ impl RedlockBuilder {
 
     /// Upper bound on establishing one node's connection (TCP, TLS, authentication).
     /// Connecting runs in the background, so a slow connect delays only that node's vote.
-    /// Default: 500 ms.
+    /// `Duration::MAX` sets no limit. Default: 500 ms.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -136,7 +136,8 @@ impl RedlockBuilder {
 
     /// How long [`Redlock::lock`] keeps retrying before it gives up with
     /// [`Error::Timeout`]. It bounds when new attempts may start; the last attempt can
-    /// take up to one [`node_timeout`](Self::node_timeout) more. Zero makes one attempt.
+    /// take up to one [`node_timeout`](Self::node_timeout) more. Zero makes one attempt;
+    /// `Duration::MAX` waits for ever.
     /// Can be changed per call with [`LockRequest::wait`](crate::LockRequest::wait).
     /// Default: 10 s.
     pub fn wait(mut self, wait: Duration) -> Self {

@@ -159,7 +159,7 @@ impl Redlock {
         let timeout = (ensemble.nodes.first())
             .map_or(Duration::ZERO, |n| n.connect_timeout())
             .saturating_add(ensemble.config.node_timeout);
-        let ping = Arc::new(Call::new(redis::cmd("PING")));
+        let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
         let pending =
             (ensemble.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
         let mut round = Round::new(pending, timeout);
@@ -200,7 +200,7 @@ impl Redlock {
         let key = self.key(resource);
         let mut del = redis::cmd("DEL");
         del.arg(key);
-        let mut round = Round::everywhere(ensemble.view(), Call::new(del));
+        let mut round = Round::everywhere(ensemble.view(), Call::new(del).repeatable());
         let collected = fanout::collect(
             &ensemble.nodes,
             &mut round,
@@ -245,7 +245,7 @@ impl LockRequest {
 
     /// How long to keep retrying, overriding
     /// [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call. Zero makes a
-    /// single attempt.
+    /// single attempt; `Duration::MAX` waits for ever.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.request.wait = Some(wait);
         self

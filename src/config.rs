@@ -34,8 +34,15 @@ pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration
             "ttl {ttl:?} exceeds the maximum of {MAX_TTL:?}"
         )));
     }
+    if node_timeout >= ttl {
+        return Err(Error::Config(format!(
+            "ttl {ttl:?} is too short: it is not above the node timeout {node_timeout:?}, so a \
+             lock could expire before its nodes answered; use a ttl well above the node \
+             timeout or a smaller node timeout"
+        )));
+    }
     if !quorum::ttl_is_usable(ttl, drift_factor, node_timeout) {
-        let floor = node_timeout + quorum::drift(ttl, drift_factor);
+        let floor = node_timeout.saturating_add(quorum::drift(ttl, drift_factor));
         return Err(Error::Config(format!(
             "ttl {ttl:?} is too short: drift allowance and node timeout use {floor:?} of it; \
              use a ttl well above that or a smaller node timeout"
@@ -63,7 +70,8 @@ mod tests {
         for (ttl, needle) in [
             (Duration::ZERO, "below one millisecond"),
             (Duration::from_micros(900), "below one millisecond"),
-            (Duration::from_millis(50), "too short"),
+            (Duration::from_millis(51), "too short"),
+            (Duration::from_millis(50), "not above the node timeout"),
             (MAX_TTL + Duration::from_secs(1), "exceeds the maximum"),
         ] {
             let err = check_ttl(ttl, 0.01, Duration::from_millis(50)).unwrap_err();

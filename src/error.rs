@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::report::NodeReport;
+use crate::report::{NodeOutcome, NodeReport};
 
 /// Everything that can go wrong, split by what the caller can do about it.
 ///
@@ -19,8 +19,10 @@ pub enum Error {
         report: NodeReport,
     },
 
-    /// Too many nodes failed or timed out for a majority to be possible.
-    #[error("not enough nodes answered to form a majority of {quorum}")]
+    /// No majority could be confirmed, and not because a majority answered no: too many
+    /// nodes failed, timed out or may not vote (a recent restart). The message says how
+    /// many answered and what; the report has every node.
+    #[error("{}", no_majority(*quorum, report))]
     Unavailable {
         /// The majority that was needed.
         quorum: usize,
@@ -118,5 +120,100 @@ impl Error {
     }
 }
 
+/// The message of [`Error::Unavailable`]: how many nodes answered and what, so it never
+/// says that nodes did not answer when they did (a release after a restart: two released,
+/// two no longer held it, one failed).
+fn no_majority(quorum: usize, report: &NodeReport) -> String {
+    let results = report.results();
+    let mut msg = format!("no majority of {quorum} could be confirmed");
+    if results.is_empty() {
+        return msg;
+    }
+    let silent = results.iter().filter(|r| r.outcome.is_failure()).count();
+    let pending = report.count(&NodeOutcome::Pending);
+    let mut answers: Vec<(String, usize)> = Vec::new();
+    for r in results {
+        if r.outcome.is_failure() || r.outcome == NodeOutcome::Pending {
+            continue;
+        }
+        let what = r.outcome.to_string();
+        match answers.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, count)) => *count += 1,
+            None => answers.push((what, 1)),
+        }
+    }
+    let heard: usize = answers.iter().map(|(_, c)| c).sum();
+    msg.push_str(&format!(": {heard} of {} nodes answered", results.len()));
+    if heard > 0 {
+        let detail: Vec<String> = answers.iter().map(|(w, c)| format!("{c} {w}")).collect();
+        msg.push_str(&format!(" ({})", detail.join("; ")));
+    }
+    if silent > 0 {
+        msg.push_str(&format!(", {silent} did not"));
+    }
+    if pending > 0 {
+        msg.push_str(&format!(", {pending} not waited for"));
+    }
+    msg
+}
+
 /// Shorthand for `Result<T, quorum_lock::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::report::NodeResult;
+
+    fn report(outcomes: &[NodeOutcome]) -> NodeReport {
+        NodeReport::new(
+            outcomes
+                .iter()
+                .enumerate()
+                .map(|(i, outcome)| NodeResult {
+                    node: format!("n{i}:6379"),
+                    outcome: outcome.clone(),
+                    latency: Duration::from_millis(1),
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn unavailable_says_who_answered() {
+        use NodeOutcome::{Failed, NotHeld, Pending, Quarantined, Released, TimedOut};
+        let table: [(&[NodeOutcome], &str); 4] = [
+            (
+                &[
+                    NotHeld,
+                    NotHeld,
+                    Released,
+                    Released,
+                    Failed("refused".into()),
+                ],
+                "no majority of 3 could be confirmed: 4 of 5 nodes answered \
+                 (2 not held; 2 released), 1 did not",
+            ),
+            (
+                &[TimedOut, TimedOut, Released],
+                "no majority of 3 could be confirmed: 1 of 3 nodes answered (1 released), \
+                 2 did not",
+            ),
+            (
+                &[Quarantined, Quarantined, Pending],
+                "no majority of 3 could be confirmed: 2 of 3 nodes answered \
+                 (2 restarted recently, vote not counted), 1 not waited for",
+            ),
+            (&[], "no majority of 3 could be confirmed"),
+        ];
+        for (outcomes, want) in table {
+            let err = Error::Unavailable {
+                quorum: 3,
+                report: report(outcomes),
+            };
+            assert_eq!(err.to_string(), want, "{outcomes:?}");
+        }
+    }
+}

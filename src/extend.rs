@@ -38,7 +38,7 @@ impl AutoExtend {
     }
 
     /// Caps the total hold time: the last extension is shortened so the lock expires at
-    /// most this long after it was acquired.
+    /// most this long after it was acquired. `Duration::MAX` sets no limit.
     pub fn max_hold(mut self, hold: Duration) -> Self {
         self.max_hold = Some(hold);
         self
@@ -75,7 +75,11 @@ pub(crate) fn budgeted_ttl(
     match policy.max_hold {
         None => Some(ttl),
         Some(hold) => {
-            let left = (acquired + hold).saturating_duration_since(now);
+            // A hold too long to represent is no limit: "forever".
+            let Some(end) = acquired.checked_add(hold) else {
+                return Some(ttl);
+            };
+            let left = end.saturating_duration_since(now);
             (!left.is_zero()).then(|| ttl.min(left))
         }
     }
@@ -110,7 +114,7 @@ pub(crate) async fn run(lease: Arc<Lease>, policy: AutoExtend, acquired: Instant
             let started = Instant::now();
             match lease.extend(ttl).await {
                 Ok(_) => {
-                    extensions += 1;
+                    extensions = extensions.saturating_add(1);
                     rtt = smooth_rtt(rtt, started.elapsed());
                     break;
                 }

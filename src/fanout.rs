@@ -88,7 +88,7 @@ impl Round {
         Round {
             pending: pending.into_iter().map(Some).collect(),
             early: Vec::new(),
-            deadline: Instant::now() + timeout,
+            deadline: crate::deadline::after(Instant::now(), timeout),
         }
     }
 
@@ -235,9 +235,10 @@ pub(crate) enum Stop {
     AtEnd,
     /// As soon as the verdict is certain.
     WhenCertain,
-    /// As soon as the verdict is certain and this node answered (or the deadline passed):
-    /// its answer carries more than a vote.
-    WhenCertainAndHeard(usize),
+    /// As soon as a majority said yes (and this node, if any, answered). A round that
+    /// cannot reach one waits for every answer, so its report and error say what each node
+    /// did (a release: not held here, failed there).
+    WhenReached(Option<usize>),
 }
 
 /// The outcome of a failed request, counted in the failure metric (a request withdrawn
@@ -304,7 +305,7 @@ pub(crate) async fn collect(
         let done = match stop {
             Stop::AtEnd => false,
             Stop::WhenCertain => verdict != Verdict::Pending,
-            Stop::WhenCertainAndHeard(i) => verdict != Verdict::Pending && heard(i),
+            Stop::WhenReached(i) => verdict == Verdict::Reached && i.is_none_or(heard),
         };
         if done {
             break;

@@ -170,8 +170,9 @@ impl LockGuard {
     /// Resets the TTL to `ttl` on every node that still holds our token, and succeeds when
     /// a majority did so in time to leave a positive validity. Returns the new validity.
     ///
-    /// A failed extension changes nothing locally and never releases the lock: the old
-    /// validity still applies.
+    /// A failed extension never releases the lock. Nodes may still have applied it, so
+    /// the guard keeps the lower bound of what they may hold: the old validity, or the new
+    /// TTL's counted from the send when that ends sooner (an extension to a shorter TTL).
     ///
     /// # Errors
     ///
@@ -183,8 +184,8 @@ impl LockGuard {
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave the TTL extended on some nodes; the guard still holds
-    /// its previous deadline, which is the safe side.
+    /// Dropping the future may leave the new TTL on some nodes; the guard's validity is then
+    /// the same lower bound as after a failure.
     pub async fn extend(&self, ttl: Duration) -> Result<Duration> {
         self.lease.extend(ttl).await
     }

@@ -18,6 +18,7 @@ use crate::node::Call;
 use crate::protocol::{reply, scripts};
 use crate::quorum::{self, Decision};
 use crate::report::{NodeOutcome, NodeReport};
+use crate::safety;
 
 /// Why a lock can no longer be assumed held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +155,13 @@ impl Lease {
             });
         }
         let start = Instant::now();
+        // From the first send on, nodes may apply the new TTL whatever becomes of this call:
+        // unless it succeeds, the guard keeps only what is sure either way (see `Unsettled`).
+        let unsettled = Unsettled {
+            lease: self,
+            ttl,
+            start,
+        };
         let call = Call::script(&scripts::EXTEND, &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
@@ -175,8 +183,9 @@ impl Lease {
         let decision = quorum::decide_extend(&votes, elapsed, validity);
         match decision {
             Decision::Won { validity } => {
+                std::mem::forget(unsettled);
                 self.state.send_modify(|s| {
-                    s.deadline = decided + validity;
+                    s.deadline = crate::deadline::after(decided, validity);
                     s.ttl = ttl;
                 });
                 metrics::extended("extended");
@@ -191,6 +200,49 @@ impl Lease {
             metrics::extended(decision.label());
         }
         decision.into_result(|| collected.report(&ensemble.nodes))
+    }
+}
+
+/// An extension sent and not (yet) successful: nodes may have applied its TTL or not. When
+/// it ends without success (failed, too late, cancelled), the guard's validity becomes the
+/// lower bound of what the nodes may hold ([`safety::after_failed_extension`]): the old
+/// deadline, or the new TTL's validity counted from the send if that ends sooner (an
+/// extension to a shorter TTL). Nothing at all when neither is left.
+struct Unsettled<'a> {
+    lease: &'a Lease,
+    ttl: Duration,
+    start: Instant,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let drift = self.lease.ensemble.config.drift_factor;
+        let lost = self.lease.state.send_if_modified(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            let old = s.deadline.saturating_duration_since(now);
+            match safety::after_failed_extension(
+                old,
+                self.ttl,
+                now.saturating_duration_since(self.start),
+                drift,
+            ) {
+                Some(left) if crate::deadline::after(now, left) < s.deadline => {
+                    s.deadline = crate::deadline::after(now, left);
+                    true
+                }
+                Some(_) => false,
+                None => {
+                    s.deadline = s.deadline.min(now);
+                    true
+                }
+            }
+        });
+        if lost && self.lease.validity().is_zero() {
+            self.lease.mark_lost(LostReason::Expired);
+        }
     }
 }
 

@@ -9,6 +9,7 @@ mod attempt;
 mod builder;
 mod client;
 mod config;
+mod deadline;
 mod doctor;
 mod ensemble;
 mod error;
@@ -29,7 +30,7 @@ mod retry;
 mod scoped;
 mod status;
 mod wait;
-// Pure rules of issue 14, public only for tests/model.rs; not yet called by the client.
+// Pure rules of issue 14, public only for tests/model.rs; the client calls some of them.
 #[doc(hidden)]
 #[allow(dead_code)]
 pub mod safety;

@@ -17,7 +17,31 @@ use tokio::time::Instant;
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
 
-type ConnectResult = Result<(u64, MultiplexedConnection), String>;
+type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
+
+/// Why a connect produced no connection.
+#[derive(Debug, Clone)]
+enum ConnectError {
+    /// The server refused, did not answer in time, or failed the handshake.
+    Failed(String),
+    /// The connect task ended without an answer: its runtime shut down (or it panicked).
+    /// Nothing was tried on the server's side that a new connect would repeat badly, so the
+    /// request that saw this connects again at once.
+    Abandoned(String),
+}
+
+impl ConnectError {
+    fn message(self) -> String {
+        match self {
+            ConnectError::Failed(m) | ConnectError::Abandoned(m) => m,
+        }
+    }
+}
+
+/// How long past its connect timeout a connect may stay unfinished before a request starts
+/// another: its task may sit in a runtime that is no longer driven (one that is neither
+/// running nor dropped), where it would never finish nor time out.
+const STALE_CONNECT_GRACE: Duration = Duration::from_secs(1);
 
 /// How many requests the driver's channel to its connection task holds. The channel is
 /// first come, first served only while it has room: a request that has to wait for room is
@@ -33,10 +57,55 @@ enum Slot {
     /// No connection; the next request connects.
     Empty,
     /// A working connection, tagged with a generation so a request that saw it fail can
-    /// discard exactly that one and not a newer replacement.
+    /// discard exactly that one and not a newer replacement, and with the liveness of the
+    /// runtime its driver task runs on.
+    Ready(u64, MultiplexedConnection, Liveness),
+    /// A connect in progress that every concurrent request waits on, and when it started
+    /// (a runtime-independent clock: see [`STALE_CONNECT_GRACE`]).
+    Connecting {
+        generation: u64,
+        started: std::time::Instant,
+        connect: Shared<BoxFuture<'static, ConnectResult>>,
+    },
+}
+
+/// What a request finds in a node's slot.
+enum Pending {
     Ready(u64, MultiplexedConnection),
-    /// A connect in progress that every concurrent request waits on.
-    Connecting(Shared<BoxFuture<'static, ConnectResult>>),
+    Wait(Shared<BoxFuture<'static, ConnectResult>>),
+}
+
+/// Whether the runtime a connection's driver task was spawned on still runs: a task of our
+/// own on that runtime that never ends by itself. A runtime that shuts down drops its
+/// tasks, the driver among them, and the connection can no longer send; this is known
+/// before anything is sent on it, so it is replaced without a failed request (a client
+/// kept in a `static` and used from several runtimes, one per `#[tokio::test]`).
+#[derive(Debug)]
+struct Liveness(Option<tokio::task::JoinHandle<()>>);
+
+impl Liveness {
+    /// A sentinel on the current runtime (none without one: then always "alive").
+    fn here() -> Self {
+        Liveness(
+            tokio::runtime::Handle::try_current()
+                .ok()
+                .map(|handle| handle.spawn(std::future::pending())),
+        )
+    }
+
+    fn is_alive(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|sentinel| !sentinel.is_finished())
+    }
+}
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        if let Some(sentinel) = &self.0 {
+            sentinel.abort();
+        }
+    }
 }
 
 /// Why a request to a node produced no usable answer.
@@ -86,6 +155,29 @@ pub(crate) struct Call {
     source: Option<&'static str>,
     /// For a command that may set a lock key: the gate its token's release closes.
     gate: Option<Arc<SendGate>>,
+    /// Sent once more, on a fresh connection, when the connection refused it before it was
+    /// written (see [`Node::send`]). Only for commands whose second run changes nothing the
+    /// first did not; never for one that may set a lock key.
+    repeatable: bool,
+}
+
+/// A failed send, and whether the command provably never reached the server.
+struct SendError {
+    error: RedisError,
+    /// The connection refused the command at its first poll with a connection error: the
+    /// driver had already stopped (its channel closed, or its socket known broken), so
+    /// nothing was written. A failure after that first poll proves nothing: the command
+    /// may have been written, and applied, before the connection broke.
+    unsent: bool,
+}
+
+impl From<RedisError> for SendError {
+    fn from(error: RedisError) -> Self {
+        SendError {
+            error,
+            unsent: false,
+        }
+    }
 }
 
 /// Orders the requests that may set a token's keys before that token's release, on every
@@ -116,21 +208,26 @@ impl SendGate {
     /// Runs `send` if the gate is open, its first poll under the gate's lock: that poll
     /// queues the command on the connection (the driver's channel is first come, first
     /// served, and the poll runs outside the task's cooperative budget, which could otherwise
-    /// defer the queueing to a later poll). `None`: closed, nothing was sent.
-    async fn pass<T>(gate: Option<&Self>, send: impl Future<Output = T>) -> Option<T> {
+    /// defer the queueing to a later poll). `None`: closed, nothing was sent. Otherwise the
+    /// output, and whether it came at the first poll.
+    async fn pass<T>(gate: Option<&Self>, send: impl Future<Output = T>) -> Option<(T, bool)> {
         let mut send = std::pin::pin!(tokio::task::coop::unconstrained(send));
-        let mut first = gate;
-        std::future::poll_fn(|cx| match first.take() {
-            Some(gate) => {
-                let open = gate.open.lock().unwrap_or_else(|p| p.into_inner());
-                if !*open {
-                    return Poll::Ready(None);
+        let mut first = true;
+        std::future::poll_fn(|cx| {
+            let at_first = std::mem::take(&mut first);
+            let open = match gate.filter(|_| at_first) {
+                Some(gate) => {
+                    let open = gate.open.lock().unwrap_or_else(|p| p.into_inner());
+                    if !*open {
+                        return Poll::Ready(None);
+                    }
+                    Some(open)
                 }
-                let polled = send.as_mut().poll(cx);
-                drop(open);
-                polled.map(Some)
-            }
-            None => send.as_mut().poll(cx).map(Some),
+                None => None,
+            };
+            let polled = send.as_mut().poll(cx);
+            drop(open);
+            polled.map(|out| Some((out, at_first)))
         })
         .await
     }
@@ -143,7 +240,15 @@ impl Call {
             cmd,
             source: None,
             gate: None,
+            repeatable: false,
         }
+    }
+
+    /// Marks a plain command as safe to send twice (a read, an idempotent delete): see
+    /// [`Node::send`].
+    pub(crate) fn repeatable(mut self) -> Self {
+        self.repeatable = self.gate.is_none();
+        self
     }
 
     /// `EVALSHA` of `lua` for the lock keys `locks` (the script gets them and the keys
@@ -159,12 +264,15 @@ impl Call {
             cmd,
             source: Some(lua.source),
             gate: None,
+            repeatable: lua.is_repeatable(),
         }
     }
 
-    /// Sends this call only while `gate` is open (see [`SendGate`]).
+    /// Sends this call only while `gate` is open (see [`SendGate`]). A gated call is never
+    /// repeated: it may set a lock key.
     pub(crate) fn gated(mut self, gate: &Arc<SendGate>) -> Self {
         self.gate = Some(Arc::clone(gate));
+        self.repeatable = false;
         self
     }
 
@@ -175,17 +283,17 @@ impl Call {
     }
 
     /// Sends the command; `None` when its gate closed before it was written.
-    async fn run(&self, conn: &mut MultiplexedConnection) -> RedisResult<Option<Value>> {
+    async fn run(&self, conn: &mut MultiplexedConnection) -> Result<Option<Value>, SendError> {
         let gate = self.gate.as_deref();
-        let Some(reply) = SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await else {
+        let Some(reply) = self.send_on(gate, conn).await? else {
             return Ok(None);
         };
-        match reply? {
+        match reply {
             // A node that lost its scripts (`SCRIPT FLUSH`, a restart between our preload
             // and this call): load the source and try once more.
             Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoScript) => {
                 let Some(source) = self.source else {
-                    return Err(e.into());
+                    return Err(RedisError::from(e).into());
                 };
                 redis::cmd("SCRIPT")
                     .arg("LOAD")
@@ -193,12 +301,29 @@ impl Call {
                     .query_async::<()>(conn)
                     .await?;
                 // The second try passes the gate again: a release may have closed it.
-                match SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await {
-                    Some(reply) => server_error(reply?).map(Some),
+                match self.send_on(gate, conn).await? {
+                    Some(reply) => Ok(Some(server_error(reply)?)),
                     None => Ok(None),
                 }
             }
-            reply => server_error(reply).map(Some),
+            reply => Ok(Some(server_error(reply)?)),
+        }
+    }
+
+    /// One send of the command through `gate`; a connection error at the first poll is
+    /// marked unsent (see [`SendError`]).
+    async fn send_on(
+        &self,
+        gate: Option<&SendGate>,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<Option<Value>, SendError> {
+        match SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await {
+            None => Ok(None),
+            Some((Ok(reply), _)) => Ok(Some(reply)),
+            Some((Err(error), at_first)) => {
+                let unsent = at_first && (error.is_io_error() || error.is_connection_dropped());
+                Err(SendError { error, unsent })
+            }
         }
     }
 }
@@ -245,7 +370,7 @@ impl Node {
     pub(crate) fn new(name: String, client: Client, connect_timeout: Duration) -> Self {
         // Both timeouts are set explicitly so the driver's defaults never apply by accident.
         // No response timeout in the driver: every request is bounded by its round's
-        // deadline (one timer for all nodes of a round) or by `Node::run`, and a second
+        // deadline (one timer for all nodes of a round) or by its caller's, and a second
         // timer per request would only cost.
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
@@ -336,27 +461,60 @@ impl Node {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The current connection, connecting first if there is none.
-    async fn connection(self: &Arc<Self>) -> ConnectResult {
-        let pending = {
-            let mut slot = self.lock_slot();
-            match &*slot {
-                Slot::Ready(generation, conn) => return Ok((*generation, conn.clone())),
-                Slot::Connecting(fut) => fut.clone(),
-                Slot::Empty => {
-                    let fut = self.start_connect();
-                    *slot = Slot::Connecting(fut.clone());
-                    fut
-                }
+    /// The current connection, connecting first if there is none (or if the current one's
+    /// runtime is gone). A connect whose task ended unfinished (its runtime shut down) is
+    /// forgotten and made again at once, once.
+    async fn connection(self: &Arc<Self>) -> Result<(u64, MultiplexedConnection), String> {
+        let mut abandoned = String::new();
+        for _ in 0..2 {
+            let connect = match self.pending_connection() {
+                Pending::Ready(generation, conn) => return Ok((generation, conn)),
+                Pending::Wait(connect) => connect,
+            };
+            match connect.await {
+                Ok(ready) => return Ok(ready),
+                Err(ConnectError::Abandoned(m)) => abandoned = m,
+                Err(e) => return Err(e.message()),
             }
+        }
+        Err(abandoned)
+    }
+
+    /// The connection at hand, or the connect to wait for, started if none usable is
+    /// under way.
+    fn pending_connection(self: &Arc<Self>) -> Pending {
+        let mut slot = self.lock_slot();
+        match &*slot {
+            Slot::Ready(generation, conn, alive) if alive.is_alive() => {
+                return Pending::Ready(*generation, conn.clone());
+            }
+            Slot::Connecting {
+                started, connect, ..
+            } if started.elapsed() <= self.connect_timeout.saturating_add(STALE_CONNECT_GRACE) => {
+                return Pending::Wait(connect.clone());
+            }
+            Slot::Ready(..) => {
+                tracing::debug!(node = %self.name, "connection's runtime is gone; reconnecting");
+            }
+            Slot::Connecting { .. } => {
+                tracing::debug!(node = %self.name, "connect never finished; connecting again");
+            }
+            Slot::Empty => {}
+        }
+        let (generation, connect) = self.start_connect();
+        *slot = Slot::Connecting {
+            generation,
+            started: std::time::Instant::now(),
+            connect: connect.clone(),
         };
-        pending.await
+        Pending::Wait(connect)
     }
 
     /// Starts connecting in a task of its own when a runtime is available, so that a
     /// request giving up after its (short) per-node timeout does not abort a connect that
-    /// the next request wants to use.
-    fn start_connect(self: &Arc<Self>) -> Shared<BoxFuture<'static, ConnectResult>> {
+    /// the next request wants to use. The task settles the slot when it ends; if it never
+    /// ends (its runtime shut down), the first request to see that empties the slot.
+    fn start_connect(self: &Arc<Self>) -> (u64, Shared<BoxFuture<'static, ConnectResult>>) {
         let node = Arc::clone(self);
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let connect = async move {
@@ -370,36 +528,55 @@ impl Node {
                 Ok::<_, RedisError>(conn)
             })
             .await;
-            let mut slot = node.lock_slot();
-            match result {
-                Ok(Ok(conn)) => {
-                    *slot = Slot::Ready(generation, conn.clone());
-                    Ok((generation, conn))
-                }
-                Ok(Err(e)) => {
-                    *slot = Slot::Empty;
-                    Err(e.to_string())
-                }
-                Err(_) => {
-                    *slot = Slot::Empty;
-                    Err(format!(
-                        "connect timed out after {:?}",
-                        node.connect_timeout
-                    ))
-                }
-            }
+            let result = match result {
+                Ok(Ok(conn)) => Ok((generation, conn)),
+                Ok(Err(e)) => Err(ConnectError::Failed(e.to_string())),
+                Err(_) => Err(ConnectError::Failed(format!(
+                    "connect timed out after {:?}",
+                    node.connect_timeout
+                ))),
+            };
+            node.settle_connect(generation, &result);
+            result
         };
-        match tokio::runtime::Handle::try_current() {
+        let connect = match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let task = handle.spawn(connect);
+                // Weak: the slot holds this future, which must not keep its node alive.
+                let node = Arc::downgrade(self);
                 async move {
-                    task.await
-                        .unwrap_or_else(|e| Err(format!("connect task ended: {e}")))
+                    task.await.unwrap_or_else(|e| {
+                        if let Some(node) = node.upgrade() {
+                            node.forget_connect(generation);
+                        }
+                        Err(ConnectError::Abandoned(format!("connect task ended: {e}")))
+                    })
                 }
                 .boxed()
-                .shared()
             }
-            Err(_) => connect.boxed().shared(),
+            Err(_) => connect.boxed(),
+        };
+        (generation, connect.shared())
+    }
+
+    /// Puts the outcome of connect `generation` in the slot, unless a newer connect
+    /// replaced it meanwhile.
+    fn settle_connect(&self, generation: u64, result: &ConnectResult) {
+        let mut slot = self.lock_slot();
+        if !matches!(&*slot, Slot::Connecting { generation: g, .. } if *g == generation) {
+            return;
+        }
+        *slot = match result {
+            Ok((_, conn)) => Slot::Ready(generation, conn.clone(), Liveness::here()),
+            Err(_) => Slot::Empty,
+        };
+    }
+
+    /// Empties the slot if it still waits for connect `generation`, whose task is gone.
+    fn forget_connect(&self, generation: u64) {
+        let mut slot = self.lock_slot();
+        if matches!(&*slot, Slot::Connecting { generation: g, .. } if *g == generation) {
+            *slot = Slot::Empty;
         }
     }
 
@@ -420,23 +597,30 @@ impl Node {
         }
     }
 
-    /// Runs `op` on this node's connection, connecting first if needed. Unbounded: the
-    /// caller bounds it (a round's deadline, or [`Node::run`]).
-    pub(crate) async fn request<T, F, Fut>(self: &Arc<Self>, op: F) -> Result<T, NodeFailure>
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
-        op(conn).await.map_err(|e| self.classify(generation, e))
-    }
-
     /// Sends `call` on this node's connection, connecting first if needed. Unbounded: the
     /// caller bounds it (a round's deadline).
+    ///
+    /// A repeatable call that the connection refused before writing it (the connection
+    /// broke under the client: the node restarted, the connection was killed, the driver's
+    /// runtime is gone) is sent once more on a fresh connection, within the same bound.
+    /// A call that may have been written is never sent again, and neither is one that may
+    /// set a lock key.
     pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
-        self.request(|mut conn| async move { call.run(&mut conn).await })
-            .await
-            .and_then(|sent| sent.ok_or(NodeFailure::Withdrawn))
+        let mut retried = false;
+        loop {
+            let (generation, mut conn) = self.connection().await.map_err(NodeFailure::Failed)?;
+            match call.run(&mut conn).await {
+                Ok(Some(reply)) => return Ok(reply),
+                Ok(None) => return Err(NodeFailure::Withdrawn),
+                Err(SendError { error, unsent }) => {
+                    let failure = self.classify(generation, error);
+                    if !(unsent && call.repeatable) || std::mem::replace(&mut retried, true) {
+                        return Err(failure);
+                    }
+                    tracing::debug!(node = %self.name, ?failure, "connection broken before sending; sending again on a new one");
+                }
+            }
+        }
     }
 
     fn classify(&self, generation: u64, e: RedisError) -> NodeFailure {

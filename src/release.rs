@@ -123,11 +123,10 @@ impl Holding {
         drop(self.local.take());
         // With wake-ups on, hear the node that keeps the waiting lists even when it is not
         // among the first answers: its reply says whether another client was woken, and
-        // only then does this client let it go first on its next `lock()`.
-        let stop = match ensemble.notifier.as_ref().and_then(|n| n.wake_node()) {
-            Some(wake) => Stop::WhenCertainAndHeard(wake),
-            None => Stop::WhenCertain,
-        };
+        // only then does this client let it go first on its next `lock()`. A release that
+        // finds no majority waits for every answer (bounded by the node timeout): "not held"
+        // and "unavailable" are told apart by what each node said.
+        let stop = Stop::WhenReached(ensemble.notifier.as_ref().and_then(|n| n.wake_node()));
         let this = &*self;
         let collected = fanout::collect(
             &ensemble.nodes,

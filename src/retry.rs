@@ -39,8 +39,12 @@ impl RetryPolicy {
             0.0
         };
         let half = cap / 2;
-        // `cap - half` rather than `half` so odd nanosecond counts still reach `cap`.
-        half + (cap - half).mul_f64(unit)
+        // `cap - half` rather than `half` so odd nanosecond counts still reach `cap`. The
+        // product is computed in floating point, which may round above `cap - half`: keep
+        // it below (and never panic, as `mul_f64` does on overflow).
+        let upper = cap - half;
+        let jitter = Duration::try_from_secs_f64(upper.as_secs_f64() * unit).unwrap_or(upper);
+        half.saturating_add(jitter.min(upper))
     }
 
     /// The upper bound of the delay before retry number `retry`.

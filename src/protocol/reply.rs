@@ -1,6 +1,9 @@
 //! Decoders of the nodes' replies: each turns a raw reply into a typed value, or into the
 //! [`NodeOutcome`] that says why it is not one. They know the scripts' return shapes (see
-//! [`scripts`](super::scripts)) and nothing above the protocol.
+//! [`scripts`](super::scripts)) and nothing above the protocol. Total: any reply, however
+//! malformed (a wrong type, nil, a huge or negative integer, an odd or nested array), gives
+//! a value or an error, never a panic (the property test below feeds them arbitrary
+//! replies).
 
 use redis::Value;
 
@@ -14,7 +17,14 @@ pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOu
 /// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence}`: whether it set the
 /// keys, and the fencing counter it read (with fencing on).
 pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOutcome> {
-    decode::<(i64, Option<u64>)>(reply).map(|(set, fence)| (set == 1, fence))
+    // Read as a signed number: the driver turns -1 into `u64::MAX` when asked for a `u64`,
+    // and a counter at the top would make every later token equal.
+    let (set, fence) = decode::<(i64, Option<i64>)>(reply)?;
+    let fence = fence
+        .map(u64::try_from)
+        .transpose()
+        .map_err(|_| NodeOutcome::Failed(format!("negative fencing counter {fence:?}")))?;
+    Ok((set == 1, fence))
 }
 
 /// A reply `1` (the script did it) or anything else (it did not), as `yes` or `no`.
@@ -23,5 +33,96 @@ pub(crate) fn one_or(reply: Value, yes: NodeOutcome, no: NodeOutcome) -> NodeOut
         Ok(1) => yes,
         Ok(_) => no,
         Err(failed) => failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Any reply a server (or something posing as one) could send, nested a few levels.
+    fn any_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            Just(Value::Okay),
+            any::<i64>().prop_map(Value::Int),
+            prop_oneof![
+                Just(i64::MIN),
+                Just(i64::MAX),
+                Just(-1i64),
+                Just(0),
+                Just(1)
+            ]
+            .prop_map(Value::Int),
+            proptest::collection::vec(any::<u8>(), 0..24).prop_map(Value::BulkString),
+            "[0-9-]{0,25}".prop_map(|s| Value::BulkString(s.into_bytes())),
+            ".{0,16}".prop_map(Value::SimpleString),
+            any::<f64>().prop_map(Value::Double),
+            any::<bool>().prop_map(Value::Boolean),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Value::BigNumber),
+            ".{0,12}".prop_map(|text| Value::VerbatimString {
+                format: redis::VerbatimFormat::Text,
+                text,
+            }),
+            ("[A-Z]{1,10}", proptest::option::of(".{0,12}")).prop_map(|(code, detail)| {
+                redis::ServerError::try_from(redis::make_extension_error(code, detail))
+                    .map_or(Value::Nil, Value::ServerError)
+            }),
+        ];
+        leaf.prop_recursive(4, 64, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Set),
+                proptest::collection::vec((inner.clone(), inner.clone()), 0..4)
+                    .prop_map(Value::Map),
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(|data| Value::Push {
+                    kind: redis::PushKind::Message,
+                    data,
+                }),
+                (inner.clone(), proptest::collection::vec(inner, 0..3)).prop_map(
+                    |(value, attributes)| Value::Attribute {
+                        data: Box::new(value),
+                        attributes: attributes.into_iter().map(|a| (Value::Nil, a)).collect(),
+                    }
+                ),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn decoders_never_panic(value in any_value()) {
+            // Every decoder, and `decode` at every type the client reads.
+            let _ = acquire_reply(value.clone());
+            let _ = one_or(value.clone(), NodeOutcome::Acquired, NodeOutcome::NotHeld);
+            let _ = decode::<i64>(value.clone());
+            let _ = decode::<(i64, i64)>(value.clone());
+            let _ = decode::<(String, i64, Option<Vec<u8>>)>(value.clone());
+            let _ = decode::<String>(value);
+        }
+    }
+
+    #[test]
+    fn well_formed_replies_decode() {
+        use Value::{Array, Int, Nil};
+        assert_eq!(
+            acquire_reply(Array(vec![Int(1), Int(7)])),
+            Ok((true, Some(7)))
+        );
+        assert_eq!(acquire_reply(Array(vec![Int(0), Nil])), Ok((false, None)));
+        let (yes, no) = (NodeOutcome::Extended, NodeOutcome::NotHeld);
+        assert_eq!(one_or(Int(1), yes.clone(), no.clone()), yes);
+        assert_eq!(one_or(Int(0), yes.clone(), no.clone()), no);
+        // Malformed: errors, not panics or defaults.
+        assert!(acquire_reply(Int(1)).is_err());
+        assert!(
+            acquire_reply(Array(vec![Int(1), Int(-1)])).is_err(),
+            "a negative counter"
+        );
+        assert!(one_or(Nil, yes, no).is_failure());
+        assert!(decode::<(i64, i64)>(Array(vec![Int(1)])).is_err());
     }
 }

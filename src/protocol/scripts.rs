@@ -23,6 +23,10 @@ pub(crate) struct Lua {
     /// `KEYS` is one block per kind, in this order, each with one key per lock key: with
     /// `k` lock keys, block `b` (from 0) is `KEYS[b*k + 1 ..= b*k + k]`.
     layout: &'static [Kind],
+    /// Whether a call may be sent a second time when the first was refused by a broken
+    /// connection before it was written (see `node::Call`): running it twice changes
+    /// nothing that running it once did not (a read, a compare-and-delete, an expiry reset).
+    repeatable: bool,
     script: OnceLock<Script>,
 }
 
@@ -31,8 +35,20 @@ impl Lua {
         Lua {
             source,
             layout,
+            repeatable: false,
             script: OnceLock::new(),
         }
+    }
+
+    /// Marks the script safe to send again (see the field).
+    const fn repeatable(mut self) -> Self {
+        self.repeatable = true;
+        self
+    }
+
+    /// Whether a call of this script may be sent again on a fresh connection.
+    pub(crate) fn is_repeatable(&self) -> bool {
+        self.repeatable
     }
 
     /// The script's `KEYS` for the lock keys `locks`, block by block.
@@ -199,7 +215,8 @@ end
 return {n, woke}
 "
 );
-pub(crate) static RELEASE: Lua = Lua::new(&[Kind::Lock, Kind::Waiters, Kind::Turn], RELEASE_SRC);
+pub(crate) static RELEASE: Lua =
+    Lua::new(&[Kind::Lock, Kind::Waiters, Kind::Turn], RELEASE_SRC).repeatable();
 
 /// Leaves the waiting lists of keys (a waiter that gave up).
 ///
@@ -212,7 +229,7 @@ for i = 1, #KEYS do
 end
 return n
 ";
-pub(crate) static LEAVE: Lua = Lua::new(&[Kind::Waiters], LEAVE_SRC);
+pub(crate) static LEAVE: Lua = Lua::new(&[Kind::Waiters], LEAVE_SRC).repeatable();
 
 /// Asks the waiting-list node whether an attempt may go ahead, before sending it: sent by
 /// a waiter that was not woken (a poll, or a new `lock()` right after this client's own
@@ -269,7 +286,7 @@ for i = 1, k do
 end
 return 1
 ";
-pub(crate) static FENCE: Lua = Lua::new(&[Kind::Lock, Kind::Fence], FENCE_SRC);
+pub(crate) static FENCE: Lua = Lua::new(&[Kind::Lock, Kind::Fence], FENCE_SRC).repeatable();
 
 /// A write guarded by a fencing token, for data kept in Redis.
 ///
@@ -301,7 +318,7 @@ if kind == 'string' then
 end
 return {kind, pttl, false}
 ";
-pub(crate) static INSPECT: Lua = Lua::new(&[Kind::Lock], INSPECT_SRC);
+pub(crate) static INSPECT: Lua = Lua::new(&[Kind::Lock], INSPECT_SRC).repeatable();
 
 /// Compare-and-PEXPIRE, all or nothing.
 ///
@@ -319,7 +336,7 @@ for i = 1, #KEYS do
 end
 return 1
 ";
-pub(crate) static EXTEND: Lua = Lua::new(&[Kind::Lock], EXTEND_SRC);
+pub(crate) static EXTEND: Lua = Lua::new(&[Kind::Lock], EXTEND_SRC).repeatable();
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
 pub(crate) const SOURCES: [&str; 8] = [

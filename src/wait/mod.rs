@@ -90,6 +90,8 @@ pub(crate) struct Waiting<'a> {
     cx: Context<'a>,
     keys: &'a Arc<[String]>,
     listening: Option<Registration>,
+    /// Whether this call waited for the subscriptions to stand (once at most).
+    waited_ready: bool,
     state: WaitState,
 }
 
@@ -120,6 +122,7 @@ impl<'a> Waiting<'a> {
             cx,
             keys,
             listening,
+            waited_ready: false,
             state: WaitState::new(courtesy),
         }
     }
@@ -209,7 +212,10 @@ impl<'a> Waiting<'a> {
         poll: impl FnOnce(u32) -> Duration,
     ) {
         let notifier = self.cx.notifier;
-        let can_listen = self.listening.is_none() && notifier.is_some();
+        // The attempt was in no waiting list: this call does not listen yet, or no
+        // subscription stood (their tasks were started again by `register`: the ones before
+        // died with their runtime, say). Listen and wait for them, once per call.
+        let can_listen = notifier.is_some() && enqueue.is_none() && !self.waited_ready;
         // The waiting-list node answered the gate or the attempt: we are in its list.
         let listed = enqueue.is_some_and(|e| {
             (err.report().and_then(|r| r.results().get(e.node)))
@@ -221,14 +227,17 @@ impl<'a> Waiting<'a> {
         {
             AfterFailure::Listen => {
                 let Some(notifier) = notifier else { return };
-                self.listening = Some(notifier.register(self.keys));
+                self.waited_ready = true;
+                if self.listening.is_none() {
+                    self.listening = Some(notifier.register(self.keys));
+                }
                 // A release may have been announced before we listened: once the
                 // subscriptions stand, try again at once instead of sleeping. Wait for all
                 // of them (bounded): the wake node is the first node where we listen, and
                 // one that comes up later would move us to another waiting list than the
                 // one clients configured alike use.
                 let view = self.cx.view;
-                let bound = remaining.min(view.timeout * 4);
+                let bound = remaining.min(view.timeout.saturating_mul(4));
                 notifier.wait_ready(view.nodes.len(), bound).await;
             }
             AfterFailure::QuickRetry => {

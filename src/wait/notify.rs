@@ -47,7 +47,11 @@ pub(crate) struct Notifier {
     connect_timeout: Duration,
     interests: Mutex<HashMap<String, Interest>>,
     next_id: AtomicU64,
+    /// Whether subscriptions were ever started: waiting then listens from the start.
     started: AtomicBool,
+    /// Per node: is its subscriber task alive? Cleared by the task on its way out, however
+    /// it ends (its runtime dropped, cancelled, a panic), so the next waiter starts another.
+    running: Vec<AtomicBool>,
     /// Per node: is our subscription confirmed? A waiting list entry is only made on such
     /// a node (see [`Notifier::wake_node`]), so a release there never pops our id without
     /// us hearing of it.
@@ -126,6 +130,7 @@ impl Notifier {
             .to_string();
         Notifier {
             subscribed: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
+            running: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
             nodes,
             background,
             channel: keys::wake_channel(&id),
@@ -144,12 +149,14 @@ impl Notifier {
         self.interests.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the subscriptions were started (they then stay for the client's lifetime).
+    /// Whether the subscriptions were started once (waiters then listen from the start; a
+    /// subscriber that died since is started again by [`Notifier::register`]).
     pub(crate) fn is_started(&self) -> bool {
         self.started.load(Ordering::Acquire)
     }
 
-    /// Registers interest in `keys`, starting the subscriber tasks on first use.
+    /// Registers interest in `keys`, starting the subscriber tasks that do not run (all of
+    /// them on first use).
     pub(crate) fn register(self: &Arc<Self>, keys: &Arc<[String]>) -> Registration {
         self.start();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -248,21 +255,22 @@ impl Notifier {
         let _ = tokio::time::timeout(timeout, ready.wait_for(|n| *n >= count)).await;
     }
 
+    /// Starts a subscriber task for every node that has none running.
     fn start(self: &Arc<Self>) {
-        if self.started.swap(true, Ordering::AcqRel) {
-            return;
-        }
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             // No runtime: stay on polling; a later call may start them.
-            self.started.store(false, Ordering::Release);
             return;
         };
-        for index in 0..self.nodes.len() {
-            handle.spawn(subscriber(
-                Arc::downgrade(self),
+        self.started.store(true, Ordering::Release);
+        for (index, running) in self.running.iter().enumerate() {
+            if running.swap(true, Ordering::AcqRel) {
+                continue;
+            }
+            let alive = Alive {
+                notifier: Arc::downgrade(self),
                 index,
-                self.shutdown.subscribe(),
-            ));
+            };
+            handle.spawn(subscriber(alive, self.shutdown.subscribe()));
         }
     }
 
@@ -286,8 +294,29 @@ impl Notifier {
     }
 }
 
+/// A subscriber task's mark on its notifier, for as long as the task lives: dropped with
+/// the task however it ends, it withdraws the node's subscription (so no waiting list entry
+/// is made where nobody listens) and lets the next waiter start a new task.
+struct Alive {
+    notifier: Weak<Notifier>,
+    index: usize,
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        if let Some(n) = self.notifier.upgrade() {
+            n.set_subscribed(self.index, false);
+            if let Some(running) = n.running.get(self.index) {
+                running.store(false, Ordering::Release);
+            }
+        }
+    }
+}
+
 /// One node's subscription, reconnecting with backoff until the notifier is dropped.
-async fn subscriber(notifier: Weak<Notifier>, index: usize, mut shutdown: watch::Receiver<()>) {
+async fn subscriber(alive: Alive, mut shutdown: watch::Receiver<()>) {
+    let notifier = alive.notifier.clone();
+    let index = alive.index;
     const MIN_BACKOFF: Duration = Duration::from_millis(50);
     const MAX_BACKOFF: Duration = Duration::from_secs(2);
     let mut backoff = MIN_BACKOFF;
