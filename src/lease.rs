@@ -154,7 +154,7 @@ impl Lease {
             });
         }
         let start = Instant::now();
-        let call = Call::script(&scripts::EXTEND, &self.keys)
+        let call = Call::script(&scripts::EXTEND, &ensemble.config.key_prefix, &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
         let mut round = Round::everywhere(ensemble.view(), call);

@@ -29,6 +29,8 @@ pub(crate) const EX_SOFTWARE: u8 = 70;
 pub(crate) const EX_OSERR: u8 = 71;
 /// The lock is held elsewhere (`EX_TEMPFAIL`).
 pub(crate) const EX_TEMPFAIL: u8 = 75;
+/// A node's ACL refused a command, key or channel (`EX_NOPERM`).
+pub(crate) const EX_NOPERM: u8 = 77;
 
 /// Environment variable with the node URLs, used when `--nodes` is absent.
 const ENV_NODES: &str = "QUORUM_LOCK_NODES";
@@ -51,6 +53,7 @@ N ended it); otherwise
    69  not enough nodes reachable for a majority
    70  the lock was lost while the program ran (it was sent SIGTERM, then SIGKILL)
    75  the lock is held elsewhere (not acquired within the wait)
+   77  permission denied: a node's ACL refused a command, key or channel
   126  the program could not be started;  127  the program was not found";
 
 const RUN_AFTER_HELP: &str = "\
@@ -58,7 +61,8 @@ PROGRAM runs without a shell, with QUORUM_LOCK_RESOURCE set (and QUORUM_LOCK_FEN
 with --fencing). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.
 quorum-lock exits with its status, or 128+N if signal N ended it. If the lock is lost, the
 program is sent SIGTERM, then SIGKILL after the grace period, and quorum-lock exits 70.
-Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere.";
+Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere, 77 permission
+denied by a node's ACL (also when the release after the program was refused).";
 
 /// Redlock over N independent Redis masters, from the command line.
 #[derive(Debug, Parser)]
@@ -177,6 +181,14 @@ impl Failure {
 
     fn usage(message: impl Into<String>) -> Self {
         Failure::new(EX_USAGE, message)
+    }
+
+    /// A library error of `status` or `release`: 77 for a permission refusal, else 64.
+    fn from_error(err: &Error) -> Self {
+        match err.report().filter(|_| err.is_permission()) {
+            Some(report) => Failure::new(EX_NOPERM, format!("{err}: {report}")),
+            None => Failure::usage(err.to_string()),
+        }
     }
 }
 
@@ -376,7 +388,7 @@ async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
     let status = redlock
         .status(&args.resource)
         .await
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .map_err(|e| Failure::from_error(&e))?;
     if args.json {
         say(&status.to_json());
     } else {
@@ -404,7 +416,7 @@ async fn release(redlock: &Redlock, resource: &str) -> Result<u8, Failure> {
     let report = redlock
         .reset(resource)
         .await
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .map_err(|e| Failure::from_error(&e))?;
     let total = report.results().len();
     let had = report.count(&NodeOutcome::Released);
     let failed = report.failures();

@@ -12,9 +12,19 @@ pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOu
 }
 
 /// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence}`: whether it set the
-/// keys, and the fencing counter it read (with fencing on).
+/// keys, and the fencing counter it read (with fencing on). A key of another type in the
+/// way is [`NodeOutcome::WrongType`].
 pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOutcome> {
-    decode::<(i64, Option<u64>)>(reply).map(|(set, fence)| (set == 1, fence))
+    match decode::<(i64, Option<u64>)>(reply)? {
+        (-1, _) => Err(NodeOutcome::WrongType),
+        (set, fence) => Ok((set == 1, fence)),
+    }
+}
+
+/// A `TYPE` reply: whether the key holds something other than a string (a foreign list,
+/// hash, ...), as opposed to a string or nothing.
+pub(crate) fn is_other_type(reply: Value) -> bool {
+    decode::<String>(reply).is_ok_and(|kind| kind != "string" && kind != "none")
 }
 
 /// A reply `1` (the script did it) or anything else (it did not), as `yes` or `no`.

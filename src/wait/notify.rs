@@ -42,6 +42,8 @@ pub(crate) struct Notifier {
     background: Arc<Background>,
     /// This client's id in waiting lists.
     id: String,
+    /// The client's key prefix, which its waiting lists and channel start with.
+    prefix: String,
     channel: String,
     node_timeout: Duration,
     connect_timeout: Duration,
@@ -120,6 +122,7 @@ impl Notifier {
         background: Arc<Background>,
         connect_timeout: Duration,
         node_timeout: Duration,
+        prefix: String,
     ) -> Self {
         let id = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
             .simple()
@@ -128,7 +131,8 @@ impl Notifier {
             subscribed: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
             nodes,
             background,
-            channel: keys::wake_channel(&id),
+            channel: keys::wake_channel(&prefix, &id),
+            prefix,
             id,
             node_timeout,
             connect_timeout,
@@ -212,7 +216,7 @@ impl Notifier {
             return;
         }
         metrics::wait_event("left");
-        let call = Arc::new(Call::script(&scripts::LEAVE, &keys).arg(&self.id));
+        let call = Arc::new(Call::script(&scripts::LEAVE, &self.prefix, &keys).arg(&self.id));
         let pending = which
             .iter()
             .filter_map(|&i| self.nodes.get(i).map(|node| fanout::send(i, node, &call)));
@@ -348,6 +352,7 @@ mod tests {
             Arc::new(Background::new(Vec::new())),
             Duration::from_millis(10),
             Duration::from_millis(10),
+            String::new(),
         ));
         let keys: Arc<[String]> = vec!["k:1".to_owned()].into();
         let mut registration = notifier.register(&keys);

@@ -13,7 +13,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::duration::display;
-use crate::{EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure};
+use crate::{EX_NOPERM, EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure};
 
 /// What `run` was asked to do, validated.
 #[derive(Debug)]
@@ -152,7 +152,12 @@ fn acquire_failure(err: &Error, opts: &RunOptions, redlock: &Redlock) -> Failure
         Some(w) => format!("within {}", display(w)),
     };
     let total = redlock.nodes().count();
-    if err.is_contended() {
+    if err.is_permission() {
+        Failure::new(
+            EX_NOPERM,
+            format!("cannot lock {:?}: {err}{report}", opts.resource),
+        )
+    } else if err.is_contended() {
         Failure::new(
             EX_TEMPFAIL,
             format!(
@@ -340,6 +345,20 @@ async fn supervise(
             format!(
                 "lock on {:?} was lost while the program ran ({why}); {ending}; release: {nodes}",
                 opts.resource
+            ),
+        ));
+    }
+    if let Err(e) = &released
+        && e.is_permission()
+    {
+        // A refused release left the key on the nodes: a configuration error, not success.
+        return Err(Failure::new(
+            EX_NOPERM,
+            format!(
+                "releasing {:?} after the program {}: {e}; the key stays until its TTL ends: \
+                 {nodes}",
+                opts.resource,
+                describe(status)
             ),
         ));
     }
