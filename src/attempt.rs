@@ -108,28 +108,13 @@ async fn attempt_inner(
     let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), new_token());
     let start = Instant::now();
     let mut round = acquire_round(ensemble, plan, &holding, enqueue);
-    let (mut collected, counters) = collect_votes(ensemble, &mut round).await;
+    let (collected, counters) = collect_votes(ensemble, &mut round).await;
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
     if !quorum::has_majority(&votes) {
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
-        // Release wherever our token may be. Nodes that answered "held by another" or
-        // "wrong type" certainly do not have it; every other node might (a timed-out SET
-        // may still have been applied).
-        let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
-            .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
-            .map(|(i, _)| i)
-            .collect();
-        let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
-        let plain_set = plan.keys.len() == 1 && enqueue.is_none() && !plan.fencing;
-        let (refused, ()) = tokio::join!(
-            holding.release_on(maybe_ours, requeue),
-            find_other_types(ensemble, plan, plain_set, &mut collected),
-        );
-        let decision = quorum::decide_acquire(&votes, start.elapsed(), None);
-        let err = failed(ensemble, &collected, decision, start);
-        return Err(cleanup_refused(refused, err));
+        return Err(no_majority(ensemble, plan, enqueue, holding, collected, &votes, start).await);
     }
     // The waiting-list node's answer, if it is still to come: it says whether the acquire
     // script took us off the list there or listed us (see `Notifier::settle`).
@@ -216,6 +201,33 @@ async fn collect_votes(ensemble: &Ensemble, round: &mut Round) -> (Collected, Ve
     )
     .await;
     (collected, counters)
+}
+
+/// The clean-up and error of an attempt without a majority.
+async fn no_majority(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+    mut holding: Holding,
+    mut collected: Collected,
+    votes: &[quorum::Vote],
+    start: Instant,
+) -> Error {
+    // Release wherever our token may be. Nodes that answered "held by another" or "wrong
+    // type" certainly do not have it; every other node might (a timed-out SET may still
+    // have been applied).
+    let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
+        .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+        .map(|(i, _)| i)
+        .collect();
+    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+    let plain_set = plan.keys.len() == 1 && enqueue.is_none() && !plan.fencing;
+    let (refused, ()) = tokio::join!(
+        holding.release_on(maybe_ours, requeue),
+        find_other_types(ensemble, plan, plain_set, &mut collected),
+    );
+    let decision = quorum::decide_acquire(votes, start.elapsed(), None);
+    cleanup_refused(refused, failed(ensemble, &collected, decision, start))
 }
 
 /// After a failed plain `SET NX`, which nodes that refused it hold a key of another type

@@ -502,7 +502,10 @@ mod tests {
     fn acl_refusals_are_permission_errors() {
         // The servers' own words (Redis 6.2, 7.0, 7.4, Valkey 9.1).
         let denied = [
-            (Some("NOPERM"), "NOPERM this user has no permissions to run the 'lpop' command"),
+            (
+                Some("NOPERM"),
+                "NOPERM this user has no permissions to run the 'lpop' command",
+            ),
             (Some("NOPERM"), "NOPERM No permissions to access a key"),
             (
                 Some("ERR"),
@@ -524,7 +527,10 @@ mod tests {
         }
         let other = [
             (Some("ERR"), "ERR syntax error"),
-            (Some("WRONGTYPE"), "WRONGTYPE Operation against a key holding the wrong kind of value"),
+            (
+                Some("WRONGTYPE"),
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ),
             (Some("NOSCRIPT"), "NOSCRIPT No matching script"),
             (None, "broken pipe"),
         ];

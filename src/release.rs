@@ -79,7 +79,12 @@ impl Holding {
     /// The release script's call; when it announces, the client it wakes gets the turn
     /// for two node timeouts (see [`scripts::GATE`]).
     fn release_call(&self, announce: bool) -> Call {
-        let call = Call::script(&scripts::RELEASE, &self.ensemble.config.key_prefix, &self.keys).arg(&*self.token);
+        let call = Call::script(
+            &scripts::RELEASE,
+            &self.ensemble.config.key_prefix,
+            &self.keys,
+        )
+        .arg(&*self.token);
         let call = if announce && self.ensemble.notifier.is_some() {
             call.arg(whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1))
         } else {

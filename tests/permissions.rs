@@ -79,7 +79,10 @@ async fn least_privilege_user_runs_the_core_scenarios() {
     let key = format!("{PREFIX}{resource}");
 
     // Lock, extend, status, release.
-    let guard = redlock.lock(&resource, TTL).await.expect("lock as the user");
+    let guard = redlock
+        .lock(&resource, TTL)
+        .await
+        .expect("lock as the user");
     assert_eq!(redlock.key(&resource), key);
     guard.extend(TTL).await.expect("extend as the user");
     let status = redlock.status(&resource).await.expect("status as the user");
@@ -98,10 +101,18 @@ async fn least_privilege_user_runs_the_core_scenarios() {
     .await;
 
     // Fencing: the counters live under the prefix and grow from one holder to the next.
-    let first = redlock.lock(&resource, TTL).fencing().await.expect("fencing");
+    let first = redlock
+        .lock(&resource, TTL)
+        .fencing()
+        .await
+        .expect("fencing");
     let t1 = first.fencing_token().expect("a fencing token");
     first.release().await.expect("release");
-    let second = redlock.lock(&resource, TTL).fencing().await.expect("fencing");
+    let second = redlock
+        .lock(&resource, TTL)
+        .fencing()
+        .await
+        .expect("fencing");
     let t2 = second.fencing_token().expect("a fencing token");
     assert!(t2 > t1, "{t2} > {t1}");
     let fence_key = format!("{PREFIX}quorum-lock:fence:{resource}");
@@ -121,7 +132,10 @@ async fn least_privilege_user_runs_the_core_scenarios() {
     });
     let list_key = format!("{PREFIX}quorum-lock:waiters:{resource}");
     eventually(Duration::from_secs(10), "the waiter is listed", || {
-        cluster.nodes.iter().any(|n| n.keys(&list_key) == vec![list_key.clone()])
+        cluster
+            .nodes
+            .iter()
+            .any(|n| n.keys(&list_key) == vec![list_key.clone()])
     })
     .await;
     let channels = |node: &RedisServer| -> Vec<String> {
@@ -178,7 +192,10 @@ async fn a_refused_release_is_a_permission_error_and_the_key_stays() {
     // Every node that refused still holds the key.
     for (node, result) in cluster.nodes.iter().zip(report.results()) {
         if matches!(result.outcome, NodeOutcome::PermissionDenied(_)) {
-            assert_eq!(get(node, &format!("{PREFIX}{resource}")), Some(token.clone()));
+            assert_eq!(
+                get(node, &format!("{PREFIX}{resource}")),
+                Some(token.clone())
+            );
         }
     }
 }
@@ -220,7 +237,10 @@ async fn a_refused_read_is_a_permission_error() {
     create_user(&cluster, &["+evalsha"]);
     let redlock = client_as_user(&cluster);
     let resource = unique("noeval");
-    let err = redlock.status(&resource).await.expect_err("EVALSHA is refused");
+    let err = redlock
+        .status(&resource)
+        .await
+        .expect_err("EVALSHA is refused");
     assert!(matches!(err, Error::Permission { .. }), "{err:?}");
     // The line starts its commands with `-@all`: this replaces the user's commands.
     create_user(&cluster, &["+del"]);
@@ -268,7 +288,10 @@ async fn a_list_at_the_lock_key_is_a_wrong_type_not_another_holder() {
         assert!(matches!(**last, Error::Contended { .. }), "{how}: {err:?}");
         // The round stops once two nodes refused; the third may not have answered yet.
         let report = err.report().unwrap();
-        assert!(report.count(&NodeOutcome::WrongType) >= 2, "{how}: {report}");
+        assert!(
+            report.count(&NodeOutcome::WrongType) >= 2,
+            "{how}: {report}"
+        );
         assert_eq!(
             report.count(&NodeOutcome::WrongType) + report.count(&NodeOutcome::Pending),
             3,
@@ -299,7 +322,10 @@ fn the_cli_exits_77_when_the_release_is_refused() {
     // than the TTL (3 s) plus drift, with its uptime read in whole seconds.
     common::wait_until(Duration::from_secs(20), "the nodes run for 5 s", || {
         cluster.nodes.iter().all(|n| {
-            let info: String = redis::cmd("INFO").arg("server").query(&mut n.conn()).unwrap();
+            let info: String = redis::cmd("INFO")
+                .arg("server")
+                .query(&mut n.conn())
+                .unwrap();
             info.lines()
                 .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
                 .and_then(|s| s.trim().parse::<u64>().ok())
@@ -329,9 +355,14 @@ fn the_cli_exits_77_when_the_release_is_refused() {
         .expect("run the CLI");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(77), "{stderr}");
-    assert!(stderr.contains("after the program exited with status 0"), "{stderr}");
+    assert!(
+        stderr.contains("after the program exited with status 0"),
+        "{stderr}"
+    );
     assert!(stderr.contains("permission denied"), "{stderr}");
     let key = format!("{PREFIX}{resource}");
-    let holding = (cluster.nodes.iter()).filter(|n| get(n, &key).is_some()).count();
+    let holding = (cluster.nodes.iter())
+        .filter(|n| get(n, &key).is_some())
+        .count();
     assert!(holding >= 2, "the refused release left the key: {holding}");
 }

@@ -80,9 +80,18 @@ mod tests {
         let prefix = "app:";
         let lock_key = lock(prefix, "r");
         assert_eq!(lock_key, "app:r");
-        assert_eq!(derived(Kind::Fence, prefix, &lock_key), "app:quorum-lock:fence:r");
-        assert_eq!(derived(Kind::Waiters, prefix, &lock_key), "app:quorum-lock:waiters:r");
-        assert_eq!(derived(Kind::Turn, prefix, &lock_key), "app:quorum-lock:turn:r");
+        assert_eq!(
+            derived(Kind::Fence, prefix, &lock_key),
+            "app:quorum-lock:fence:r"
+        );
+        assert_eq!(
+            derived(Kind::Waiters, prefix, &lock_key),
+            "app:quorum-lock:waiters:r"
+        );
+        assert_eq!(
+            derived(Kind::Turn, prefix, &lock_key),
+            "app:quorum-lock:turn:r"
+        );
         assert_eq!(wake_channel(prefix, "c1"), "app:quorum-lock:wake:c1");
         assert!(wake_channel(prefix, "c1").starts_with(&wake_channel_prefix(prefix)));
         for kind in [Kind::Lock, Kind::Fence, Kind::Waiters, Kind::Turn] {
@@ -90,7 +99,10 @@ mod tests {
             match kind {
                 Kind::Lock | Kind::Fence | Kind::Waiters | Kind::Turn => {}
             }
-            assert!(derived(kind, prefix, &lock_key).starts_with(prefix), "{kind:?}");
+            assert!(
+                derived(kind, prefix, &lock_key).starts_with(prefix),
+                "{kind:?}"
+            );
         }
         assert!(internal(prefix, "any", "x").starts_with(prefix));
     }

@@ -2,7 +2,7 @@
 //! and only one waiting client is woken per release.
 //!
 //! Every client has a random id and, from its first contended wait on, one pub/sub
-//! connection per node subscribed to its own channel `quorum-lock:wake:<id>`. A failed
+//! connection per node subscribed to its own channel `<prefix>quorum-lock:wake:<id>`. A failed
 //! attempt of a waiting client appends the id to the key's waiting list on one node, the
 //! first where its subscription stands (see [`scripts::ACQUIRE`](crate::protocol::scripts)); a release
 //! pops the first id whose client is still listening and publishes `<token>:<key>` to it
