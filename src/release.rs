@@ -192,8 +192,9 @@ impl Holding {
         )
         .await;
         self.armed = false;
-        let report = collected.report(&self.ensemble.nodes);
-        (report.denials() > 0).then_some(report)
+        let refused =
+            (collected.outcomes.iter()).any(|(o, _)| matches!(o, NodeOutcome::PermissionDenied(_)));
+        refused.then(|| collected.report(&self.ensemble.nodes))
     }
 }
 

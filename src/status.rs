@@ -220,10 +220,9 @@ impl Redlock {
             Stop::AtEnd,
         )
         .await;
-        if collected.report(&ensemble.nodes).denials() > 0 {
-            return Err(Error::Permission {
-                report: collected.report(&ensemble.nodes),
-            });
+        let report = collected.report(&ensemble.nodes);
+        if report.denials() > 0 {
+            return Err(Error::Permission { report });
         }
         let nodes: Vec<KeyState> = (ensemble.nodes.iter().zip(holders))
             .zip(collected.outcomes)
