@@ -19,7 +19,7 @@ use crate::node::Call;
 use crate::protocol::{keys, reply, scripts};
 use crate::quorum::{self, Decision};
 use crate::release::Holding;
-use crate::report::NodeOutcome;
+use crate::report::{NodeOutcome, NodeReport};
 use crate::wait::Enqueue;
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
@@ -114,17 +114,7 @@ async fn attempt_inner(
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
-        // Release wherever our token may be. Nodes that answered "held by another" or
-        // "wrong type" certainly do not have it; every other node might (a timed-out SET
-        // may still have been applied).
-        let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
-            .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
-            .map(|(i, _)| i)
-            .collect();
-        let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
-        holding.release_on(maybe_ours, requeue).await;
-        let decision = quorum::decide_acquire(&votes, start.elapsed(), None);
-        return Err(failed(ensemble, &collected, decision, start));
+        return Err(no_majority(ensemble, plan, enqueue, holding, collected, &votes, start).await);
     }
     // The waiting-list node's answer, if it is still to come: it says whether the acquire
     // script took us off the list there or listed us (see `Notifier::settle`).
@@ -213,6 +203,76 @@ async fn collect_votes(ensemble: &Ensemble, round: &mut Round) -> (Collected, Ve
     (collected, counters)
 }
 
+/// The clean-up and error of an attempt without a majority.
+async fn no_majority(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+    mut holding: Holding,
+    mut collected: Collected,
+    votes: &[quorum::Vote],
+    start: Instant,
+) -> Error {
+    // Release wherever our token may be. Nodes that answered "held by another" or "wrong
+    // type" certainly do not have it; every other node might (a timed-out SET may still
+    // have been applied).
+    let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
+        .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+        .map(|(i, _)| i)
+        .collect();
+    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+    let plain_set = plan.keys.len() == 1 && enqueue.is_none() && !plan.fencing;
+    let (refused, ()) = tokio::join!(
+        holding.release_on(maybe_ours, requeue),
+        find_other_types(ensemble, plan, plain_set, &mut collected),
+    );
+    let decision = quorum::decide_acquire(votes, start.elapsed(), None);
+    cleanup_refused(refused, failed(ensemble, &collected, decision, start))
+}
+
+/// After a failed plain `SET NX`, which nodes that refused it hold a key of another type
+/// (foreign data: a list, a hash, ...) at the lock key, not a lock: `SET NX` answers nil
+/// for both. Asked with `TYPE` on those nodes only on this failure path, concurrently with
+/// the clean-up, so the fast path stays one command per node. (`SET NX GET` would tell in
+/// one command, but Redis 6.2 rejects it, and a per-node choice of command is not worth
+/// it for a report.) The acquire script tells the types apart by itself.
+async fn find_other_types(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    plain_set: bool,
+    collected: &mut Collected,
+) {
+    let ([key], true) = (&plan.keys[..], plain_set) else {
+        return;
+    };
+    let refused: Vec<usize> = (collected.outcomes.iter().enumerate())
+        .filter(|(_, (o, _))| *o == NodeOutcome::HeldByOther)
+        .map(|(i, _)| i)
+        .collect();
+    if refused.is_empty() {
+        return;
+    }
+    let mut cmd = redis::cmd("TYPE");
+    cmd.arg(key);
+    let mut round = Round::broadcast(ensemble.view(), Call::new(cmd), refused);
+    let types = fanout::collect(
+        &ensemble.nodes,
+        &mut round,
+        |_, answer| match reply::is_other_type(answer) {
+            true => NodeOutcome::WrongType,
+            false => NodeOutcome::HeldByOther,
+        },
+        |_| false,
+        Stop::AtEnd,
+    )
+    .await;
+    for (slot, (found, _)) in collected.outcomes.iter_mut().zip(types.outcomes) {
+        if found == NodeOutcome::WrongType {
+            slot.0 = NodeOutcome::WrongType;
+        }
+    }
+}
+
 /// A majority was won but the attempt failed after all (fencing commit failed, validity
 /// spent): the keys may be anywhere now, so release everywhere, then return `err`.
 async fn give_back(
@@ -228,8 +288,17 @@ async fn give_back(
         reply.finish_in_background(ensemble.view());
     }
     let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
-    holding.release_on(0..ensemble.nodes.len(), requeue).await;
-    record_failure(collected, err)
+    let refused = holding.release_on(0..ensemble.nodes.len(), requeue).await;
+    cleanup_refused(refused, record_failure(collected, err))
+}
+
+/// An attempt's error, unless a node's ACL refused its clean-up (`refused`, that round's
+/// report): then the key may stay there for a TTL, and the refusal is the error to report.
+fn cleanup_refused(refused: Option<NodeReport>, err: Error) -> Error {
+    match refused {
+        Some(report) if !err.is_permission() => Error::Permission { report },
+        _ => err,
+    }
 }
 
 /// The error of an attempt without a majority, counted in the metrics.
@@ -298,7 +367,7 @@ async fn commit_fence(
 ) -> Result<u64> {
     let highest = counters.iter().flatten().copied().max().unwrap_or(0);
     let fence = highest.saturating_add(1);
-    let call = Call::script(&scripts::FENCE, &plan.keys)
+    let call = Call::script(&scripts::FENCE, &ensemble.config.key_prefix, &plan.keys)
         .arg(token)
         .arg(fence);
     let mut round = Round::everywhere(ensemble.view(), call);
@@ -344,7 +413,7 @@ fn acquire_round(
         }
         (keys, enqueue, fencing) => {
             let enqueue = enqueue.unwrap_or_default();
-            Call::script(&scripts::ACQUIRE, keys)
+            Call::script(&scripts::ACQUIRE, &ensemble.config.key_prefix, keys)
                 .arg(token)
                 .arg(ttl_ms)
                 .arg(enqueue.client)

@@ -185,8 +185,9 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty resource name. Nodes that fail are reported per node,
-    /// not as an error.
+    /// [`Error::Config`] for an empty resource name; [`Error::Permission`] when a node's ACL
+    /// refused the `DEL` (the key may still be there). Nodes that fail otherwise are
+    /// reported per node, not as an error.
     ///
     /// # Cancel safety
     ///
@@ -213,7 +214,11 @@ impl Redlock {
             Stop::AtEnd,
         )
         .await;
-        Ok(collected.report(&ensemble.nodes))
+        let report = collected.report(&ensemble.nodes);
+        if report.denials() > 0 {
+            return Err(Error::Permission { report });
+        }
+        Ok(report)
     }
 }
 

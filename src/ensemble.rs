@@ -44,6 +44,7 @@ impl Ensemble {
                 Arc::clone(&background),
                 connect_timeout,
                 config.node_timeout,
+                config.key_prefix.clone(),
             ))
         });
         Ensemble {
@@ -75,6 +76,7 @@ impl Ensemble {
             view: self.view(),
             notifier: self.notifier.as_ref(),
             queue: &self.queue,
+            prefix: &self.config.key_prefix,
         }
     }
 

@@ -72,6 +72,18 @@ pub enum Error {
         reason: crate::LostReason,
     },
 
+    /// A node refused a command, key or channel for lack of permission (an ACL `NOPERM`):
+    /// the user the client connects as lacks one of the permissions listed in the README's
+    /// "Least privilege" section. A configuration error: retrying does not help, and
+    /// nothing is reported as done that a refusing node did not do.
+    #[error("permission denied by a node's ACL")]
+    Permission {
+        /// Per-node outcomes of the round; the refusing nodes show
+        /// [`NodeOutcome::PermissionDenied`](crate::NodeOutcome::PermissionDenied).
+        #[source]
+        report: NodeReport,
+    },
+
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -85,7 +97,8 @@ impl Error {
             Error::Contended { report }
             | Error::Unavailable { report, .. }
             | Error::ValiditySpent { report, .. }
-            | Error::NotHeld { report } => Some(report),
+            | Error::NotHeld { report }
+            | Error::Permission { report } => Some(report),
             Error::Timeout { last, .. } => last.report(),
             Error::Lost { .. } | Error::Config(_) => None,
         }
@@ -107,6 +120,16 @@ impl Error {
         match self {
             Error::Unavailable { .. } => true,
             Error::Timeout { last, .. } => last.is_unavailable(),
+            _ => false,
+        }
+    }
+
+    /// True when this error, or the final attempt behind a timeout, was a node refusing a
+    /// command for lack of permission.
+    pub fn is_permission(&self) -> bool {
+        match self {
+            Error::Permission { .. } => true,
+            Error::Timeout { last, .. } => last.is_permission(),
             _ => false,
         }
     }

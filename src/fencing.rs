@@ -8,7 +8,7 @@
 //!
 //! Request one with [`LockRequest::fencing`](crate::LockRequest::fencing) and read it with
 //! [`LockGuard::fencing_token`](crate::LockGuard::fencing_token). It is minted by the same
-//! majority as the lock: every node keeps a counter `quorum-lock:fence:<key>` that never
+//! majority as the lock: every node keeps a counter `<prefix>quorum-lock:fence:<resource>` that never
 //! expires; the acquisition reads the counters of the nodes it reaches, takes one more than
 //! the highest, and commits it to a majority (only where our lock is in place) before the
 //! guard is returned. Any two majorities share a node, so the next holder reads at least

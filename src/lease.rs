@@ -162,7 +162,7 @@ impl Lease {
             ttl,
             start,
         };
-        let call = Call::script(&scripts::EXTEND, &self.keys)
+        let call = Call::script(&scripts::EXTEND, &ensemble.config.key_prefix, &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
         let mut round = Round::everywhere(ensemble.view(), call);

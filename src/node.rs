@@ -120,6 +120,9 @@ pub(crate) enum NodeFailure {
     /// Never sent: the token's release closed the request's gate first (see
     /// [`SendGate`]).
     Withdrawn,
+    /// The server's ACL refused the command, a key or a channel; the message is the
+    /// server's.
+    Denied(String),
 }
 
 impl NodeFailure {
@@ -130,6 +133,7 @@ impl NodeFailure {
             NodeFailure::TimedOut => "timeout",
             NodeFailure::Failed(_) => "error",
             NodeFailure::Withdrawn => "withdrawn",
+            NodeFailure::Denied(_) => "permission",
         }
     }
 }
@@ -143,6 +147,7 @@ impl From<NodeFailure> for NodeOutcome {
             NodeFailure::Withdrawn => {
                 NodeOutcome::Failed("not sent: the lock was released first".to_owned())
             }
+            NodeFailure::Denied(m) => NodeOutcome::PermissionDenied(m),
         }
     }
 }
@@ -251,10 +256,11 @@ impl Call {
         self
     }
 
-    /// `EVALSHA` of `lua` for the lock keys `locks` (the script gets them and the keys
-    /// derived from them, in its layout); add its arguments with [`Call::arg`].
-    pub(crate) fn script(lua: &'static Lua, locks: &[String]) -> Self {
-        let keys: Vec<String> = lua.keys(locks).collect();
+    /// `EVALSHA` of `lua` for the lock keys `locks` under key prefix `prefix` (the script
+    /// gets them and the keys derived from them, in its layout); add its arguments with
+    /// [`Call::arg`].
+    pub(crate) fn script(lua: &'static Lua, prefix: &str, locks: &[String]) -> Self {
+        let keys: Vec<String> = lua.keys(prefix, locks).collect();
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(lua.hash()).arg(keys.len());
         for key in keys {
@@ -627,6 +633,9 @@ impl Node {
         if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
             return NodeFailure::WrongType;
         }
+        if is_permission_error(e.code(), &e.to_string()) {
+            return NodeFailure::Denied(e.to_string());
+        }
         if e.is_timeout() {
             // A timeout reported by the driver (its response timeout is off on our own
             // connections): the connection stays (see `discard`).
@@ -637,6 +646,17 @@ impl Node {
         }
         NodeFailure::Failed(e.to_string())
     }
+}
+
+/// Whether a server error (its code and message) is an ACL refusal: `NOPERM` for a command,
+/// key or channel the user may not use, or, for a command a script ran, the plain `ERR`
+/// with which the servers report it (Redis 6.2 and 7.0: "The user executing the script
+/// can't ...", Redis 7.2 and later, Valkey: "ACL failure in script").
+fn is_permission_error(code: Option<&str>, message: &str) -> bool {
+    code == Some("NOPERM")
+        || message.starts_with("NOPERM")
+        || message.contains("The user executing the script can't")
+        || message.contains("ACL failure in script")
 }
 
 /// Loads every script on a new connection (one pipelined round trip), so `EVALSHA` finds
@@ -654,6 +674,52 @@ async fn preload_scripts(conn: &mut MultiplexedConnection) -> RedisResult<()> {
         Err(e) => {
             tracing::debug!(error = %e, "script preload refused; relying on NOSCRIPT fallback");
             Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acl_refusals_are_permission_errors() {
+        // The servers' own words (Redis 6.2, 7.0, 7.4, Valkey 9.1).
+        let denied = [
+            (
+                Some("NOPERM"),
+                "NOPERM this user has no permissions to run the 'lpop' command",
+            ),
+            (Some("NOPERM"), "NOPERM No permissions to access a key"),
+            (
+                Some("ERR"),
+                "ERR Error running script (call to f_9): @user_script:1: @user_script: 1: \
+                 The user executing the script can't publish to the channel mentioned in the command",
+            ),
+            (
+                Some("ERR"),
+                "ERR The user executing the script can't access at least one of the keys \
+                 mentioned in the command arguments script: 3b0b, on @user_script:1.",
+            ),
+            (
+                Some("ERR"),
+                "ERR ACL failure in script: No permissions to access a channel script: on @user_script:1.",
+            ),
+        ];
+        for (code, message) in denied {
+            assert!(is_permission_error(code, message), "{message}");
+        }
+        let other = [
+            (Some("ERR"), "ERR syntax error"),
+            (
+                Some("WRONGTYPE"),
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ),
+            (Some("NOSCRIPT"), "NOSCRIPT No matching script"),
+            (None, "broken pipe"),
+        ];
+        for (code, message) in other {
+            assert!(!is_permission_error(code, message), "{message}");
         }
     }
 }

@@ -109,6 +109,9 @@ pub(crate) enum Vote {
     Open,
     /// No vote: the node failed or timed out, or its answer is not admitted.
     Missing,
+    /// No vote, and a configuration error: the node's ACL refused the request. Any such
+    /// vote decides the round ([`Decision::Denied`]).
+    Denied,
 }
 
 /// What `outcome` counts for in a round whose success is `yes`.
@@ -117,6 +120,7 @@ pub(crate) fn vote(outcome: &NodeOutcome, yes: &NodeOutcome) -> Vote {
         o if o == yes => Vote::Yes,
         NodeOutcome::HeldByOther | NodeOutcome::NotHeld | NodeOutcome::WrongType => Vote::No,
         NodeOutcome::Quarantined => Vote::Missing,
+        NodeOutcome::PermissionDenied(_) => Vote::Denied,
         o if o.is_failure() => Vote::Missing,
         _ => Vote::Open,
     }
@@ -159,6 +163,9 @@ pub(crate) enum Decision {
         /// The majority that was needed.
         quorum: usize,
     },
+    /// A node's ACL refused the request: a configuration error, whatever the other nodes
+    /// answered (a release that some node refused left the key there).
+    Denied,
 }
 
 impl Decision {
@@ -170,6 +177,7 @@ impl Decision {
             Decision::Contended => "contended",
             Decision::NotHeld => "not_held",
             Decision::Unavailable { .. } => "unavailable",
+            Decision::Denied => "permission",
         }
     }
 
@@ -189,6 +197,7 @@ impl Decision {
             Decision::Contended => Err(Error::Contended { report }),
             Decision::NotHeld => Err(Error::NotHeld { report }),
             Decision::Unavailable { quorum } => Err(Error::Unavailable { quorum, report }),
+            Decision::Denied => Err(Error::Permission { report }),
         }
     }
 }
@@ -210,7 +219,9 @@ pub(crate) fn decide_acquire(
     validity: Option<Duration>,
 ) -> Decision {
     let q = quorum(votes.len());
-    if has_majority(votes) {
+    if votes.contains(&Vote::Denied) {
+        Decision::Denied
+    } else if has_majority(votes) {
         won(elapsed, validity)
     } else if votes.len() - count(votes, Vote::Missing) < q {
         Decision::Unavailable { quorum: q }
@@ -227,7 +238,9 @@ pub(crate) fn decide_extend(
     elapsed: Duration,
     validity: Option<Duration>,
 ) -> Decision {
-    if has_majority(votes) {
+    if votes.contains(&Vote::Denied) {
+        Decision::Denied
+    } else if has_majority(votes) {
         won(elapsed, validity)
     } else {
         not_held_or_unavailable(votes)
@@ -237,7 +250,9 @@ pub(crate) fn decide_extend(
 /// A release: `expired` (the validity ran out before it) is never a success; otherwise as
 /// [`decide_extend`], with no validity to win.
 pub(crate) fn decide_release(votes: &[Vote], expired: bool) -> Decision {
-    if expired {
+    if votes.contains(&Vote::Denied) {
+        Decision::Denied
+    } else if expired {
         Decision::NotHeld
     } else if has_majority(votes) {
         Decision::Won {
@@ -251,7 +266,9 @@ pub(crate) fn decide_release(votes: &[Vote], expired: bool) -> Decision {
 /// A round that only needs a majority to answer yes (connecting, committing a fencing
 /// token): anything less is unavailable.
 pub(crate) fn decide_reach(votes: &[Vote]) -> Decision {
-    if has_majority(votes) {
+    if votes.contains(&Vote::Denied) {
+        Decision::Denied
+    } else if has_majority(votes) {
         Decision::Won {
             validity: Duration::ZERO,
         }
@@ -401,6 +418,7 @@ mod tests {
             (NodeOutcome::Quarantined, Vote::Missing),
             (NodeOutcome::TimedOut, Vote::Missing),
             (NodeOutcome::Failed("x".into()), Vote::Missing),
+            (NodeOutcome::PermissionDenied("NOPERM".into()), Vote::Denied),
             (NodeOutcome::Pending, Vote::Open),
             (NodeOutcome::Released, Vote::Open),
         ];
@@ -523,6 +541,22 @@ mod tests {
     }
 
     #[test]
+    fn one_denial_decides_every_round() {
+        for n in 1..=7 {
+            for (y, no, o, m) in splits(n - 1) {
+                let mut votes = ballot(y, no, o, m);
+                votes.push(Vote::Denied);
+                let d = Decision::Denied;
+                assert_eq!(decide_acquire(&votes, MS(1), Some(MS(9))), d, "{votes:?}");
+                assert_eq!(decide_extend(&votes, MS(1), Some(MS(9))), d, "{votes:?}");
+                assert_eq!(decide_release(&votes, false), d, "{votes:?}");
+                assert_eq!(decide_release(&votes, true), d, "{votes:?}");
+                assert_eq!(decide_reach(&votes), d, "{votes:?}");
+            }
+        }
+    }
+
+    #[test]
     fn reach_decisions() {
         for n in 1..=7 {
             let q = quorum(n);
@@ -555,6 +589,7 @@ mod tests {
             (Decision::Contended, "held by another owner"),
             (Decision::NotHeld, "no longer held"),
             (Decision::Unavailable { quorum: 2 }, "majority of 2"),
+            (Decision::Denied, "permission denied"),
         ];
         for (decision, needle) in cases {
             let err = decision.into_result(report).unwrap_err();

@@ -79,13 +79,18 @@ impl Holding {
     /// The release script's call; when it announces, the client it wakes gets the turn
     /// for two node timeouts (see [`scripts::GATE`]).
     fn release_call(&self, announce: bool) -> Call {
-        let call = Call::script(&scripts::RELEASE, &self.keys).arg(&*self.token);
+        let call = Call::script(
+            &scripts::RELEASE,
+            &self.ensemble.config.key_prefix,
+            &self.keys,
+        )
+        .arg(&*self.token);
         let call = if announce && self.ensemble.notifier.is_some() {
             call.arg(whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1))
         } else {
             call.arg("0")
         };
-        call.arg(keys::WAKE_CHANNEL_PREFIX)
+        call.arg(keys::wake_channel_prefix(&self.ensemble.config.key_prefix))
     }
 
     /// Turns a release reply `{deleted, woke}` into an outcome.
@@ -154,11 +159,13 @@ impl Holding {
     /// and a waiter woken now would only race this client's next attempt (or the client a
     /// real release woke, whose attempt this one may just have spoiled). With `requeue`,
     /// the release on the waiting-list node also puts this client back in the list.
+    /// Returns the round's report when a node's ACL refused it (the key may stay there
+    /// until its TTL ends): a configuration error the attempt must report.
     pub(crate) async fn release_on(
         &mut self,
         which: impl IntoIterator<Item = usize>,
         requeue: Option<Requeue<'_>>,
-    ) {
+    ) -> Option<NodeReport> {
         let special = requeue.map(|r| {
             let call = self
                 .release_call(false)
@@ -175,7 +182,7 @@ impl Holding {
             special,
         );
         let this = &*self;
-        fanout::collect(
+        let collected = fanout::collect(
             &self.ensemble.nodes,
             &mut round,
             |_, r| this.released(r),
@@ -184,6 +191,9 @@ impl Holding {
         )
         .await;
         self.armed = false;
+        let refused =
+            (collected.outcomes.iter()).any(|(o, _)| matches!(o, NodeOutcome::PermissionDenied(_)));
+        refused.then(|| collected.report(&self.ensemble.nodes))
     }
 }
 

@@ -28,6 +28,10 @@ pub enum NodeOutcome {
     TimedOut,
     /// Connecting or the request failed; the message is the driver's.
     Failed(String),
+    /// The server's ACL refused the command, a key or a channel (`NOPERM`): the user this
+    /// client connects as lacks a permission (see "Least privilege" in the README). A
+    /// configuration error, never a vote; the message is the server's.
+    PermissionDenied(String),
     /// The node answered `PING` (connectivity check).
     Reachable,
     /// Still in flight when the outcome was already certain; not waited for.
@@ -38,7 +42,10 @@ impl NodeOutcome {
     /// True when the node could not give an answer (timeout or error), as opposed to a
     /// definite answer from a working node.
     pub fn is_failure(&self) -> bool {
-        matches!(self, NodeOutcome::TimedOut | NodeOutcome::Failed(_))
+        matches!(
+            self,
+            NodeOutcome::TimedOut | NodeOutcome::Failed(_) | NodeOutcome::PermissionDenied(_)
+        )
     }
 }
 
@@ -56,6 +63,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Quarantined => f.write_str("restarted recently, vote not counted"),
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::Failed(msg) => write!(f, "error: {msg}"),
+            NodeOutcome::PermissionDenied(msg) => write!(f, "permission denied: {msg}"),
             NodeOutcome::Reachable => f.write_str("reachable"),
             NodeOutcome::Pending => f.write_str("no answer yet (not waited for)"),
         }
@@ -101,7 +109,15 @@ impl NodeReport {
             .count()
     }
 
-    /// How many nodes failed to answer (timeouts and errors).
+    /// How many nodes refused a command for lack of permission.
+    pub fn denials(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| matches!(r.outcome, NodeOutcome::PermissionDenied(_)))
+            .count()
+    }
+
+    /// How many nodes failed to answer (timeouts, errors and permission refusals).
     pub fn failures(&self) -> usize {
         self.results
             .iter()

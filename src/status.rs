@@ -185,8 +185,8 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty resource name. Unreachable nodes are reported per
-    /// node, not as an error.
+    /// [`Error::Config`] for an empty resource name; [`Error::Permission`] when a node's ACL
+    /// refused the read. Unreachable nodes are reported per node, not as an error.
     ///
     /// # Cancel safety
     ///
@@ -197,7 +197,11 @@ impl Redlock {
         }
         let ensemble = self.inner();
         let key = self.key(resource);
-        let call = Call::script(&scripts::INSPECT, std::slice::from_ref(&key));
+        let call = Call::script(
+            &scripts::INSPECT,
+            &ensemble.config.key_prefix,
+            std::slice::from_ref(&key),
+        );
         let mut round = Round::everywhere(ensemble.view(), call);
         let mut holders = vec![None; ensemble.nodes.len()];
         let collected = fanout::collect(
@@ -216,6 +220,10 @@ impl Redlock {
             Stop::AtEnd,
         )
         .await;
+        let report = collected.report(&ensemble.nodes);
+        if report.denials() > 0 {
+            return Err(Error::Permission { report });
+        }
         let nodes: Vec<KeyState> = (ensemble.nodes.iter().zip(holders))
             .zip(collected.outcomes)
             .map(|((node, holder), (outcome, _))| KeyState {

@@ -33,6 +33,8 @@ pub(crate) const EX_SOFTWARE: u8 = 70;
 pub(crate) const EX_OSERR: u8 = 71;
 /// The lock is held elsewhere (`EX_TEMPFAIL`).
 pub(crate) const EX_TEMPFAIL: u8 = 75;
+/// A node's ACL refused a command, key or channel (`EX_NOPERM`).
+pub(crate) const EX_NOPERM: u8 = 77;
 
 /// Environment variable with the node URLs, used when `--nodes` is absent.
 const ENV_NODES: &str = "QUORUM_LOCK_NODES";
@@ -54,6 +56,7 @@ N ended it); otherwise
    70  the lock was lost, or could not be extended, while the program ran (it was sent
        SIGTERM, then SIGKILL before the lock's validity ended)
    75  the lock is held elsewhere (not acquired within the wait)
+   77  permission denied: a node's ACL refused a command, key or channel
   126  the program could not be started;  127  the program was not found";
 
 const RUN_AFTER_HELP: &str = "\
@@ -69,7 +72,8 @@ quorum-lock exits 70. A --grace that does not fit in the --ttl's validity is ref
 
 While it waits more than a second for the lock, and stderr is a terminal, quorum-lock says
 on stderr who holds the lock and when its key expires.
-Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere.";
+Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere, 77 permission
+denied by a node's ACL (also when the release after the program was refused).";
 
 /// Redlock over N independent Redis masters, from the command line.
 #[derive(Debug, Parser)]
@@ -189,6 +193,14 @@ impl Failure {
 
     fn usage(message: impl Into<String>) -> Self {
         Failure::new(EX_USAGE, message)
+    }
+
+    /// A library error of `status` or `release`: 77 for a permission refusal, else 64.
+    fn from_error(err: &Error) -> Self {
+        match err.report().filter(|_| err.is_permission()) {
+            Some(report) => Failure::new(EX_NOPERM, format!("{err}: {report}")),
+            None => Failure::usage(err.to_string()),
+        }
     }
 }
 
@@ -392,7 +404,7 @@ async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
     let status = redlock
         .status(&args.resource)
         .await
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .map_err(|e| Failure::from_error(&e))?;
     if args.json {
         say(&status.to_json());
     } else {
@@ -420,7 +432,7 @@ async fn release(redlock: &Redlock, resource: &str) -> Result<u8, Failure> {
     let report = redlock
         .reset(resource)
         .await
-        .map_err(|e| Failure::usage(e.to_string()))?;
+        .map_err(|e| Failure::from_error(&e))?;
     let total = report.results().len();
     let had = report.count(&NodeOutcome::Released);
     let failed = report.failures();

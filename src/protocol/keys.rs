@@ -1,7 +1,11 @@
 //! The names of the keys and channels the library uses, one function per kind.
 //!
-//! A lock key is the resource name with the client's key prefix. The library's own
-//! bookkeeping keys are derived from the lock key, so they follow its prefix.
+//! Every name starts with the client's key prefix, so an ACL that allows only
+//! `~<prefix>*` (keys) and `&<prefix>*` (channels) covers all of them. A lock key is the
+//! prefix followed by the resource name; every other name is made by [`internal`]: the
+//! prefix, then `quorum-lock:<what>:`, then what it belongs to. With the default empty
+//! prefix the names are those of earlier versions. Resource names that start with
+//! `quorum-lock:` would collide with these names: they are the library's own.
 
 /// The kinds of keys a script receives, in the order of its `KEYS` blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,13 +20,21 @@ pub(crate) enum Kind {
     Turn,
 }
 
-/// The name of the key of `kind` that belongs to lock key `lock`.
-pub(crate) fn derived(kind: Kind, lock: &str) -> String {
+/// The one rule for every name other than a lock key: `<prefix>quorum-lock:<what>:<rest>`.
+/// Any key or channel this crate adds is named through here, so it stays under the prefix.
+pub(crate) fn internal(prefix: &str, what: &str, rest: &str) -> String {
+    format!("{prefix}quorum-lock:{what}:{rest}")
+}
+
+/// The name of the key of `kind` that belongs to lock key `lock` (which is `prefix`
+/// followed by the resource name).
+pub(crate) fn derived(kind: Kind, prefix: &str, lock: &str) -> String {
+    let resource = lock.strip_prefix(prefix).unwrap_or(lock);
     match kind {
         Kind::Lock => lock.to_owned(),
-        Kind::Fence => format!("quorum-lock:fence:{lock}"),
-        Kind::Waiters => format!("quorum-lock:waiters:{lock}"),
-        Kind::Turn => format!("quorum-lock:turn:{lock}"),
+        Kind::Fence => internal(prefix, "fence", resource),
+        Kind::Waiters => internal(prefix, "waiters", resource),
+        Kind::Turn => internal(prefix, "turn", resource),
     }
 }
 
@@ -31,17 +43,21 @@ pub(crate) fn lock(prefix: &str, resource: &str) -> String {
     format!("{prefix}{resource}")
 }
 
-/// The prefix of the channel each client listens on for wake-ups; its id follows.
-pub(crate) const WAKE_CHANNEL_PREFIX: &str = "quorum-lock:wake:";
-
-/// The channel client `id` listens on for wake-ups.
-pub(crate) fn wake_channel(id: &str) -> String {
-    format!("{WAKE_CHANNEL_PREFIX}{id}")
+/// The prefix of the channels clients listen on for wake-ups under `prefix`; a client's
+/// id follows.
+pub(crate) fn wake_channel_prefix(prefix: &str) -> String {
+    internal(prefix, "wake", "")
 }
 
-/// The highest fencing token seen for `resource` by [`fenced_set`](crate::fencing::fenced_set).
+/// The channel client `id` listens on for wake-ups.
+pub(crate) fn wake_channel(prefix: &str, id: &str) -> String {
+    internal(prefix, "wake", id)
+}
+
+/// The highest fencing token seen for `resource` by [`fenced_set`](crate::fencing::fenced_set),
+/// on the server that holds the caller's data (not a lock node; no key prefix applies).
 pub(crate) fn fence_seen(resource: &str) -> String {
-    format!("quorum-lock:fence-seen:{resource}")
+    internal("", "fence-seen", resource)
 }
 
 #[cfg(test)]
@@ -49,13 +65,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn derived_keys_keep_their_names() {
-        assert_eq!(derived(Kind::Lock, "app:r"), "app:r");
-        assert_eq!(derived(Kind::Fence, "app:r"), "quorum-lock:fence:app:r");
-        assert_eq!(derived(Kind::Waiters, "app:r"), "quorum-lock:waiters:app:r");
-        assert_eq!(derived(Kind::Turn, "app:r"), "quorum-lock:turn:app:r");
-        assert_eq!(lock("app:", "r"), "app:r");
-        assert_eq!(wake_channel("c1"), "quorum-lock:wake:c1");
+    fn names_without_a_prefix_are_unchanged() {
+        assert_eq!(derived(Kind::Lock, "", "r"), "r");
+        assert_eq!(derived(Kind::Fence, "", "r"), "quorum-lock:fence:r");
+        assert_eq!(derived(Kind::Waiters, "", "r"), "quorum-lock:waiters:r");
+        assert_eq!(derived(Kind::Turn, "", "r"), "quorum-lock:turn:r");
+        assert_eq!(wake_channel("", "c1"), "quorum-lock:wake:c1");
+        assert_eq!(wake_channel_prefix(""), "quorum-lock:wake:");
         assert_eq!(fence_seen("r"), "quorum-lock:fence-seen:r");
+    }
+
+    #[test]
+    fn every_name_is_under_the_prefix() {
+        let prefix = "app:";
+        let lock_key = lock(prefix, "r");
+        assert_eq!(lock_key, "app:r");
+        assert_eq!(
+            derived(Kind::Fence, prefix, &lock_key),
+            "app:quorum-lock:fence:r"
+        );
+        assert_eq!(
+            derived(Kind::Waiters, prefix, &lock_key),
+            "app:quorum-lock:waiters:r"
+        );
+        assert_eq!(
+            derived(Kind::Turn, prefix, &lock_key),
+            "app:quorum-lock:turn:r"
+        );
+        assert_eq!(wake_channel(prefix, "c1"), "app:quorum-lock:wake:c1");
+        assert!(wake_channel(prefix, "c1").starts_with(&wake_channel_prefix(prefix)));
+        for kind in [Kind::Lock, Kind::Fence, Kind::Waiters, Kind::Turn] {
+            // Exhaustive on purpose: a new kind must be added to the list above.
+            match kind {
+                Kind::Lock | Kind::Fence | Kind::Waiters | Kind::Turn => {}
+            }
+            assert!(
+                derived(kind, prefix, &lock_key).starts_with(prefix),
+                "{kind:?}"
+            );
+        }
+        assert!(internal(prefix, "any", "x").starts_with(prefix));
     }
 }

@@ -15,16 +15,27 @@ pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOu
 }
 
 /// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence}`: whether it set the
-/// keys, and the fencing counter it read (with fencing on).
+/// keys, and the fencing counter it read (with fencing on). A key of another type in the
+/// way is [`NodeOutcome::WrongType`].
 pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOutcome> {
     // Read as a signed number: the driver turns -1 into `u64::MAX` when asked for a `u64`,
-    // and a counter at the top would make every later token equal.
+    // and a counter at the top would make every later token equal. `-1` in the first
+    // place: the key holds another type.
     let (set, fence) = decode::<(i64, Option<i64>)>(reply)?;
+    if set == -1 {
+        return Err(NodeOutcome::WrongType);
+    }
     let fence = fence
         .map(u64::try_from)
         .transpose()
         .map_err(|_| NodeOutcome::Failed(format!("negative fencing counter {fence:?}")))?;
     Ok((set == 1, fence))
+}
+
+/// A `TYPE` reply: whether the key holds something other than a string (a foreign list,
+/// hash, ...), as opposed to a string or nothing.
+pub(crate) fn is_other_type(reply: Value) -> bool {
+    decode::<String>(reply).is_ok_and(|kind| kind != "string" && kind != "none")
 }
 
 /// A reply `1` (the script did it) or anything else (it did not), as `yes` or `no`.

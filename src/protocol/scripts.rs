@@ -51,14 +51,16 @@ impl Lua {
         self.repeatable
     }
 
-    /// The script's `KEYS` for the lock keys `locks`, block by block.
+    /// The script's `KEYS` for the lock keys `locks` under key prefix `prefix`, block by
+    /// block.
     pub(crate) fn keys<'a>(
         &'static self,
+        prefix: &'a str,
         locks: &'a [String],
     ) -> impl Iterator<Item = String> + 'a {
-        self.layout
-            .iter()
-            .flat_map(move |&kind| locks.iter().map(move |lock| keys::derived(kind, lock)))
+        self.layout.iter().flat_map(move |&kind| {
+            (locks.iter()).map(move |lock| keys::derived(kind, prefix, lock))
+        })
     }
 
     /// The SHA1 digest `EVALSHA` names the script by.
@@ -109,7 +111,9 @@ end
 /// us our place).
 ///
 /// Returns `{acquired, fence}`. `acquired` is 1 after setting every key to the token with
-/// the TTL, or 0 (and nothing set) when any key already exists, whatever its type. `fence`
+/// the TTL, or (nothing set) when a key already exists: 0 when the first one found holds
+/// a string (a lock), -1 when it holds another type (a list, a hash, ...: foreign data, whose
+/// type is read only on this failure path). `fence`
 /// is, with ARGV[5], the highest fencing counter of the keys (0 when none exists), else
 /// nil. With a client id, a failed attempt appends the id (once) to each key's waiting
 /// list, so the next release wakes this
@@ -139,6 +143,9 @@ for i = 1, k do
             for j = 1, k do
                 queue(j)
             end
+        end
+        if redis.call('TYPE', KEYS[i]).ok ~= 'string' then
+            return {-1, fence}
         end
         return {0, fence}
     end

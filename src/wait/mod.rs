@@ -82,6 +82,8 @@ pub(crate) struct Context<'a> {
     pub(crate) view: View<'a>,
     pub(crate) notifier: Option<&'a Arc<Notifier>>,
     pub(crate) queue: &'a LocalQueue,
+    /// The client's key prefix, which every derived key starts with.
+    pub(crate) prefix: &'a str,
 }
 
 /// One `lock()` call's part in the waiting protocol: its subscription to release
@@ -159,7 +161,7 @@ impl<'a> Waiting<'a> {
     /// fails to answer opens the gate: the attempt then decides.
     pub(crate) async fn ask_gate(&self, e: Enqueue<'_>, list_ttl_ms: u64) -> Result<()> {
         let view = self.cx.view;
-        let call = Call::script(&scripts::GATE, self.keys)
+        let call = Call::script(&scripts::GATE, self.cx.prefix, self.keys)
             .arg(e.client)
             .arg(scripts::flag(e.front))
             .arg(list_ttl_ms);

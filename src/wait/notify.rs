@@ -2,7 +2,7 @@
 //! and only one waiting client is woken per release.
 //!
 //! Every client has a random id and, from its first contended wait on, one pub/sub
-//! connection per node subscribed to its own channel `quorum-lock:wake:<id>`. A failed
+//! connection per node subscribed to its own channel `<prefix>quorum-lock:wake:<id>`. A failed
 //! attempt of a waiting client appends the id to the key's waiting list on one node, the
 //! first where its subscription stands (see [`scripts::ACQUIRE`](crate::protocol::scripts)); a release
 //! pops the first id whose client is still listening and publishes `<token>:<key>` to it
@@ -42,6 +42,8 @@ pub(crate) struct Notifier {
     background: Arc<Background>,
     /// This client's id in waiting lists.
     id: String,
+    /// The client's key prefix, which its waiting lists and channel start with.
+    prefix: String,
     channel: String,
     node_timeout: Duration,
     connect_timeout: Duration,
@@ -124,6 +126,7 @@ impl Notifier {
         background: Arc<Background>,
         connect_timeout: Duration,
         node_timeout: Duration,
+        prefix: String,
     ) -> Self {
         let id = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
             .simple()
@@ -133,7 +136,8 @@ impl Notifier {
             running: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
             nodes,
             background,
-            channel: keys::wake_channel(&id),
+            channel: keys::wake_channel(&prefix, &id),
+            prefix,
             id,
             node_timeout,
             connect_timeout,
@@ -219,7 +223,7 @@ impl Notifier {
             return;
         }
         metrics::wait_event("left");
-        let call = Arc::new(Call::script(&scripts::LEAVE, &keys).arg(&self.id));
+        let call = Arc::new(Call::script(&scripts::LEAVE, &self.prefix, &keys).arg(&self.id));
         let pending = which
             .iter()
             .filter_map(|&i| self.nodes.get(i).map(|node| fanout::send(i, node, &call)));
@@ -377,6 +381,7 @@ mod tests {
             Arc::new(Background::new(Vec::new())),
             Duration::from_millis(10),
             Duration::from_millis(10),
+            String::new(),
         ));
         let keys: Arc<[String]> = vec!["k:1".to_owned()].into();
         let mut registration = notifier.register(&keys);

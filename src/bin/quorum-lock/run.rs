@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::duration::{display, human};
 use crate::progress;
 use crate::schedule::{KILL_MARGIN, Plan};
-use crate::{EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure};
+use crate::{EX_NOPERM, EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure};
 
 /// What `run` was asked to do, validated.
 #[derive(Debug)]
@@ -162,7 +162,12 @@ fn acquire_failure(err: &Error, opts: &RunOptions, redlock: &Redlock) -> Failure
         Some(w) => format!("within {}", display(w)),
     };
     let total = redlock.nodes().count();
-    if err.is_contended() {
+    if err.is_permission() {
+        Failure::new(
+            EX_NOPERM,
+            format!("cannot lock {:?}: {err}{report}", opts.resource),
+        )
+    } else if err.is_contended() {
         Failure::new(
             EX_TEMPFAIL,
             format!(
@@ -480,6 +485,20 @@ fn finish(
             format!(
                 "lock on {:?} {what}; {ending}; release: {nodes}",
                 opts.resource
+            ),
+        ));
+    }
+    if let Err(e) = &released
+        && e.is_permission()
+    {
+        // A refused release left the key on the nodes: a configuration error, not success.
+        return Err(Failure::new(
+            EX_NOPERM,
+            format!(
+                "releasing {:?} after the program {}: {e}; the key stays until its TTL ends: \
+                 {nodes}",
+                opts.resource,
+                describe(status)
             ),
         ));
     }
