@@ -12,6 +12,8 @@
 //! 3. one slow node among 5: 5 ms reply delay (proxy), and a node that never answers
 //! 4. contention: 8 tasks on one resource, N = 5, sharing one client or one client each
 //! 5. memory: RSS around 100 000 cycles, N = 3
+//! 6. native commands: Valkey 9 only, N = 5, lock + extend + release with `DELIFEQ` /
+//!    `SET IFEQ` against the Lua scripts (skipped without a `valkey-server` build)
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then `DEL` to all N concurrently (the minimum traffic of a lock
@@ -63,15 +65,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=5) => selected.push(n),
+            Ok(n @ 1..=6) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-5)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-6)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5];
+        selected = vec![1, 2, 3, 4, 5, 6];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -93,7 +95,8 @@ fn main() {
                 2 => scenarios::throughput::run(cfg).await,
                 3 => scenarios::slow_node::run(cfg).await,
                 4 => scenarios::contention::run(cfg).await,
-                _ => scenarios::memory::run(cfg).await,
+                5 => scenarios::memory::run(cfg).await,
+                _ => scenarios::native::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

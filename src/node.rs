@@ -14,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, ToRedisArgs, Value};
 use tokio::time::Instant;
 
+use crate::protocol::native::{Capabilities, Native};
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
 
@@ -86,6 +87,8 @@ pub(crate) struct Call {
     source: Option<&'static str>,
     /// For a command that may set a lock key: the gate its token's release closes.
     gate: Option<Arc<SendGate>>,
+    /// A native command with the same effect, sent instead to nodes that have it.
+    native: Option<Native>,
 }
 
 /// Orders the requests that may set a token's keys before that token's release, on every
@@ -143,6 +146,7 @@ impl Call {
             cmd,
             source: None,
             gate: None,
+            native: None,
         }
     }
 
@@ -159,6 +163,7 @@ impl Call {
             cmd,
             source: Some(lua.source),
             gate: None,
+            native: None,
         }
     }
 
@@ -168,15 +173,37 @@ impl Call {
         self
     }
 
+    /// Sends `native` instead on the nodes that have the capability it needs (learnt at
+    /// connect); the others get this call. The caller vouches that both have the same
+    /// effect (see [`native`](crate::protocol::native) for where that holds). Add every
+    /// argument of the script before.
+    pub(crate) fn or_native(mut self, native: Native) -> Self {
+        self.native = Some(native);
+        self
+    }
+
     /// Appends an argument.
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
         self.cmd.arg(arg);
         self
     }
 
-    /// Sends the command; `None` when its gate closed before it was written.
-    async fn run(&self, conn: &mut MultiplexedConnection) -> RedisResult<Option<Value>> {
+    /// Sends the command, or its native stand-in where `capabilities` allow; `None` when its
+    /// gate closed before it was written. Either is written in one poll under the same gate,
+    /// so a release orders the same way whichever path a node takes.
+    async fn run(
+        &self,
+        conn: &mut MultiplexedConnection,
+        capabilities: Capabilities,
+    ) -> RedisResult<Option<Value>> {
         let gate = self.gate.as_deref();
+        if let Some(native) = self.native.as_ref().filter(|n| capabilities.has(n.needs)) {
+            let Some(reply) = SendGate::pass(gate, conn.send_packed_command(&native.cmd)).await
+            else {
+                return Ok(None);
+            };
+            return server_error(reply?).map(|r| Some(native.reply(r)));
+        }
         let Some(reply) = SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await else {
             return Ok(None);
         };
@@ -221,6 +248,11 @@ pub(crate) struct Node {
     generation: AtomicU64,
     /// The server instance behind the current connection, learnt on every (re)connect.
     identity: Mutex<Option<Identity>>,
+    /// The native commands of the server behind the current connection, learnt on every
+    /// (re)connect (none until then: the scripts work everywhere).
+    capabilities: Mutex<Capabilities>,
+    /// The server's kind and version (`"valkey 9.1.2"`), learnt on every (re)connect.
+    server: Mutex<Option<String>>,
     /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
     /// quarantined.
     published: AtomicU8,
@@ -259,6 +291,8 @@ impl Node {
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
             identity: Mutex::new(None),
+            capabilities: Mutex::new(Capabilities::default()),
+            server: Mutex::new(None),
             published: AtomicU8::new(0),
         }
     }
@@ -277,6 +311,7 @@ impl Node {
             Err(_) => return Ok(()),
         };
         let info = crate::info::parse(&info);
+        self.set_server(info.server());
         let identity = match (info.run_id(), info.uptime()) {
             (Some(run_id), Some(uptime)) => Some(Identity {
                 run_id: run_id.to_owned(),
@@ -293,6 +328,46 @@ impl Node {
         }
         *known = identity;
         Ok(())
+    }
+
+    fn set_server(&self, server: Option<crate::info::Server<'_>>) {
+        let server = server.map(|s| format!("{} {}", s.kind, s.version));
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = server;
+    }
+
+    /// The server's kind and version as last learnt (`"valkey 9.1.2"`); `None` before the
+    /// first connect or when `INFO` was refused.
+    pub(crate) fn server(&self) -> Option<String> {
+        self.server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Asks which native commands the server has (see [`Capabilities`]), both probes in
+    /// one round trip; a refused probe means "not there".
+    async fn learn_capabilities(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let [info, docs] = Capabilities::probes();
+        let (mut c1, mut c2) = (conn.clone(), conn.clone());
+        let (info, docs) = futures::join!(
+            info.query_async::<Value>(&mut c1),
+            docs.query_async::<Value>(&mut c2)
+        );
+        for reply in [&info, &docs] {
+            if let Err(e) = reply
+                && (e.is_io_error() || e.is_connection_dropped())
+            {
+                return Err(e.clone());
+            }
+        }
+        let capabilities = Capabilities::from_probes(info.as_ref().ok(), docs.as_ref().ok());
+        *self.capabilities.lock().unwrap_or_else(|p| p.into_inner()) = capabilities;
+        Ok(())
+    }
+
+    /// The native commands of the server behind the current connection.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        *self.capabilities.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this node's vote must not count yet: it (re)started less than `period` ago,
@@ -366,7 +441,13 @@ impl Node {
                     .get_multiplexed_async_connection_with_config(&node.config)
                     .await?;
                 preload_scripts(&mut conn).await?;
-                node.learn_identity(&mut conn).await?;
+                let mut probe = conn.clone();
+                let (identity, capabilities) = futures::join!(
+                    node.learn_identity(&mut conn),
+                    node.learn_capabilities(&mut probe)
+                );
+                identity?;
+                capabilities?;
                 Ok::<_, RedisError>(conn)
             })
             .await;
@@ -434,9 +515,13 @@ impl Node {
     /// Sends `call` on this node's connection, connecting first if needed. Unbounded: the
     /// caller bounds it (a round's deadline).
     pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
-        self.request(|mut conn| async move { call.run(&mut conn).await })
-            .await
-            .and_then(|sent| sent.ok_or(NodeFailure::Withdrawn))
+        self.request(|mut conn| {
+            // Read once connected: the capabilities of the server behind this connection.
+            let capabilities = self.capabilities();
+            async move { call.run(&mut conn, capabilities).await }
+        })
+        .await
+        .and_then(|sent| sent.ok_or(NodeFailure::Withdrawn))
     }
 
     fn classify(&self, generation: u64, e: RedisError) -> NodeFailure {

@@ -66,6 +66,9 @@ impl fmt::Display for NodeOutcome {
 pub struct NodeResult {
     /// The node's address as `host:port` (credentials are never shown).
     pub node: String,
+    /// The server's kind and version as learnt at connect, e.g. `"valkey 9.1.2"` or
+    /// `"redis 7.0.15"`; `None` before a connection or when `INFO` was refused.
+    pub server: Option<String>,
     /// What it did.
     pub outcome: NodeOutcome,
     /// Time from sending to the answer (or to giving up on it).
@@ -114,10 +117,13 @@ impl fmt::Display for NodeReport {
             if i > 0 {
                 f.write_str(", ")?;
             }
+            f.write_str(&r.node)?;
+            if let Some(server) = &r.server {
+                write!(f, " [{server}]")?;
+            }
             write!(
                 f,
-                "{} {} ({:.1} ms)",
-                r.node,
+                " {} ({:.1} ms)",
                 r.outcome,
                 r.latency.as_secs_f64() * 1e3
             )?;
@@ -127,3 +133,28 @@ impl fmt::Display for NodeReport {
 }
 
 impl std::error::Error for NodeReport {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_names_each_nodes_server() {
+        let result = |node: &str, server: Option<&str>, outcome| NodeResult {
+            node: node.to_owned(),
+            server: server.map(str::to_owned),
+            outcome,
+            latency: Duration::from_micros(1500),
+        };
+        let report = NodeReport::new(vec![
+            result("a:1", Some("valkey 9.1.2"), NodeOutcome::Released),
+            result("b:2", Some("redis 7.0.15"), NodeOutcome::NotHeld),
+            result("c:3", None, NodeOutcome::TimedOut),
+        ]);
+        assert_eq!(
+            report.to_string(),
+            "a:1 [valkey 9.1.2] released (1.5 ms), b:2 [redis 7.0.15] not held (1.5 ms), \
+             c:3 timed out (1.5 ms)"
+        );
+    }
+}

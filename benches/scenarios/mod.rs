@@ -4,5 +4,6 @@
 pub mod contention;
 pub mod latency;
 pub mod memory;
+pub mod native;
 pub mod slow_node;
 pub mod throughput;
