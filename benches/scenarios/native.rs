@@ -106,10 +106,11 @@ impl Executed {
     }
 }
 
+const N: usize = 5;
+const TASKS: usize = 16;
+const SLICES: usize = 6;
+
 pub async fn run(cfg: Cfg) {
-    const N: usize = 5;
-    const TASKS: usize = 16;
-    const SLICES: usize = 6;
     let Some(bin) = valkey_bin() else {
         println!("Scenario 6: skipped: no valkey-server (run scripts/servers.sh)\n");
         return;
@@ -163,6 +164,20 @@ pub async fn run(cfg: Cfg) {
         }
     }
 
+    let names: Vec<&str> = subjects.iter().map(|(name, _)| *name).collect();
+    print!("{}", table(&names, &results, &executed, &bin, dur).render());
+    println!();
+    drop(cluster);
+}
+
+/// The scenario's table: one row per client, ratios to the Lua row.
+fn table(
+    names: &[&str],
+    results: &[Throughput],
+    executed: &[Executed],
+    bin: &std::path::Path,
+    dur: Duration,
+) -> Table {
     let mut t = Table::new(
         format!(
             "Scenario 6: native commands vs Lua, Valkey 9 only, N = {N}, {TASKS} tasks each on \
@@ -180,7 +195,7 @@ pub async fn run(cfg: Cfg) {
         ],
     );
     let mut rows = Vec::new();
-    for (((name, _), r), e) in subjects.iter().zip(&results).zip(&executed) {
+    for ((name, r), e) in names.iter().zip(results).zip(executed) {
         if let Some(err) = &r.first_error {
             t.note(format!("{name}: {} failed cycles, first: {err}", r.errors));
         }
@@ -211,7 +226,5 @@ pub async fn run(cfg: Cfg) {
     t.note("per cycle: server cpu = all valkey-servers' CPU time (/proc); cmd time = usec spent executing commands, summed over INFO commandstats of the 5 nodes");
     t.note("evalsha, delifeq = calls per cycle over the 5 nodes (5 = one per node); quorum-lock: one client per row shared by all tasks");
     t.note(format!("server: {}", bin.display()));
-    print!("{}", t.render());
-    println!();
-    drop(cluster);
+    t
 }
