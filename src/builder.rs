@@ -196,8 +196,9 @@ impl RedlockBuilder {
     /// a single-resource lock that wakes nobody (notifications off, or the clean-up of a
     /// failed attempt), `SET ... IFEQ ... PX` for extending a single-resource lock. Other
     /// nodes, multi-resource locks and releases that wake waiters keep the scripts, so a
-    /// mixed ensemble uses each node's best path. Off: the scripts everywhere, e.g. for an
-    /// ACL that allows `EVALSHA` but not `DELIFEQ`.
+    /// mixed ensemble uses each node's best path. A node whose ACL refuses `DELIFEQ` gets
+    /// the script right after the refusal. Off: the scripts everywhere (saves that extra
+    /// round trip under such an ACL).
     pub fn native_commands(mut self, on: bool) -> Self {
         self.native_commands = on;
         self

@@ -202,7 +202,14 @@ impl Call {
             else {
                 return Ok(None);
             };
-            return server_error(reply?).map(|r| Some(native.reply(r)));
+            match reply? {
+                // An ACL that allows the script but not this command: the command did
+                // nothing, so the script below has the effect it would have had.
+                Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoPerm) => {
+                    tracing::debug!(error = %e, "native command refused; sending the script");
+                }
+                reply => return server_error(reply).map(|r| Some(native.reply(r))),
+            }
         }
         let Some(reply) = SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await else {
             return Ok(None);

@@ -333,7 +333,44 @@ async fn scripts_stay_where_a_native_command_would_not_do_the_same() {
         // The release by script; SET NX PX and SET IFEQ.
         await_calls(s, "evalsha", 1).await;
         assert_eq!(calls(s, "delifeq"), 0);
-        assert_eq!(calls(s, "set"), 2);
+        await_calls(s, "set", 2).await;
         assert!(get(s, &r).is_none());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_without_delifeq_gets_the_script() {
+    let Some(valkey) = valkey_bin() else { return };
+    let nodes: Vec<RedisServer> = (0..3).map(|_| start(&valkey)).collect();
+    for node in &nodes {
+        let () = redis::cmd("ACL")
+            .arg(&[
+                "SETUSER", "locker", "on", ">secret", "~*", "&*", "+@all", "-delifeq",
+            ])
+            .query(&mut node.conn())
+            .expect("ACL SETUSER");
+        reset_stats(node);
+    }
+    let redlock = Redlock::builder()
+        .restart_quarantine(false)
+        .notifications(false)
+        .nodes(
+            nodes
+                .iter()
+                .map(|n| format!("redis://locker:secret@127.0.0.1:{}", n.port())),
+        )
+        .build()
+        .expect("valid configuration");
+    let r = unique("native-acl");
+    let guard = redlock.lock(&r, TTL).await.expect("lock");
+    let report = guard
+        .release()
+        .await
+        .expect("released by script after NOPERM");
+    assert_eq!(outcomes(&report), [NodeOutcome::Released]);
+    for node in &nodes {
+        await_calls(node, "evalsha", 1).await;
+        assert_eq!(calls(node, "delifeq"), 0, "refused, never run");
+        assert!(get(node, &r).is_none());
     }
 }
