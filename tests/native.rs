@@ -45,15 +45,41 @@ fn start(bin: &Path) -> RedisServer {
     )
 }
 
-fn client(servers: &[&RedisServer], native: bool, notifications: bool) -> Redlock {
-    Redlock::builder()
+/// A connected client: every node's connection is up before the first lock, so every
+/// request is written at once and the per-node call counts below are exact even on a
+/// loaded machine (a request still waiting for a connection at its deadline is dropped).
+async fn client(servers: &[&RedisServer], native: bool, notifications: bool) -> Redlock {
+    let redlock = Redlock::builder()
         // Fresh test servers: quarantine would hold every vote for one TTL.
         .restart_quarantine(false)
         .nodes(servers.iter().map(|s| s.url()))
         .notifications(notifications)
         .native_commands(native)
         .build()
-        .expect("valid configuration")
+        .expect("valid configuration");
+    connected(&redlock).await;
+    redlock
+}
+
+/// Waits until every node of `redlock` is connected.
+async fn connected(redlock: &Redlock) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let report = redlock
+            .connect()
+            .await
+            .unwrap_or_else(|e| match e.report() {
+                Some(r) => r.clone(),
+                None => panic!("connect: {e}"),
+            });
+        if report.count(&NodeOutcome::Reachable) == report.results().len() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not all nodes connected: {report}"
+        );
+    }
 }
 
 /// `calls` of `cmdstat_<command>` in `INFO commandstats` (0 when never called).
@@ -148,7 +174,7 @@ fn ended<T>(result: Result<T, Error>, report: impl FnOnce(&T) -> NodeReport) -> 
 /// ended with. Checks the keys left on the servers after each case. Five releases (cases
 /// 1 to 4 explicitly, case 5 by dropping its guard) and two extensions.
 async fn five_cases(servers: &[&RedisServer], native: bool) -> Vec<Ended> {
-    let redlock = client(servers, native, false);
+    let redlock = client(servers, native, false).await;
     let mut seen = Vec::new();
 
     // 1. Release held: deleted everywhere.
@@ -189,12 +215,22 @@ async fn five_cases(servers: &[&RedisServer], native: bool) -> Vec<Ended> {
     // A successful extension returns its validity, not a report: every node that
     // answered in time extended, or it would not have succeeded.
     seen.push(Ended::Ok(vec![NodeOutcome::Extended]));
-    eventually(
+    let waited = tokio::time::timeout(
         Duration::from_secs(5),
-        "extended to 60 s everywhere",
-        || servers.iter().all(|s| pttl(s, &r4) > 50_000),
+        eventually(Duration::from_secs(6), "extended", || {
+            servers.iter().all(|s| pttl(s, &r4) > 50_000)
+        }),
     )
     .await;
+    let state: Vec<_> = servers
+        .iter()
+        .map(|s| (get(s, &r4), pttl(s, &r4)))
+        .collect();
+    assert!(
+        waited.is_ok(),
+        "extended to 60 s everywhere (native {native}, token {}): {state:?}",
+        guard.token()
+    );
     for s in servers {
         assert_eq!(get(s, &r4).as_deref(), Some(guard.token()));
         assert!(pttl(s, &r4) <= 60_000);
@@ -265,7 +301,7 @@ async fn a_mixed_ensemble_uses_each_nodes_own_path() {
     let nodes = [start(&valkey), start(&redis), start(&valkey)];
     let servers: Vec<&RedisServer> = nodes.iter().collect();
     servers.iter().for_each(|s| reset_stats(s));
-    let redlock = client(&servers, true, false);
+    let redlock = client(&servers, true, false).await;
 
     let r = unique("native-mixed");
     let guard = redlock.lock(&r, TTL).await.expect("lock");
@@ -309,7 +345,7 @@ async fn scripts_stay_where_a_native_command_would_not_do_the_same() {
 
     // Several keys: extend and release are all or nothing, by script.
     servers.iter().for_each(|s| reset_stats(s));
-    let plain = client(&servers, true, false);
+    let plain = client(&servers, true, false).await;
     let (a, b) = (unique("native-many-a"), unique("native-many-b"));
     let guard = plain.lock_many([&a, &b], TTL).await.expect("lock_many");
     guard.extend(TTL * 2).await.expect("extend");
@@ -324,7 +360,7 @@ async fn scripts_stay_where_a_native_command_would_not_do_the_same() {
     // Notifications on: a release may wake a waiter, which only the script does; a
     // one-key extension is native still.
     servers.iter().for_each(|s| reset_stats(s));
-    let waking = client(&servers, true, true);
+    let waking = client(&servers, true, true).await;
     let r = unique("native-waking");
     let guard = waking.lock(&r, TTL).await.expect("lock");
     guard.extend(TTL * 2).await.expect("extend");
@@ -361,6 +397,7 @@ async fn an_acl_without_delifeq_gets_the_script() {
         )
         .build()
         .expect("valid configuration");
+    connected(&redlock).await;
     let r = unique("native-acl");
     let guard = redlock.lock(&r, TTL).await.expect("lock");
     let report = guard
