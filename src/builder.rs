@@ -38,6 +38,7 @@ pub struct RedlockBuilder {
     tls_root_cert: Option<Vec<u8>>,
     notifications: bool,
     quarantine: bool,
+    native_commands: bool,
 }
 
 impl Default for RedlockBuilder {
@@ -55,6 +56,7 @@ impl Default for RedlockBuilder {
             tls_root_cert: None,
             notifications: true,
             quarantine: true,
+            native_commands: true,
         }
     }
 }
@@ -188,6 +190,21 @@ impl RedlockBuilder {
         self
     }
 
+    /// Native compare-and-delete and compare-and-set (on by default). On every (re)connect
+    /// the client asks each node whether it has `DELIFEQ` (`COMMAND INFO`) and
+    /// `SET ... IFEQ` (`COMMAND DOCS SET`), as Valkey 9 does, and uses them in place of the
+    /// Lua scripts where they have exactly the scripts' effect: `DELIFEQ` for a release of
+    /// a single-resource lock that wakes nobody (notifications off, or the clean-up of a
+    /// failed attempt), `SET ... IFEQ ... PX` for extending a single-resource lock. Other
+    /// nodes, multi-resource locks and releases that wake waiters keep the scripts, so a
+    /// mixed ensemble uses each node's best path. A node whose ACL refuses `DELIFEQ` gets
+    /// the script right after the refusal. Off: the scripts everywhere (saves that extra
+    /// round trip under such an ACL).
+    pub fn native_commands(mut self, on: bool) -> Self {
+        self.native_commands = on;
+        self
+    }
+
     /// A PEM certificate (or bundle) to trust for `rediss://` nodes instead of the
     /// platform's roots, e.g. a private CA.
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -249,6 +266,7 @@ impl RedlockBuilder {
             default_ttl: self.default_ttl,
             notifications: self.notifications,
             quarantine: self.quarantine,
+            native_commands: self.native_commands,
         };
         Ok(Redlock::from_ensemble(Ensemble::new(
             nodes,

@@ -19,6 +19,8 @@ pub(crate) struct Config {
     pub(crate) default_ttl: Duration,
     pub(crate) notifications: bool,
     pub(crate) quarantine: bool,
+    /// Use a node's native compare-and-delete / compare-and-set where it has them.
+    pub(crate) native_commands: bool,
 }
 
 /// Rejects a TTL that is zero, not a whole number of milliseconds' worth, too large for

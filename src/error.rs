@@ -196,6 +196,7 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, outcome)| NodeResult {
+                    server: None,
                     node: format!("n{i}:6379"),
                     outcome: outcome.clone(),
                     latency: Duration::from_millis(1),

@@ -215,6 +215,7 @@ pub(crate) fn report(nodes: &[Arc<Node>], outcomes: &[(NodeOutcome, Duration)]) 
             .zip(outcomes)
             .map(|(node, (outcome, latency))| NodeResult {
                 node: node.name().to_owned(),
+                server: node.server(),
                 outcome: outcome.clone(),
                 latency: *latency,
             })

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
 use crate::node::Call;
-use crate::protocol::{reply, scripts};
+use crate::protocol::{native, reply, scripts};
 use crate::quorum::{self, Decision};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::safety;
@@ -165,6 +165,14 @@ impl Lease {
         let call = Call::script(&scripts::EXTEND, &ensemble.config.key_prefix, &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
+        // One key: `SET ... IFEQ ... PX` on the nodes that have it, the same effect as the
+        // script (see `protocol::native`); several keys need the script's all or nothing.
+        let call = match &*self.keys {
+            [key] if ensemble.config.native_commands => {
+                call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
+            }
+            _ => call,
+        };
         let mut round = Round::everywhere(ensemble.view(), call);
         let collected = fanout::collect(
             &ensemble.nodes,

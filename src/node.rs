@@ -14,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, ToRedisArgs, Value};
 use tokio::time::Instant;
 
+use crate::protocol::native::{Capabilities, Native};
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
 
@@ -160,6 +161,8 @@ pub(crate) struct Call {
     source: Option<&'static str>,
     /// For a command that may set a lock key: the gate its token's release closes.
     gate: Option<Arc<SendGate>>,
+    /// A native command with the same effect, sent instead to nodes that have it.
+    native: Option<Native>,
     /// Sent once more, on a fresh connection, when the connection refused it before it was
     /// written (see [`Node::send`]). Only for commands whose second run changes nothing the
     /// first did not; never for one that may set a lock key.
@@ -246,6 +249,7 @@ impl Call {
             source: None,
             gate: None,
             repeatable: false,
+            native: None,
         }
     }
 
@@ -271,6 +275,7 @@ impl Call {
             source: Some(lua.source),
             gate: None,
             repeatable: lua.is_repeatable(),
+            native: None,
         }
     }
 
@@ -282,16 +287,44 @@ impl Call {
         self
     }
 
+    /// Sends `native` instead on the nodes that have the capability it needs (learnt at
+    /// connect); the others get this call. The caller vouches that both have the same
+    /// effect (see [`native`](crate::protocol::native) for where that holds). Add every
+    /// argument of the script before.
+    pub(crate) fn or_native(mut self, native: Native) -> Self {
+        self.native = Some(native);
+        self
+    }
+
     /// Appends an argument.
     pub(crate) fn arg(mut self, arg: impl ToRedisArgs) -> Self {
         self.cmd.arg(arg);
         self
     }
 
-    /// Sends the command; `None` when its gate closed before it was written.
-    async fn run(&self, conn: &mut MultiplexedConnection) -> Result<Option<Value>, SendError> {
+    /// Sends the command, or its native stand-in where `capabilities` allow; `None` when its
+    /// gate closed before it was written. Either is written in one poll under the same gate,
+    /// so a release orders the same way whichever path a node takes.
+    async fn run(
+        &self,
+        conn: &mut MultiplexedConnection,
+        capabilities: Capabilities,
+    ) -> Result<Option<Value>, SendError> {
         let gate = self.gate.as_deref();
-        let Some(reply) = self.send_on(gate, conn).await? else {
+        if let Some(native) = self.native.as_ref().filter(|n| capabilities.has(n.needs)) {
+            let Some(reply) = send_on(gate, conn, &native.cmd).await? else {
+                return Ok(None);
+            };
+            match reply {
+                // An ACL that allows the script but not this command: the command did
+                // nothing, so the script below has the effect it would have had.
+                Value::ServerError(e) if e.kind() == Some(redis::ServerErrorKind::NoPerm) => {
+                    tracing::debug!(error = %e, "native command refused; sending the script");
+                }
+                reply => return Ok(Some(native.reply(server_error(reply)?))),
+            }
+        }
+        let Some(reply) = send_on(gate, conn, &self.cmd).await? else {
             return Ok(None);
         };
         match reply {
@@ -307,7 +340,7 @@ impl Call {
                     .query_async::<()>(conn)
                     .await?;
                 // The second try passes the gate again: a release may have closed it.
-                match self.send_on(gate, conn).await? {
+                match send_on(gate, conn, &self.cmd).await? {
                     Some(reply) => Ok(Some(server_error(reply)?)),
                     None => Ok(None),
                 }
@@ -315,21 +348,21 @@ impl Call {
             reply => Ok(Some(server_error(reply)?)),
         }
     }
+}
 
-    /// One send of the command through `gate`; a connection error at the first poll is
-    /// marked unsent (see [`SendError`]).
-    async fn send_on(
-        &self,
-        gate: Option<&SendGate>,
-        conn: &mut MultiplexedConnection,
-    ) -> Result<Option<Value>, SendError> {
-        match SendGate::pass(gate, conn.send_packed_command(&self.cmd)).await {
-            None => Ok(None),
-            Some((Ok(reply), _)) => Ok(Some(reply)),
-            Some((Err(error), at_first)) => {
-                let unsent = at_first && (error.is_io_error() || error.is_connection_dropped());
-                Err(SendError { error, unsent })
-            }
+/// One send of `cmd` through `gate`; a connection error at the first poll is marked unsent
+/// (see [`SendError`]).
+async fn send_on(
+    gate: Option<&SendGate>,
+    conn: &mut MultiplexedConnection,
+    cmd: &Cmd,
+) -> Result<Option<Value>, SendError> {
+    match SendGate::pass(gate, conn.send_packed_command(cmd)).await {
+        None => Ok(None),
+        Some((Ok(reply), _)) => Ok(Some(reply)),
+        Some((Err(error), at_first)) => {
+            let unsent = at_first && (error.is_io_error() || error.is_connection_dropped());
+            Err(SendError { error, unsent })
         }
     }
 }
@@ -352,6 +385,11 @@ pub(crate) struct Node {
     generation: AtomicU64,
     /// The server instance behind the current connection, learnt on every (re)connect.
     identity: Mutex<Option<Identity>>,
+    /// The native commands of the server behind the current connection, learnt on every
+    /// (re)connect (none until then: the scripts work everywhere).
+    capabilities: Mutex<Capabilities>,
+    /// The server's kind and version (`"valkey 9.1.2"`), learnt on every (re)connect.
+    server: Mutex<Option<String>>,
     /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
     /// quarantined.
     published: AtomicU8,
@@ -390,6 +428,8 @@ impl Node {
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
             identity: Mutex::new(None),
+            capabilities: Mutex::new(Capabilities::default()),
+            server: Mutex::new(None),
             published: AtomicU8::new(0),
         }
     }
@@ -408,6 +448,7 @@ impl Node {
             Err(_) => return Ok(()),
         };
         let info = crate::info::parse(&info);
+        self.set_server(info.server());
         let identity = match (info.run_id(), info.uptime()) {
             (Some(run_id), Some(uptime)) => Some(Identity {
                 run_id: run_id.to_owned(),
@@ -424,6 +465,46 @@ impl Node {
         }
         *known = identity;
         Ok(())
+    }
+
+    fn set_server(&self, server: Option<crate::info::Server<'_>>) {
+        let server = server.map(|s| format!("{} {}", s.kind, s.version));
+        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = server;
+    }
+
+    /// The server's kind and version as last learnt (`"valkey 9.1.2"`); `None` before the
+    /// first connect or when `INFO` was refused.
+    pub(crate) fn server(&self) -> Option<String> {
+        self.server
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Asks which native commands the server has (see [`Capabilities`]), both probes in
+    /// one round trip; a refused probe means "not there".
+    async fn learn_capabilities(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let [info, docs] = Capabilities::probes();
+        let (mut c1, mut c2) = (conn.clone(), conn.clone());
+        let (info, docs) = futures::join!(
+            info.query_async::<Value>(&mut c1),
+            docs.query_async::<Value>(&mut c2)
+        );
+        for reply in [&info, &docs] {
+            if let Err(e) = reply
+                && (e.is_io_error() || e.is_connection_dropped())
+            {
+                return Err(e.clone());
+            }
+        }
+        let capabilities = Capabilities::from_probes(info.as_ref().ok(), docs.as_ref().ok());
+        *self.capabilities.lock().unwrap_or_else(|p| p.into_inner()) = capabilities;
+        Ok(())
+    }
+
+    /// The native commands of the server behind the current connection.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        *self.capabilities.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this node's vote must not count yet: it (re)started less than `period` ago,
@@ -530,7 +611,13 @@ impl Node {
                     .get_multiplexed_async_connection_with_config(&node.config)
                     .await?;
                 preload_scripts(&mut conn).await?;
-                node.learn_identity(&mut conn).await?;
+                let mut probe = conn.clone();
+                let (identity, capabilities) = futures::join!(
+                    node.learn_identity(&mut conn),
+                    node.learn_capabilities(&mut probe)
+                );
+                identity?;
+                capabilities?;
                 Ok::<_, RedisError>(conn)
             })
             .await;
@@ -615,7 +702,7 @@ impl Node {
         let mut retried = false;
         loop {
             let (generation, mut conn) = self.connection().await.map_err(NodeFailure::Failed)?;
-            match call.run(&mut conn).await {
+            match call.run(&mut conn, self.capabilities()).await {
                 Ok(Some(reply)) => return Ok(reply),
                 Ok(None) => return Err(NodeFailure::Withdrawn),
                 Err(SendError { error, unsent }) => {

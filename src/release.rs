@@ -12,7 +12,7 @@ use crate::error::Result;
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
 use crate::node::{Call, SendGate};
-use crate::protocol::{keys, reply, scripts};
+use crate::protocol::{keys, native, reply, scripts};
 use crate::quorum;
 use crate::report::{NodeOutcome, NodeReport};
 use crate::wait::Requeue;
@@ -76,16 +76,27 @@ impl Holding {
         Round::broadcast(self.ensemble.view(), self.release_call(announce), which)
     }
 
-    /// The release script's call; when it announces, the client it wakes gets the turn
-    /// for two node timeouts (see [`scripts::GATE`]).
+    /// The release's call: the release script, or on nodes that have it `DELIFEQ` where
+    /// that has the script's exact effect (one key, nobody to wake: see
+    /// [`native`](crate::protocol::native)). When it announces, the client it wakes gets
+    /// the turn for two node timeouts (see [`scripts::GATE`]).
     fn release_call(&self, announce: bool) -> Call {
-        let call = Call::script(
-            &scripts::RELEASE,
-            &self.ensemble.config.key_prefix,
-            &self.keys,
-        )
-        .arg(&*self.token);
-        let call = if announce && self.ensemble.notifier.is_some() {
+        let wakes = announce && self.ensemble.notifier.is_some();
+        let call = self.release_script(wakes);
+        match &*self.keys {
+            [key] if !wakes && self.ensemble.config.native_commands => {
+                call.or_native(native::del_if_eq(key, &self.token))
+            }
+            _ => call,
+        }
+    }
+
+    /// The release script alone, waking the next waiter when `wakes`; more arguments may
+    /// follow (the requeue of [`release_on`](Self::release_on), which no native command
+    /// does).
+    fn release_script(&self, wakes: bool) -> Call {
+        let call = Call::script(&scripts::RELEASE, &self.ensemble.config.key_prefix, &self.keys).arg(&*self.token);
+        let call = if wakes {
             call.arg(whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1))
         } else {
             call.arg("0")
@@ -168,7 +179,7 @@ impl Holding {
     ) -> Option<NodeReport> {
         let special = requeue.map(|r| {
             let call = self
-                .release_call(false)
+                .release_script(false)
                 .arg(r.client)
                 .arg(scripts::flag(r.front))
                 .arg(r.list_ttl_ms);

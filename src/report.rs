@@ -76,6 +76,9 @@ impl fmt::Display for NodeOutcome {
 pub struct NodeResult {
     /// The node's address as `host:port` (credentials are never shown).
     pub node: String,
+    /// The server's kind and version as learnt at connect, e.g. `"valkey 9.1.2"` or
+    /// `"redis 7.0.15"`; `None` before a connection or when `INFO` was refused.
+    pub server: Option<String>,
     /// What it did.
     pub outcome: NodeOutcome,
     /// Time from sending to the answer (or to giving up on it).
@@ -133,7 +136,11 @@ impl fmt::Display for NodeReport {
             if i > 0 {
                 f.write_str("; ")?;
             }
-            write!(f, "{} {}", r.node, r.outcome)?;
+            f.write_str(&r.node)?;
+            if let Some(server) = &r.server {
+                write!(f, " [{server}]")?;
+            }
+            write!(f, " {}", r.outcome)?;
             // A pending node's time is only how long it had not answered.
             if r.outcome != NodeOutcome::Pending {
                 write!(f, " ({})", latency(r.latency))?;
@@ -166,6 +173,7 @@ mod tests {
     fn result(outcome: NodeOutcome, micros: u64) -> NodeResult {
         NodeResult {
             node: "10.0.0.1:6379".into(),
+            server: None,
             outcome,
             latency: Duration::from_micros(micros),
         }
@@ -188,5 +196,25 @@ mod tests {
         );
         assert_eq!(latency(Duration::from_micros(9_960)), "10.0 ms");
         assert_eq!(latency(Duration::MAX), "18446744073709551616.00 s");
+    }
+
+    #[test]
+    fn display_names_each_nodes_server() {
+        let result = |node: &str, server: Option<&str>, outcome| NodeResult {
+            node: node.to_owned(),
+            server: server.map(str::to_owned),
+            outcome,
+            latency: Duration::from_micros(1500),
+        };
+        let report = NodeReport::new(vec![
+            result("a:1", Some("valkey 9.1.2"), NodeOutcome::Released),
+            result("b:2", Some("redis 7.0.15"), NodeOutcome::NotHeld),
+            result("c:3", None, NodeOutcome::TimedOut),
+        ]);
+        assert_eq!(
+            report.to_string(),
+            "a:1 [valkey 9.1.2] released (1.5 ms); b:2 [redis 7.0.15] not held (1.5 ms); \
+             c:3 timed out (1.5 ms)"
+        );
     }
 }

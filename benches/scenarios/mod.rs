@@ -4,6 +4,7 @@
 pub mod contention;
 pub mod latency;
 pub mod memory;
+pub mod native;
 pub mod scale;
 pub mod slow_node;
 pub mod throughput;

@@ -149,6 +149,8 @@ pub enum Contender {
         queue: Arc<tokio::sync::Mutex<()>>,
     },
     Quorum(quorum_lock::Redlock),
+    /// quorum-lock, extending the lock once (to the same TTL) between lock and release.
+    QuorumExtend(quorum_lock::Redlock),
     Rslock(rslock::LockManager),
 }
 
@@ -208,6 +210,14 @@ impl Contender {
                 .await
                 .map(Held::Quorum)
                 .map_err(|e| format!("lock: {e}")),
+            Contender::QuorumExtend(rl) => {
+                let guard = rl.lock(res, TTL).await.map_err(|e| format!("lock: {e}"))?;
+                guard
+                    .extend(TTL)
+                    .await
+                    .map_err(|e| format!("extend: {e}"))?;
+                Ok(Held::Quorum(guard))
+            }
             // rslock's own "wait until acquired" loop (`lock` with its 3 tries, repeated).
             Contender::Rslock(lm) => lm
                 .acquire_no_guard(res.as_bytes(), ttl)

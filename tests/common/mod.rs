@@ -265,6 +265,9 @@ pub struct ServerExtras {
     /// [`CLOCKSHIFT_REFRESH`] (see [`ClockFile`]). Needs a C compiler; check
     /// [`clockshift_lib`] first and skip when it is `None`.
     pub clock_offset_file: Option<PathBuf>,
+    /// Run this server binary instead of the next one of [`SERVERS_ENV`] (or
+    /// [`redis_server_bin`]), e.g. to build a mixed ensemble whatever the matrix row.
+    pub bin: Option<PathBuf>,
 }
 
 struct Proc {
@@ -304,7 +307,10 @@ impl RedisServer {
             None
         };
         let mut server = RedisServer {
-            bin: next_server_bin(opts.tls),
+            bin: extras
+                .bin
+                .clone()
+                .unwrap_or_else(|| next_server_bin(opts.tls)),
             opts,
             extras,
             port: 0,
