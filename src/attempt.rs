@@ -13,6 +13,7 @@ use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::fanout::{self, Collected, Round, Stop};
+use crate::fencing::FencingToken;
 use crate::guard::LockGuard;
 use crate::metrics;
 use crate::node::Call;
@@ -295,12 +296,13 @@ async fn commit_fence(
     plan: &Plan,
     token: &str,
     counters: &[Option<u64>],
-) -> Result<u64> {
+) -> Result<FencingToken> {
     let highest = counters.iter().flatten().copied().max().unwrap_or(0);
-    let fence = highest.saturating_add(1);
+    // Past 2^53 the nodes cannot count exactly: refuse rather than risk a repeated token.
+    let fence = FencingToken::after(highest).map_err(|e| Error::Config(e.to_string()))?;
     let call = Call::script(&scripts::FENCE, &plan.keys)
         .arg(token)
-        .arg(fence);
+        .arg(fence.get());
     let mut round = Round::everywhere(ensemble.view(), call);
     let vote = Voter::new(ensemble);
     let collected = fanout::collect(

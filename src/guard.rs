@@ -15,6 +15,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::extend::{self, AutoExtend};
 use crate::fanout;
+use crate::fencing::FencingToken;
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
 use crate::release::Holding;
@@ -36,7 +37,7 @@ pub struct LockGuard {
     /// What each node answered to the acquisition, made into a report when asked for.
     votes: Vec<(NodeOutcome, Duration)>,
     report: OnceLock<NodeReport>,
-    fencing_token: Option<u64>,
+    fencing_token: Option<FencingToken>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -57,7 +58,7 @@ impl LockGuard {
         ttl: Duration,
         deadline: Instant,
         votes: Vec<(NodeOutcome, Duration)>,
-        fencing_token: Option<u64>,
+        fencing_token: Option<FencingToken>,
     ) -> Self {
         let lease = Arc::new(Lease::new(
             Arc::clone(holding.ensemble()),
@@ -82,7 +83,15 @@ impl LockGuard {
     /// [`LockRequest::fencing`](crate::LockRequest::fencing): strictly greater than the
     /// token of every earlier holder of these resources. Pass it to the storage you write
     /// to and let it reject writes that carry an older token.
+    ///
+    /// Prefer [`LockRequest::fenced`](crate::LockRequest::fenced): its
+    /// [`FencedGuard`](crate::FencedGuard) has a [`FencingToken`] that cannot be absent.
     pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token.map(FencingToken::get)
+    }
+
+    /// The fencing token, when the lock was requested with one.
+    pub(crate) fn fence(&self) -> Option<FencingToken> {
         self.fencing_token
     }
 

@@ -14,6 +14,7 @@ mod ensemble;
 mod error;
 mod extend;
 mod fanout;
+mod fenced;
 pub mod fencing;
 mod guard;
 mod info;
@@ -41,6 +42,7 @@ pub use doctor::{
 };
 pub use error::{Error, Result};
 pub use extend::AutoExtend;
+pub use fenced::{FencedContext, FencedGuard, FencedRequest};
 pub use fencing::FencingToken;
 pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};

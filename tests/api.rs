@@ -1,0 +1,90 @@
+//! The API people reach for (issue 18): typed fencing on every way to hold a lock, client
+//! shutdown, error texts. Against real `redis-server` processes.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Cluster, unique};
+use quorum_lock::{FencingToken, Redlock};
+
+const TTL: Duration = Duration::from_secs(10);
+/// Generous per-node timeout: tests share two cores with many servers.
+const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn client(urls: &[String]) -> Redlock {
+    Redlock::builder()
+        // Fresh test servers: quarantine would hold every vote for one TTL.
+        .restart_quarantine(false)
+        .nodes(urls)
+        .node_timeout(NODE_TIMEOUT)
+        .retry_delay(Duration::from_millis(2))
+        .max_retry_delay(Duration::from_millis(20))
+        .build()
+        .expect("valid configuration")
+}
+
+/// Every way to hold a fenced lock gives a `FencingToken` (no `Option`), and the tokens of
+/// successive holders of one resource are 1, 2, 3, ... in holding order, whichever form
+/// held it: guard, `try_lock_fenced`, scoped closure, `lock_many`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_to_hold_a_fenced_lock_has_a_token() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("fenced-api");
+    let other = unique("fenced-api-other");
+
+    let guard = redlock.lock(&resource, TTL).fenced().await.unwrap();
+    let first: FencingToken = guard.fencing_token();
+    assert_eq!(first.get(), 1);
+    // The plain accessor still answers, with the same number.
+    assert_eq!(guard.fencing_token().as_i64(), 1);
+    assert_eq!(LockGuardView::of(&guard), Some(1));
+    // While held, a fenced try_lock is refused without error.
+    assert!(
+        redlock
+            .try_lock_fenced(&resource, TTL)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    guard.release().await.unwrap();
+
+    let tried = redlock.try_lock_fenced(&resource, TTL).await.unwrap();
+    let tried = tried.expect("free after the release");
+    assert_eq!(tried.fencing_token().get(), 2);
+    tried.release().await.unwrap();
+
+    let scoped = redlock
+        .lock(&resource, TTL)
+        .fenced()
+        .run(|ctx| async move { (ctx.fencing_token(), ctx.validity() > Duration::ZERO) })
+        .await
+        .unwrap();
+    assert_eq!(scoped.0.get(), 3);
+    assert!(scoped.1);
+
+    // Several resources: the token is above every counter of the keys it takes.
+    let many = redlock
+        .lock_many([other.clone(), resource.clone()], TTL)
+        .fenced()
+        .await
+        .unwrap();
+    assert_eq!(many.fencing_token().get(), 4);
+    assert_eq!(many.resources().len(), 2);
+    many.release().await.unwrap();
+
+    // A lock requested without fencing has no token to show.
+    let plain = redlock.lock(&other, TTL).await.unwrap();
+    assert_eq!(plain.fencing_token(), None);
+    plain.release().await.unwrap();
+}
+
+/// The deprecated-style accessor on the plain guard, reached through `Deref`.
+struct LockGuardView;
+
+impl LockGuardView {
+    fn of(guard: &quorum_lock::LockGuard) -> Option<u64> {
+        guard.fencing_token()
+    }
+}
