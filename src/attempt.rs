@@ -39,6 +39,7 @@ impl Plan {
         ttl: Duration,
         fencing: bool,
     ) -> Result<Plan> {
+        ensemble.check_open()?;
         if resources.is_empty() {
             return Err(Error::Config("no resource names given".into()));
         }
@@ -159,6 +160,19 @@ async fn attempt_inner(
         let err = refusal(ensemble, &collected, decision);
         return Err(give_back(holding, plan, enqueue, list_reply, &collected, err).await);
     };
+    if ensemble.is_closed() {
+        // The client shut down while this attempt ran: its locks are being released, and
+        // this one must not outlive it.
+        return Err(give_back(
+            holding,
+            plan,
+            enqueue,
+            list_reply,
+            &collected,
+            Error::ShutDown,
+        )
+        .await);
+    }
     holding.hold_locally();
     if let (Some((node, reply)), Some(notifier)) = (list_reply, &ensemble.notifier) {
         // Acquired before the waiting-list node answered: whether that node's list still

@@ -70,6 +70,11 @@ pub enum Error {
         reason: crate::LostReason,
     },
 
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)): it takes
+    /// no new locks, and the locks it held were released.
+    #[error("the client was shut down")]
+    ShutDown,
+
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -85,7 +90,7 @@ impl Error {
             | Error::ValiditySpent { report, .. }
             | Error::NotHeld { report } => Some(report),
             Error::Timeout { last, .. } => last.report(),
-            Error::Lost { .. } | Error::Config(_) => None,
+            Error::Lost { .. } | Error::ShutDown | Error::Config(_) => None,
         }
     }
 

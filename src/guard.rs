@@ -3,13 +3,14 @@
 //! [`release`](crate::release).
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::ensemble::Held;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -65,9 +66,12 @@ impl LockGuard {
             Arc::clone(holding.keys()),
             resources,
             Arc::clone(holding.token()),
+            Arc::clone(holding.gate()),
             deadline,
             ttl,
         ));
+        let held: Weak<dyn Held> = Arc::downgrade(&lease) as Weak<dyn Held>;
+        holding.ensemble().register(held);
         LockGuard {
             holding,
             lease,
@@ -109,12 +113,14 @@ impl LockGuard {
                 .map(|(_, latency)| *latency)
                 .max()
                 .unwrap_or_default();
-            self.extender = Some(handle.spawn(extend::run(
+            let task = handle.spawn(extend::run(
                 Arc::clone(&self.lease),
                 policy,
                 self.acquired_at,
                 rtt,
-            )));
+            ));
+            self.lease.set_extender(Some(task.abort_handle()));
+            self.extender = Some(task);
         }
     }
 

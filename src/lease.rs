@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::whole_ms;
-use crate::ensemble::Ensemble;
+use crate::ensemble::{Ensemble, Held};
 use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
-use crate::node::Call;
+use crate::node::{Call, SendGate};
 use crate::protocol::{reply, scripts};
 use crate::quorum::{self, Decision};
 use crate::report::{NodeOutcome, NodeReport};
@@ -32,6 +33,9 @@ pub enum LostReason {
     NotHeld,
     /// The holder released it.
     Released,
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)), which
+    /// released the lock.
+    ShutDown,
 }
 
 impl fmt::Display for LostReason {
@@ -40,6 +44,7 @@ impl fmt::Display for LostReason {
             LostReason::Expired => "validity ran out without an extension",
             LostReason::NotHeld => "a majority no longer holds our token",
             LostReason::Released => "released by its holder",
+            LostReason::ShutDown => "released because the client was shut down",
         })
     }
 }
@@ -59,6 +64,10 @@ pub(crate) struct Lease {
     pub(crate) keys: Arc<[String]>,
     pub(crate) resources: Arc<[String]>,
     pub(crate) token: Arc<str>,
+    /// The send gate of the lock's token, closed by every release (see `SendGate`).
+    gate: Arc<SendGate>,
+    /// The auto-extender, aborted when the client shuts down.
+    extender: std::sync::Mutex<Option<AbortHandle>>,
     state: watch::Sender<State>,
 }
 
@@ -68,6 +77,7 @@ impl Lease {
         keys: Arc<[String]>,
         resources: Arc<[String]>,
         token: Arc<str>,
+        gate: Arc<SendGate>,
         deadline: Instant,
         ttl: Duration,
     ) -> Self {
@@ -81,8 +91,15 @@ impl Lease {
             keys,
             resources,
             token,
+            gate,
+            extender: std::sync::Mutex::new(None),
             state,
         }
+    }
+
+    /// Records the auto-extender's task, so that shutdown can stop it.
+    pub(crate) fn set_extender(&self, handle: Option<AbortHandle>) {
+        *self.extender.lock().unwrap_or_else(|p| p.into_inner()) = handle;
     }
 
     pub(crate) fn state(&self) -> State {
@@ -103,9 +120,9 @@ impl Lease {
             match reason {
                 LostReason::Expired => metrics::lost("expired"),
                 LostReason::NotHeld => metrics::lost("not_held"),
-                LostReason::Released => {}
+                LostReason::Released | LostReason::ShutDown => {}
             }
-            if reason != LostReason::Released {
+            if !matches!(reason, LostReason::Released | LostReason::ShutDown) {
                 tracing::warn!(resources = ?self.resources, %reason, "lock lost");
             }
         }
@@ -191,6 +208,25 @@ impl Lease {
             metrics::extended(decision.label());
         }
         decision.into_result(|| collected.report(&ensemble.nodes))
+    }
+}
+
+impl Held for Lease {
+    fn shut_down(&self) -> (Arc<[String]>, Arc<str>, Arc<SendGate>) {
+        if let Some(extender) = self
+            .extender
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            extender.abort();
+        }
+        self.mark_lost(LostReason::ShutDown);
+        (
+            Arc::clone(&self.keys),
+            Arc::clone(&self.token),
+            Arc::clone(&self.gate),
+        )
     }
 }
 

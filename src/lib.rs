@@ -28,6 +28,7 @@ mod release;
 mod report;
 mod retry;
 mod scoped;
+mod shutdown;
 mod status;
 mod wait;
 // Pure rules of issue 14, public only for tests/model.rs; not yet called by the client.

@@ -3,7 +3,7 @@
 //! This module and the client's fan-out are the only places that touch the `redis` crate.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
@@ -224,6 +224,8 @@ pub(crate) struct Node {
     /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
     /// quarantined.
     published: AtomicU8,
+    /// Set by the client's shutdown: the connection is dropped and never made again.
+    closed: AtomicBool,
 }
 
 /// Which Redis process a node is, and since when it runs.
@@ -260,6 +262,7 @@ impl Node {
             generation: AtomicU64::new(0),
             identity: Mutex::new(None),
             published: AtomicU8::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -337,9 +340,20 @@ impl Node {
     }
 
     /// The current connection, connecting first if there is none.
+    /// Drops the connection (its driver ends once no request uses it) and makes no new one:
+    /// every later request fails at once (client shutdown).
+    pub(crate) fn close(&self) {
+        let mut slot = self.lock_slot();
+        self.closed.store(true, Ordering::Release);
+        *slot = Slot::Empty;
+    }
+
     async fn connection(self: &Arc<Self>) -> ConnectResult {
         let pending = {
             let mut slot = self.lock_slot();
+            if self.closed.load(Ordering::Acquire) {
+                return Err("the client was shut down".into());
+            }
             match &*slot {
                 Slot::Ready(generation, conn) => return Ok((*generation, conn.clone())),
                 Slot::Connecting(fut) => fut.clone(),

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Cluster, unique};
-use quorum_lock::{FencingToken, Redlock};
+use quorum_lock::{AutoExtend, Error, FencingToken, LostReason, Redlock};
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous per-node timeout: tests share two cores with many servers.
@@ -87,4 +87,43 @@ impl LockGuardView {
     fn of(guard: &quorum_lock::LockGuard) -> Option<u64> {
         guard.fencing_token()
     }
+}
+
+/// `shutdown()` releases every lock the client holds on every node, the guards still alive
+/// report the loss with its reason, and the client refuses new work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_every_lock_and_closes_the_client() {
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let prefix = unique("shutdown");
+    let a = format!("{prefix}:a");
+    let b = format!("{prefix}:b");
+    let mut guard_a = redlock.lock(&a, TTL).await.unwrap();
+    guard_a.auto_extend(AutoExtend::new());
+    let guard_b = redlock
+        .lock_many([b.clone(), a.clone() + "x"], TTL)
+        .await
+        .unwrap();
+    let pattern = format!("{prefix}:*");
+    assert_eq!(cluster.keys_everywhere(&pattern).len(), 9);
+    // A clone of the client shuts it down for every clone.
+    assert_eq!(redlock.clone().shutdown().await, 2);
+
+    assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
+    for guard in [&guard_a, &guard_b] {
+        assert_eq!(guard.lost_signal().lost().await, LostReason::ShutDown);
+        assert_eq!(guard.validity(), Duration::ZERO);
+        assert!(!guard.is_valid());
+    }
+    assert!(matches!(guard_a.release().await, Err(Error::ShutDown)));
+    assert!(matches!(redlock.lock(&a, TTL).await, Err(Error::ShutDown)));
+    assert!(matches!(
+        redlock.try_lock(&b, TTL).await,
+        Err(Error::ShutDown)
+    ));
+    assert_eq!(Error::ShutDown.to_string(), "the client was shut down");
+    // Dropping a guard after shutdown sends nothing; a second shutdown does nothing.
+    drop(guard_b);
+    assert_eq!(redlock.shutdown().await, 0);
+    assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
 }

@@ -144,6 +144,12 @@ impl Notifier {
         self.interests.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Ends the subscriber tasks for good (client shutdown): they are never started again.
+    pub(crate) fn stop(&self) {
+        self.started.store(true, Ordering::Release);
+        self.shutdown.send_replace(());
+    }
+
     /// Whether the subscriptions were started (they then stay for the client's lifetime).
     pub(crate) fn is_started(&self) -> bool {
         self.started.load(Ordering::Acquire)
