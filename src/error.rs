@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::report::NodeReport;
+use crate::report::{NodeReport, latency};
 
 /// Everything that can go wrong, split by what the caller can do about it.
 ///
@@ -20,7 +20,7 @@ pub enum Error {
     },
 
     /// Too many nodes failed or timed out for a majority to be possible.
-    #[error("not enough nodes answered to form a majority of {quorum}")]
+    #[error("no majority of {quorum} could be formed: {}", report.summary())]
     Unavailable {
         /// The majority that was needed.
         quorum: usize,
@@ -31,7 +31,7 @@ pub enum Error {
 
     /// A majority acquired, but so late that no validity was left after the drift
     /// allowance; the partial lock was released.
-    #[error("majority acquired after {elapsed:?}, leaving no validity")]
+    #[error("majority acquired after {}, leaving no validity", latency(*elapsed))]
     ValiditySpent {
         /// Time the attempt took.
         elapsed: Duration,
@@ -42,7 +42,7 @@ pub enum Error {
 
     /// `lock()` spent its wait budget or attempt count; `last` is why the final attempt
     /// failed.
-    #[error("gave up after {attempts} attempts in {waited:?}")]
+    #[error("gave up after {attempts} attempts in {}: {last}", latency(*waited))]
     Timeout {
         /// Attempts made.
         attempts: u32,

@@ -101,6 +101,24 @@ impl NodeReport {
             .count()
     }
 
+    /// What the nodes did, counted: `2 voted yes, 1 timed out`, in the order the outcomes
+    /// first appear; `no node answered` for an empty report.
+    pub fn summary(&self) -> String {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for r in &self.results {
+            let what = r.outcome.to_string();
+            match counts.iter_mut().find(|(w, _)| *w == what) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((what, 1)),
+            }
+        }
+        if counts.is_empty() {
+            return "no node answered".into();
+        }
+        let parts: Vec<String> = counts.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        parts.join(", ")
+    }
+
     /// How many nodes failed to answer (timeouts and errors).
     pub fn failures(&self) -> usize {
         self.results
@@ -129,8 +147,8 @@ impl fmt::Display for NodeReport {
 
 impl std::error::Error for NodeReport {}
 
-/// A round trip for people: `340 µs`, `1.2 ms`, `48 ms`, `1.25 s`.
-fn latency(d: Duration) -> String {
+/// A duration for people: `340 µs`, `1.2 ms`, `48 ms`, `1.25 s`.
+pub(crate) fn latency(d: Duration) -> String {
     let us = d.as_micros();
     if us < 1000 {
         format!("{us} µs")
@@ -172,5 +190,20 @@ mod tests {
         );
         assert_eq!(latency(Duration::from_micros(9_960)), "10.0 ms");
         assert_eq!(latency(Duration::MAX), "18446744073709551616.00 s");
+    }
+
+    #[test]
+    fn summaries_count_outcomes_in_order() {
+        let report = NodeReport::new(vec![
+            result(NodeOutcome::HeldByOther, 1),
+            result(NodeOutcome::TimedOut, 1),
+            result(NodeOutcome::HeldByOther, 1),
+            result(NodeOutcome::Quarantined, 1),
+        ]);
+        assert_eq!(
+            report.summary(),
+            "2 held by another owner, 1 timed out, 1 restarted recently, vote not counted"
+        );
+        assert_eq!(NodeReport::default().summary(), "no node answered");
     }
 }

@@ -127,3 +127,45 @@ async fn shutdown_releases_every_lock_and_closes_the_client() {
     assert_eq!(redlock.shutdown().await, 0);
     assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
 }
+
+/// Error texts say what happened: a timeout names its last cause and a human duration;
+/// an unavailable majority counts what the nodes did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_say_what_the_nodes_did() {
+    let mut cluster = Cluster::start(3);
+    let holder = client(&cluster.urls());
+    let waiter = client(&cluster.urls());
+    let resource = unique("errors");
+    let guard = holder.lock(&resource, TTL).await.unwrap();
+    let err = waiter
+        .lock(&resource, TTL)
+        .max_attempts(2)
+        .await
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.starts_with("gave up after 2 attempts in "), "{text}");
+    assert!(
+        text.ends_with(" ms: resource is held by another owner")
+            || text.ends_with(" µs: resource is held by another owner"),
+        "{text}"
+    );
+    guard.release().await.unwrap();
+
+    cluster.nodes[1].kill();
+    cluster.nodes[2].kill();
+    let err = waiter.try_lock(&resource, TTL).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, Error::Unavailable { quorum: 2, .. }),
+        "{text}"
+    );
+    // The two killed nodes failed with the driver's error and are counted as such (the
+    // live one was not waited for: the outcome was certain without it).
+    assert!(
+        text.starts_with("no majority of 2 could be formed: "),
+        "{text}"
+    );
+    assert!(text.contains("2 error: "), "{text}");
+    assert_eq!(err.report().unwrap().failures(), 2, "{text}");
+    assert!(!text.contains("did not answer"), "{text}");
+}
