@@ -55,6 +55,9 @@ pub(crate) struct State {
     pub(crate) deadline: Instant,
     pub(crate) ttl: Duration,
     pub(crate) lost: Option<LostReason>,
+    /// Remaining validity when an extension last failed without losing the lock; cleared
+    /// by a successful extension.
+    pub(crate) at_risk: Option<Duration>,
 }
 
 /// A lock's identity and state, shared by its guard, its extender and any [`LockContext`].
@@ -85,6 +88,7 @@ impl Lease {
             deadline,
             ttl,
             lost: None,
+            at_risk: None,
         });
         Lease {
             ensemble,
@@ -126,6 +130,19 @@ impl Lease {
                 tracing::warn!(resources = ?self.resources, %reason, "lock lost");
             }
         }
+    }
+
+    /// Records a failed extension with `remaining` validity: the lock is at risk (the first
+    /// failure since the last success is what the signal reports).
+    pub(crate) fn mark_at_risk(&self, remaining: Duration) {
+        self.state.send_if_modified(|s| {
+            if s.lost.is_none() && s.at_risk.is_none() {
+                s.at_risk = Some(remaining);
+                true
+            } else {
+                false
+            }
+        });
     }
 
     pub(crate) fn signal(&self) -> LostSignal {
@@ -195,6 +212,7 @@ impl Lease {
                 self.state.send_modify(|s| {
                     s.deadline = decided + validity;
                     s.ttl = ttl;
+                    s.at_risk = None;
                 });
                 metrics::extended("extended");
                 tracing::Span::current().record("votes", collected.tally.yes());
@@ -267,6 +285,37 @@ impl LostSignal {
                         // The lease is gone: its guard was released or dropped.
                         let s = *state.borrow();
                         return s.lost.unwrap_or(LostReason::Released);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Completes when the lock is at risk: an extension failed (the nodes refused, timed
+    /// out or were quarantined) while the lock is still held, with the validity that
+    /// remained then; this comes before [`lost`](Self::lost), which fires only when too
+    /// little validity is left for another try. Completes with `Duration::ZERO` if the lock
+    /// is lost (or released) without having been at risk first. A successful extension
+    /// clears the risk; wait again to hear of the next one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn at_risk(&self) -> Duration {
+        let mut state = self.state.clone();
+        loop {
+            let s = *state.borrow_and_update();
+            if let Some(remaining) = s.at_risk {
+                return remaining;
+            }
+            if s.lost.is_some() || Instant::now() >= s.deadline {
+                return Duration::ZERO;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(s.deadline) => {}
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        return state.borrow().at_risk.unwrap_or(Duration::ZERO);
                     }
                 }
             }

@@ -169,3 +169,34 @@ async fn errors_say_what_the_nodes_did() {
     assert_eq!(err.report().unwrap().failures(), 2, "{text}");
     assert!(!text.contains("did not answer"), "{text}");
 }
+
+/// With a majority of nodes paused, the first failed auto-extension raises the at-risk
+/// signal while plenty of validity remains, and the lost signal fires only afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_risk_comes_before_lost() {
+    let cluster = Cluster::start(3);
+    let redlock = Redlock::builder()
+        .restart_quarantine(false)
+        .nodes(cluster.urls())
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let resource = unique("at-risk");
+    let ttl = Duration::from_secs(3);
+    let mut guard = redlock.lock(&resource, ttl).await.unwrap();
+    guard.auto_extend(AutoExtend::new());
+    let signal = guard.lost_signal();
+    cluster.nodes[1].pause();
+    cluster.nodes[2].pause();
+    // The extender tries at a third of the TTL before the deadline (1 s): its first
+    // failure leaves about 0.9 s.
+    let remaining = signal.at_risk().await;
+    assert!(remaining >= Duration::from_millis(500), "{remaining:?}");
+    assert!(!signal.is_lost());
+    assert!(guard.validity() > Duration::ZERO);
+    // Lost comes only when at most two node timeouts of validity are left.
+    assert_eq!(signal.lost().await, LostReason::Expired);
+    cluster.nodes[1].resume();
+    cluster.nodes[2].resume();
+    drop(guard);
+}
