@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Cluster, unique};
-use quorum_lock::{AutoExtend, Error, FencingToken, LostReason, Redlock};
+use quorum_lock::{AutoExtend, Error, FencingToken, LostReason, Redlock, RedlockBuilder};
 
 const TTL: Duration = Duration::from_secs(10);
 /// Generous per-node timeout: tests share two cores with many servers.
@@ -199,4 +199,88 @@ async fn at_risk_comes_before_lost() {
     cluster.nodes[1].resume();
     cluster.nodes[2].resume();
     drop(guard);
+}
+
+/// Nodes given as an existing `redis::Client`, a `ConnectionInfo` and a URL make one
+/// client; the same server given twice in two forms is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_from_clients_connection_infos_and_urls() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let redlock = Redlock::builder()
+        .restart_quarantine(false)
+        .node_timeout(NODE_TIMEOUT)
+        .node_client(&cluster.nodes[0].client())
+        .node_connection_info(cluster.nodes[1].client().get_connection_info().clone())
+        .node(&urls[2])
+        .build()
+        .unwrap();
+    assert_eq!(redlock.quorum(), 2);
+    let resource = unique("node-kinds");
+    let guard = redlock.lock(&resource, TTL).await.unwrap();
+    assert_eq!(cluster.keys_everywhere(&resource).len(), 3);
+    guard.release().await.unwrap();
+
+    let twice = Redlock::builder()
+        .node(&urls[0])
+        .node_client(&cluster.nodes[0].client())
+        .build()
+        .unwrap_err();
+    assert!(twice.to_string().contains("is listed twice"), "{twice}");
+}
+
+/// The node list format shared by the CLI's `--nodes` and `QUORUM_LOCK_NODES`.
+#[test]
+fn node_lists_split_on_commas() {
+    assert_eq!(
+        RedlockBuilder::parse_node_list(" redis://a:1, redis://b:2,,redis://c:3 ,"),
+        ["redis://a:1", "redis://b:2", "redis://c:3"]
+    );
+    assert!(RedlockBuilder::parse_node_list(" , ").is_empty());
+    assert_eq!(RedlockBuilder::NODES_ENV, "QUORUM_LOCK_NODES");
+}
+
+/// `nodes_from_env()` in a child process of this test binary, with the variable set, empty
+/// and unset.
+#[test]
+fn nodes_come_from_the_environment_in_one_call() {
+    let child = |value: Option<&str>| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args(["--exact", "env_child", "--ignored", "--nocapture"])
+            .env("QUORUM_LOCK_API_CHILD", "1");
+        match value {
+            Some(v) => cmd.env(RedlockBuilder::NODES_ENV, v),
+            None => cmd.env_remove(RedlockBuilder::NODES_ENV),
+        };
+        let out = cmd.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        child(Some(
+            "redis://127.0.0.1:1, redis://127.0.0.1:2,redis://127.0.0.1:3"
+        ))
+        .contains("child: ok 127.0.0.1:1 127.0.0.1:2 127.0.0.1:3 quorum 2")
+    );
+    assert!(
+        child(Some(" , "))
+            .contains("child: invalid configuration: QUORUM_LOCK_NODES lists no node")
+    );
+    assert!(child(None).contains("child: invalid configuration: QUORUM_LOCK_NODES is not set"));
+}
+
+/// Run only by [`nodes_come_from_the_environment_in_one_call`].
+#[test]
+#[ignore = "run as a child process with its own environment"]
+fn env_child() {
+    if std::env::var_os("QUORUM_LOCK_API_CHILD").is_none() {
+        return;
+    }
+    match Redlock::builder().nodes_from_env().build() {
+        Ok(r) => println!(
+            "child: ok {} quorum {}",
+            r.nodes().collect::<Vec<_>>().join(" "),
+            r.quorum()
+        ),
+        Err(e) => println!("child: {e}"),
+    }
 }
