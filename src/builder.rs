@@ -369,7 +369,7 @@ impl RedlockBuilder {
                 .set_user_timeout(TCP_USER_TIMEOUT),
         );
         let client = if tls {
-            tls_client(info, self.tls_root_cert.clone(), &shown)?
+            tls_client(info, self.tls_root_cert.clone(), shown)?
         } else {
             Client::open(info)
                 .map_err(|e| config(format!("node URL {shown:?} is unusable: {e}")))?
