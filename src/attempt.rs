@@ -87,6 +87,8 @@ pub(crate) async fn attempt(
     plan: &Plan,
     enqueue: Option<Enqueue<'_>>,
 ) -> Result<LockGuard> {
+    // A `lock()` still retrying when the client shuts down stops here.
+    ensemble.check_open()?;
     let span = tracing::debug_span!(
         "quorum_lock.acquire",
         resources = ?plan.resources,
