@@ -13,6 +13,7 @@ use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::fanout::{self, Collected, Round, Stop};
+use crate::fencing::FencingToken;
 use crate::guard::LockGuard;
 use crate::metrics;
 use crate::node::Call;
@@ -38,6 +39,7 @@ impl Plan {
         ttl: Duration,
         fencing: bool,
     ) -> Result<Plan> {
+        ensemble.check_open()?;
         if resources.is_empty() {
             return Err(Error::Config("no resource names given".into()));
         }
@@ -85,6 +87,8 @@ pub(crate) async fn attempt(
     plan: &Plan,
     enqueue: Option<Enqueue<'_>>,
 ) -> Result<LockGuard> {
+    // A `lock()` still retrying when the client shuts down stops here.
+    ensemble.check_open()?;
     let span = tracing::debug_span!(
         "quorum_lock.acquire",
         resources = ?plan.resources,
@@ -148,6 +152,19 @@ async fn attempt_inner(
         let err = refusal(ensemble, &collected, decision);
         return Err(give_back(holding, plan, enqueue, list_reply, &collected, err).await);
     };
+    if ensemble.is_closed() {
+        // The client shut down while this attempt ran: its locks are being released, and
+        // this one must not outlive it.
+        return Err(give_back(
+            holding,
+            plan,
+            enqueue,
+            list_reply,
+            &collected,
+            Error::ShutDown,
+        )
+        .await);
+    }
     holding.hold_locally();
     if let (Some((node, reply)), Some(notifier)) = (list_reply, &ensemble.notifier) {
         // Acquired before the waiting-list node answered: whether that node's list still
@@ -364,12 +381,13 @@ async fn commit_fence(
     plan: &Plan,
     token: &str,
     counters: &[Option<u64>],
-) -> Result<u64> {
+) -> Result<FencingToken> {
     let highest = counters.iter().flatten().copied().max().unwrap_or(0);
-    let fence = highest.saturating_add(1);
+    // Past 2^53 the nodes cannot count exactly: refuse rather than risk a repeated token.
+    let fence = FencingToken::after(highest).map_err(|e| Error::Config(e.to_string()))?;
     let call = Call::script(&scripts::FENCE, &ensemble.config.key_prefix, &plan.keys)
         .arg(token)
-        .arg(fence);
+        .arg(fence.get());
     let mut round = Round::everywhere(ensemble.view(), call);
     let vote = Voter::new(ensemble);
     let collected = fanout::collect(

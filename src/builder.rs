@@ -26,7 +26,9 @@ impl Redlock {
 #[derive(Debug, Clone)]
 #[must_use = "a builder does nothing until `build()` is called"]
 pub struct RedlockBuilder {
-    nodes: Vec<String>,
+    nodes: Vec<NodeSpec>,
+    /// The first bad input of a setter, returned by `build()`.
+    error: Option<String>,
     key_prefix: String,
     drift_factor: f64,
     node_timeout: Duration,
@@ -45,6 +47,7 @@ impl Default for RedlockBuilder {
     fn default() -> Self {
         RedlockBuilder {
             nodes: Vec::new(),
+            error: None,
             key_prefix: String::new(),
             drift_factor: Self::DEFAULT_DRIFT_FACTOR,
             node_timeout: Self::DEFAULT_NODE_TIMEOUT,
@@ -82,8 +85,63 @@ impl RedlockBuilder {
         S: AsRef<str>,
     {
         self.nodes
-            .extend(urls.into_iter().map(|u| u.as_ref().trim().to_owned()));
+            .extend((urls.into_iter()).map(|u| NodeSpec::Url(u.as_ref().trim().to_owned())));
         self
+    }
+
+    /// The environment variable [`nodes_from_env`](Self::nodes_from_env) reads, as the CLI
+    /// does: `QUORUM_LOCK_NODES`.
+    pub const NODES_ENV: &'static str = "QUORUM_LOCK_NODES";
+
+    /// Splits a comma-separated node list (`redis://a:6379, redis://b:6379`) into URLs,
+    /// trimmed, empty entries dropped: the format of [`NODES_ENV`](Self::NODES_ENV) and of
+    /// the CLI's `--nodes`.
+    pub fn parse_node_list(list: &str) -> Vec<String> {
+        (list.split(',').map(str::trim))
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Adds the nodes listed in the environment variable `QUORUM_LOCK_NODES` (see
+    /// [`parse_node_list`](Self::parse_node_list)). A variable that is unset, empty or not
+    /// UTF-8 makes [`build`](Self::build) fail, saying so.
+    pub fn nodes_from_env(mut self) -> Self {
+        match std::env::var(Self::NODES_ENV) {
+            Ok(list) if !Self::parse_node_list(&list).is_empty() => {
+                self.nodes(Self::parse_node_list(&list))
+            }
+            Ok(_) => {
+                self.fail(format!("{} lists no node", Self::NODES_ENV));
+                self
+            }
+            Err(std::env::VarError::NotPresent) => {
+                self.fail(format!("{} is not set", Self::NODES_ENV));
+                self
+            }
+            Err(std::env::VarError::NotUnicode(_)) => {
+                self.fail(format!("{} is not valid UTF-8", Self::NODES_ENV));
+                self
+            }
+        }
+    }
+
+    /// Adds a node from an existing [`redis::Client`] (its connection info: address,
+    /// credentials, database, TLS), for applications that already configure one. The
+    /// builder's own TCP settings (no Nagle, a user timeout) and TLS root still apply.
+    pub fn node_client(self, client: &Client) -> Self {
+        self.node_connection_info(client.get_connection_info().clone())
+    }
+
+    /// Adds a node from a [`redis::ConnectionInfo`]; see [`node_client`](Self::node_client).
+    pub fn node_connection_info(mut self, info: ConnectionInfo) -> Self {
+        self.nodes.push(NodeSpec::Info(Box::new(info)));
+        self
+    }
+
+    /// Keeps the first problem for `build()`.
+    fn fail(&mut self, msg: String) {
+        self.error.get_or_insert(msg);
     }
 
     /// Adds one node by URL. See [`nodes`](Self::nodes).
@@ -221,6 +279,9 @@ impl RedlockBuilder {
     /// twice, a drift factor outside `[0, 1)`, a zero timeout, a TTL too short to leave
     /// any validity, or zero attempts.
     pub fn build(self) -> Result<Redlock> {
+        if let Some(msg) = &self.error {
+            return Err(config(msg.clone()));
+        }
         if self.nodes.is_empty() {
             return Err(config("no nodes given: add at least one redis:// URL"));
         }
@@ -245,8 +306,14 @@ impl RedlockBuilder {
 
         let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
-        for url in &self.nodes {
-            let (name, client) = self.client_for(url)?;
+        for spec in &self.nodes {
+            let (name, client) = match spec {
+                NodeSpec::Url(url) => self.client_for(url)?,
+                NodeSpec::Info(info) => {
+                    let shown = info.addr().to_string();
+                    self.client_for_info((**info).clone(), &shown)?
+                }
+            };
             if !seen.insert(name.clone()) {
                 return Err(config(format!(
                     "node {name} is listed twice; each node must be a distinct Redis \
@@ -284,6 +351,12 @@ impl RedlockBuilder {
         let info: ConnectionInfo = url
             .into_connection_info()
             .map_err(|e| config(format!("malformed node URL {shown:?}: {e}")))?;
+        self.client_for_info(info, &shown)
+    }
+
+    /// A display name and a client for one node's connection info; `shown` names the node
+    /// in errors.
+    fn client_for_info(&self, info: ConnectionInfo, shown: &str) -> Result<(String, Client)> {
         let tls = match info.addr() {
             ConnectionAddr::Tcp(..) => false,
             ConnectionAddr::TcpTls { .. } => true,
@@ -315,13 +388,20 @@ impl RedlockBuilder {
                 .set_user_timeout(TCP_USER_TIMEOUT),
         );
         let client = if tls {
-            tls_client(info, self.tls_root_cert.clone(), &shown)?
+            tls_client(info, self.tls_root_cert.clone(), shown)?
         } else {
             Client::open(info)
                 .map_err(|e| config(format!("node URL {shown:?} is unusable: {e}")))?
         };
         Ok((name, client))
     }
+}
+
+/// One node as given to the builder.
+#[derive(Debug, Clone)]
+enum NodeSpec {
+    Url(String),
+    Info(Box<ConnectionInfo>),
 }
 
 /// See [`RedlockBuilder::build`]'s use: bounds how long unacknowledged data may linger.

@@ -4,14 +4,14 @@
 //! extenders keep one too. It sits above the node, fan-out and waiting modules and
 //! below acquire, release, guard and lease.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::config::{Config, check_ttl, whole_ms};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fanout::{Background, View};
-use crate::node::Node;
+use crate::node::{Node, SendGate};
 use crate::quorum;
 use crate::wait::Context;
 use crate::wait::notify::Notifier;
@@ -32,6 +32,17 @@ pub(crate) struct Ensemble {
     /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
     /// that long plus its drift allowance.
     max_ttl_ms: AtomicU64,
+    /// Set by `Redlock::shutdown`: no new lock, request or background work after it.
+    closed: AtomicBool,
+    /// The locks this client holds (their leases), for `Redlock::shutdown`.
+    held: Mutex<Vec<Weak<dyn Held>>>,
+}
+
+/// A lock held by this client, as shutdown sees it (implemented by the lease).
+pub(crate) trait Held: Send + Sync + std::fmt::Debug {
+    /// Marks the lock lost because the client shuts down, stops its extender, and returns
+    /// what its release needs: keys, token and send gate.
+    fn shut_down(&self) -> (Arc<[String]>, Arc<str>, Arc<SendGate>);
 }
 
 impl Ensemble {
@@ -57,6 +68,48 @@ impl Ensemble {
             max_ttl_ms: AtomicU64::new(0),
             queue: Arc::new(LocalQueue::default()),
             notifier,
+            closed: AtomicBool::new(false),
+            held: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records a held lock for shutdown (dropping the entries of locks already gone).
+    pub(crate) fn register(&self, lock: Weak<dyn Held>) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        held.retain(|h| h.strong_count() > 0);
+        held.push(lock);
+    }
+
+    /// Whether `Redlock::shutdown` was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// [`Error::ShutDown`] once the client was shut down.
+    pub(crate) fn check_open(&self) -> Result<()> {
+        match self.is_closed() {
+            true => Err(Error::ShutDown),
+            false => Ok(()),
+        }
+    }
+
+    /// Closes the client to new work and returns the locks still held (first call only).
+    pub(crate) fn close(&self) -> Vec<Arc<dyn Held>> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Vec::new();
+        }
+        let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
+        held.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Stops the background work: subscriptions, collector, connections.
+    pub(crate) fn stop(&self) {
+        if let Some(notifier) = &self.notifier {
+            notifier.stop();
+        }
+        self.background.stop();
+        for node in &self.nodes {
+            node.close();
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::report::{NodeOutcome, NodeReport};
+use crate::report::{NodeOutcome, NodeReport, latency};
 
 /// Everything that can go wrong, split by what the caller can do about it.
 ///
@@ -33,7 +33,7 @@ pub enum Error {
 
     /// A majority acquired, but so late that no validity was left after the drift
     /// allowance; the partial lock was released.
-    #[error("majority acquired after {elapsed:?}, leaving no validity")]
+    #[error("majority acquired after {}, leaving no validity", latency(*elapsed))]
     ValiditySpent {
         /// Time the attempt took.
         elapsed: Duration,
@@ -44,7 +44,7 @@ pub enum Error {
 
     /// `lock()` spent its wait budget or attempt count; `last` is why the final attempt
     /// failed.
-    #[error("gave up after {attempts} attempts in {waited:?}")]
+    #[error("gave up after {attempts} attempts in {}: {last}", latency(*waited))]
     Timeout {
         /// Attempts made.
         attempts: u32,
@@ -83,6 +83,10 @@ pub enum Error {
         #[source]
         report: NodeReport,
     },
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)): it takes
+    /// no new locks, and the locks it held were released.
+    #[error("the client was shut down")]
+    ShutDown,
 
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
@@ -100,7 +104,7 @@ impl Error {
             | Error::NotHeld { report }
             | Error::Permission { report } => Some(report),
             Error::Timeout { last, .. } => last.report(),
-            Error::Lost { .. } | Error::Config(_) => None,
+            Error::Lost { .. } | Error::ShutDown | Error::Config(_) => None,
         }
     }
 
@@ -152,27 +156,35 @@ fn no_majority(quorum: usize, report: &NodeReport) -> String {
     if results.is_empty() {
         return msg;
     }
-    let silent = results.iter().filter(|r| r.outcome.is_failure()).count();
     let pending = report.count(&NodeOutcome::Pending);
+    // What the nodes said (answers) and what went wrong with the others (failures), each
+    // counted by kind in the order first seen.
     let mut answers: Vec<(String, usize)> = Vec::new();
+    let mut failures: Vec<(String, usize)> = Vec::new();
     for r in results {
-        if r.outcome.is_failure() || r.outcome == NodeOutcome::Pending {
+        if r.outcome == NodeOutcome::Pending {
             continue;
         }
+        let tally = if r.outcome.is_failure() { &mut failures } else { &mut answers };
         let what = r.outcome.to_string();
-        match answers.iter_mut().find(|(w, _)| *w == what) {
+        match tally.iter_mut().find(|(w, _)| *w == what) {
             Some((_, count)) => *count += 1,
-            None => answers.push((what, 1)),
+            None => tally.push((what, 1)),
         }
     }
-    let heard: usize = answers.iter().map(|(_, c)| c).sum();
+    let counted = |tally: &[(String, usize)]| -> (usize, String) {
+        let n = tally.iter().map(|(_, c)| c).sum();
+        let detail: Vec<String> = tally.iter().map(|(w, c)| format!("{c} {w}")).collect();
+        (n, detail.join("; "))
+    };
+    let (heard, said) = counted(&answers);
     msg.push_str(&format!(": {heard} of {} nodes answered", results.len()));
     if heard > 0 {
-        let detail: Vec<String> = answers.iter().map(|(w, c)| format!("{c} {w}")).collect();
-        msg.push_str(&format!(" ({})", detail.join("; ")));
+        msg.push_str(&format!(" ({said})"));
     }
+    let (silent, why) = counted(&failures);
     if silent > 0 {
-        msg.push_str(&format!(", {silent} did not"));
+        msg.push_str(&format!(", {silent} did not ({why})"));
     }
     if pending > 0 {
         msg.push_str(&format!(", {pending} not waited for"));
@@ -218,12 +230,12 @@ mod tests {
                     Failed("refused".into()),
                 ],
                 "no majority of 3 could be confirmed: 4 of 5 nodes answered \
-                 (2 not held; 2 released), 1 did not",
+                 (2 not held; 2 released), 1 did not (1 error: refused)",
             ),
             (
                 &[TimedOut, TimedOut, Released],
                 "no majority of 3 could be confirmed: 1 of 3 nodes answered (1 released), \
-                 2 did not",
+                 2 did not (2 timed out)",
             ),
             (
                 &[Quarantined, Quarantined, Pending],

@@ -129,6 +129,8 @@ pub(crate) async fn run(lease: Arc<Lease>, policy: AutoExtend, acquired: Instant
                 }
                 Err(e) => {
                     let left = lease.validity();
+                    // The first failure raises the early warning, while validity remains.
+                    lease.mark_at_risk(left);
                     // Not enough validity for another try to complete: say so now, while the
                     // lock is still held, so the work under it can stop in time.
                     if left <= node_timeout.saturating_mul(2) {

@@ -332,6 +332,8 @@ pub(crate) async fn collect(
 pub(crate) struct Background {
     nodes: Vec<Arc<Node>>,
     sender: std::sync::Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    /// Set by the client's shutdown: jobs handed over later are dropped.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 /// Work for the collector.
@@ -347,7 +349,17 @@ impl Background {
         Background {
             nodes,
             sender: std::sync::Mutex::new(None),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Takes no more jobs; the collector ends once the jobs it has are done (each bounded
+    /// by its round's deadline or its caller).
+    pub(crate) fn stop(&self) {
+        let mut sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Release);
+        *sender = None;
     }
 
     /// Takes over what is still in flight in `round`.
@@ -364,6 +376,9 @@ impl Background {
 
     fn send(&self, job: Job) {
         let mut sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
+        if self.stopped.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let job = match sender.as_ref() {
             Some(tx) => match tx.send(job) {
                 Ok(()) => return,

@@ -6,8 +6,14 @@
 //! can, if each write carries a number that grows from one holder to the next and the
 //! storage refuses a number lower than one it has already seen.
 //!
-//! Request one with [`LockRequest::fencing`](crate::LockRequest::fencing) and read it with
-//! [`LockGuard::fencing_token`](crate::LockGuard::fencing_token). It is minted by the same
+//! Request one with [`LockRequest::fenced`](crate::LockRequest::fenced) (also after
+//! [`lock_many`](crate::Redlock::lock_many), and with
+//! [`try_lock_fenced`](crate::Redlock::try_lock_fenced)) and read it with
+//! [`FencedGuard::fencing_token`](crate::FencedGuard::fencing_token), or
+//! [`FencedContext::fencing_token`](crate::FencedContext::fencing_token) in a scoped run:
+//! a [`FencingToken`], never absent. (The older [`LockRequest::fencing`](crate::LockRequest::fencing)
+//! gives a plain guard whose [`fencing_token`](crate::LockGuard::fencing_token) is an
+//! `Option<u64>`.) It is minted by the same
 //! majority as the lock: every node keeps a counter `<prefix>quorum-lock:fence:<resource>` that never
 //! expires; the acquisition reads the counters of the nodes it reaches, takes one more than
 //! the highest, and commits it to a majority (only where our lock is in place) before the
@@ -25,8 +31,8 @@
 //! for a SQL `bigint` column (it always fits). The bound is what the nodes can count
 //! exactly: their scripts compare counters as Lua numbers (doubles), exact up to 2<sup>53</sup>.
 //! Minting past it is refused ([`FencingToken::after`]) rather than risking a repeated
-//! token; at one acquisition per microsecond that takes 285 years. The guard still hands
-//! out the plain number today: `FencingToken::try_from(value)` turns it into a token.
+//! token; at one acquisition per microsecond that takes 285 years (the acquisition then
+//! fails with [`Error::Config`](crate::Error::Config)).
 //!
 //! # Using the token with SQL: claim the row when you read it
 //!

@@ -3,18 +3,20 @@
 //! [`release`](crate::release).
 
 use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::ensemble::Held;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::extend::{self, AutoExtend};
 use crate::fanout;
+use crate::fencing::FencingToken;
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
 use crate::release::Holding;
@@ -36,7 +38,7 @@ pub struct LockGuard {
     /// What each node answered to the acquisition, made into a report when asked for.
     votes: Vec<(NodeOutcome, Duration)>,
     report: OnceLock<NodeReport>,
-    fencing_token: Option<u64>,
+    fencing_token: Option<FencingToken>,
 }
 
 impl fmt::Debug for LockGuard {
@@ -57,16 +59,19 @@ impl LockGuard {
         ttl: Duration,
         deadline: Instant,
         votes: Vec<(NodeOutcome, Duration)>,
-        fencing_token: Option<u64>,
+        fencing_token: Option<FencingToken>,
     ) -> Self {
         let lease = Arc::new(Lease::new(
             Arc::clone(holding.ensemble()),
             Arc::clone(holding.keys()),
             resources,
             Arc::clone(holding.token()),
+            Arc::clone(holding.gate()),
             deadline,
             ttl,
         ));
+        let held: Weak<dyn Held> = Arc::downgrade(&lease) as Weak<dyn Held>;
+        holding.ensemble().register(held);
         LockGuard {
             holding,
             lease,
@@ -82,7 +87,15 @@ impl LockGuard {
     /// [`LockRequest::fencing`](crate::LockRequest::fencing): strictly greater than the
     /// token of every earlier holder of these resources. Pass it to the storage you write
     /// to and let it reject writes that carry an older token.
+    ///
+    /// Prefer [`LockRequest::fenced`](crate::LockRequest::fenced): its
+    /// [`FencedGuard`](crate::FencedGuard) has a [`FencingToken`] that cannot be absent.
     pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token.map(FencingToken::get)
+    }
+
+    /// The fencing token, when the lock was requested with one.
+    pub(crate) fn fence(&self) -> Option<FencingToken> {
         self.fencing_token
     }
 
@@ -100,12 +113,14 @@ impl LockGuard {
                 .map(|(_, latency)| *latency)
                 .max()
                 .unwrap_or_default();
-            self.extender = Some(handle.spawn(extend::run(
+            let task = handle.spawn(extend::run(
                 Arc::clone(&self.lease),
                 policy,
                 self.acquired_at,
                 rtt,
-            )));
+            ));
+            self.lease.set_extender(Some(task.abort_handle()));
+            self.extender = Some(task);
         }
     }
 

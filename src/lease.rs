@@ -6,15 +6,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::whole_ms;
-use crate::ensemble::Ensemble;
+use crate::ensemble::{Ensemble, Held};
 use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
-use crate::node::Call;
+use crate::node::{Call, SendGate};
 use crate::protocol::{native, reply, scripts};
 use crate::quorum::{self, Decision};
 use crate::report::{NodeOutcome, NodeReport};
@@ -33,6 +34,9 @@ pub enum LostReason {
     NotHeld,
     /// The holder released it.
     Released,
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)), which
+    /// released the lock.
+    ShutDown,
 }
 
 impl fmt::Display for LostReason {
@@ -41,6 +45,7 @@ impl fmt::Display for LostReason {
             LostReason::Expired => "validity ran out without an extension",
             LostReason::NotHeld => "a majority no longer holds our token",
             LostReason::Released => "released by its holder",
+            LostReason::ShutDown => "released because the client was shut down",
         })
     }
 }
@@ -51,6 +56,9 @@ pub(crate) struct State {
     pub(crate) deadline: Instant,
     pub(crate) ttl: Duration,
     pub(crate) lost: Option<LostReason>,
+    /// Remaining validity when an extension last failed without losing the lock; cleared
+    /// by a successful extension.
+    pub(crate) at_risk: Option<Duration>,
 }
 
 /// A lock's identity and state, shared by its guard, its extender and any [`LockContext`].
@@ -60,6 +68,10 @@ pub(crate) struct Lease {
     pub(crate) keys: Arc<[String]>,
     pub(crate) resources: Arc<[String]>,
     pub(crate) token: Arc<str>,
+    /// The send gate of the lock's token, closed by every release (see `SendGate`).
+    gate: Arc<SendGate>,
+    /// The auto-extender, aborted when the client shuts down.
+    extender: std::sync::Mutex<Option<AbortHandle>>,
     state: watch::Sender<State>,
 }
 
@@ -69,6 +81,7 @@ impl Lease {
         keys: Arc<[String]>,
         resources: Arc<[String]>,
         token: Arc<str>,
+        gate: Arc<SendGate>,
         deadline: Instant,
         ttl: Duration,
     ) -> Self {
@@ -76,14 +89,22 @@ impl Lease {
             deadline,
             ttl,
             lost: None,
+            at_risk: None,
         });
         Lease {
             ensemble,
             keys,
             resources,
             token,
+            gate,
+            extender: std::sync::Mutex::new(None),
             state,
         }
+    }
+
+    /// Records the auto-extender's task, so that shutdown can stop it.
+    pub(crate) fn set_extender(&self, handle: Option<AbortHandle>) {
+        *self.extender.lock().unwrap_or_else(|p| p.into_inner()) = handle;
     }
 
     pub(crate) fn state(&self) -> State {
@@ -104,12 +125,25 @@ impl Lease {
             match reason {
                 LostReason::Expired => metrics::lost("expired"),
                 LostReason::NotHeld => metrics::lost("not_held"),
-                LostReason::Released => {}
+                LostReason::Released | LostReason::ShutDown => {}
             }
-            if reason != LostReason::Released {
+            if !matches!(reason, LostReason::Released | LostReason::ShutDown) {
                 tracing::warn!(resources = ?self.resources, %reason, "lock lost");
             }
         }
+    }
+
+    /// Records a failed extension with `remaining` validity: the lock is at risk (the first
+    /// failure since the last success is what the signal reports).
+    pub(crate) fn mark_at_risk(&self, remaining: Duration) {
+        self.state.send_if_modified(|s| {
+            if s.lost.is_none() && s.at_risk.is_none() {
+                s.at_risk = Some(remaining);
+                true
+            } else {
+                false
+            }
+        });
     }
 
     pub(crate) fn signal(&self) -> LostSignal {
@@ -195,6 +229,7 @@ impl Lease {
                 self.state.send_modify(|s| {
                     s.deadline = crate::deadline::after(decided, validity);
                     s.ttl = ttl;
+                    s.at_risk = None;
                 });
                 metrics::extended("extended");
                 tracing::Span::current().record("votes", collected.tally.yes());
@@ -254,6 +289,25 @@ impl Drop for Unsettled<'_> {
     }
 }
 
+impl Held for Lease {
+    fn shut_down(&self) -> (Arc<[String]>, Arc<str>, Arc<SendGate>) {
+        if let Some(extender) = self
+            .extender
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            extender.abort();
+        }
+        self.mark_lost(LostReason::ShutDown);
+        (
+            Arc::clone(&self.keys),
+            Arc::clone(&self.token),
+            Arc::clone(&self.gate),
+        )
+    }
+}
+
 /// Fires when a lock can no longer be assumed held: its validity deadline passed without a
 /// successful extension, an extension found a majority without our token, or it was
 /// released.
@@ -291,6 +345,37 @@ impl LostSignal {
                         // The lease is gone: its guard was released or dropped.
                         let s = *state.borrow();
                         return s.lost.unwrap_or(LostReason::Released);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Completes when the lock is at risk: an extension failed (the nodes refused, timed
+    /// out or were quarantined) while the lock is still held, with the validity that
+    /// remained then; this comes before [`lost`](Self::lost), which fires only when too
+    /// little validity is left for another try. Completes with `Duration::ZERO` if the lock
+    /// is lost (or released) without having been at risk first. A successful extension
+    /// clears the risk; wait again to hear of the next one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn at_risk(&self) -> Duration {
+        let mut state = self.state.clone();
+        loop {
+            let s = *state.borrow_and_update();
+            if let Some(remaining) = s.at_risk {
+                return remaining;
+            }
+            if s.lost.is_some() || Instant::now() >= s.deadline {
+                return Duration::ZERO;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(s.deadline) => {}
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        return state.borrow().at_risk.unwrap_or(Duration::ZERO);
                     }
                 }
             }

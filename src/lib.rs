@@ -15,6 +15,7 @@ mod ensemble;
 mod error;
 mod extend;
 mod fanout;
+mod fenced;
 pub mod fencing;
 mod guard;
 mod info;
@@ -28,6 +29,7 @@ mod release;
 mod report;
 mod retry;
 mod scoped;
+mod shutdown;
 mod status;
 mod wait;
 // Pure rules of issue 14, public only for tests/model.rs; the client calls some of them.
@@ -42,6 +44,7 @@ pub use doctor::{
 };
 pub use error::{Error, Result};
 pub use extend::AutoExtend;
+pub use fenced::{FencedContext, FencedGuard, FencedRequest};
 pub use fencing::FencingToken;
 pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};

@@ -3,7 +3,7 @@
 //! This module and the client's fan-out are the only places that touch the `redis` crate.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Poll;
 use std::time::Duration;
@@ -74,6 +74,8 @@ enum Slot {
 enum Pending {
     Ready(u64, MultiplexedConnection),
     Wait(Shared<BoxFuture<'static, ConnectResult>>),
+    /// The client was shut down ([`Node::close`]): no connection is made any more.
+    Closed,
 }
 
 /// Whether the runtime a connection's driver task was spawned on still runs: a task of our
@@ -393,6 +395,8 @@ pub(crate) struct Node {
     /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
     /// quarantined.
     published: AtomicU8,
+    /// Set by the client's shutdown: the connection is dropped and never made again.
+    closed: AtomicBool,
 }
 
 /// Which Redis process a node is, and since when it runs.
@@ -431,6 +435,7 @@ impl Node {
             capabilities: Mutex::new(Capabilities::default()),
             server: Mutex::new(None),
             published: AtomicU8::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -548,6 +553,14 @@ impl Node {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Drops the connection (its driver ends once no request uses it) and makes no new one:
+    /// every later request fails at once (client shutdown).
+    pub(crate) fn close(&self) {
+        let mut slot = self.lock_slot();
+        self.closed.store(true, Ordering::Release);
+        *slot = Slot::Empty;
+    }
+
     /// The current connection, connecting first if there is none (or if the current one's
     /// runtime is gone). A connect whose task ended unfinished (its runtime shut down) is
     /// forgotten and made again at once, once.
@@ -557,6 +570,7 @@ impl Node {
             let connect = match self.pending_connection() {
                 Pending::Ready(generation, conn) => return Ok((generation, conn)),
                 Pending::Wait(connect) => connect,
+                Pending::Closed => return Err("the client was shut down".into()),
             };
             match connect.await {
                 Ok(ready) => return Ok(ready),
@@ -571,6 +585,9 @@ impl Node {
     /// under way.
     fn pending_connection(self: &Arc<Self>) -> Pending {
         let mut slot = self.lock_slot();
+        if self.closed.load(Ordering::Acquire) {
+            return Pending::Closed;
+        }
         match &*slot {
             Slot::Ready(generation, conn, alive) if alive.is_alive() => {
                 return Pending::Ready(*generation, conn.clone());

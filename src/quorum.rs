@@ -584,7 +584,7 @@ mod tests {
         let cases = [
             (
                 Decision::ValiditySpent { elapsed: MS(4) },
-                "majority acquired after 4ms",
+                "majority acquired after 4.0 ms",
             ),
             (Decision::Contended, "held by another owner"),
             (Decision::NotHeld, "no longer held"),

@@ -8,7 +8,7 @@ use redis::Value;
 
 use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
 use crate::node::{Call, SendGate};
@@ -44,6 +44,41 @@ impl Holding {
             armed: true,
             local: None,
         }
+    }
+
+    /// The duty of a lock whose release someone else answers for (client shutdown): the
+    /// same keys, token and gate, unarmed.
+    pub(crate) fn adopt(
+        ensemble: Arc<Ensemble>,
+        keys: Arc<[String]>,
+        token: Arc<str>,
+        gate: Arc<SendGate>,
+    ) -> Self {
+        Holding {
+            ensemble,
+            keys,
+            token,
+            gate,
+            armed: false,
+            local: None,
+        }
+    }
+
+    /// Releases on every node and waits for every answer (bounded by the node timeout),
+    /// waking the next waiting client: the release of client shutdown, after which no
+    /// request of this client is sent any more.
+    pub(crate) async fn release_everywhere(&self) -> NodeReport {
+        let n = self.ensemble.nodes.len();
+        let mut round = self.release_round(0..n, true);
+        let collected = fanout::collect(
+            &self.ensemble.nodes,
+            &mut round,
+            |_, r| self.released(r),
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+        collected.report(&self.ensemble.nodes)
     }
 
     /// Marks the keys as held by this client (see [`LocalQueue`](crate::wait::queue)).
@@ -129,6 +164,11 @@ impl Holding {
     /// outcome means); `expired` when the validity had run out before. Disarms.
     pub(crate) async fn release(&mut self, expired: bool) -> Result<NodeReport> {
         let ensemble = Arc::clone(&self.ensemble);
+        if ensemble.is_closed() {
+            // The client's shutdown released it already, and sends nothing any more.
+            self.armed = false;
+            return Err(Error::ShutDown);
+        }
         let n = ensemble.nodes.len();
         let mut round = self.release_round(0..n, true);
         // Local hand-off: the next task of this client waiting for these keys may send its
@@ -210,7 +250,8 @@ impl Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        if !self.armed {
+        if !self.armed || self.ensemble.is_closed() {
+            // Shut down: the client released its locks and sends nothing any more.
             return;
         }
         self.gate.close();

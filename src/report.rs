@@ -120,6 +120,24 @@ impl NodeReport {
             .count()
     }
 
+    /// What the nodes did, counted: `2 voted yes, 1 timed out`, in the order the outcomes
+    /// first appear; `no node answered` for an empty report.
+    pub fn summary(&self) -> String {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for r in &self.results {
+            let what = r.outcome.to_string();
+            match counts.iter_mut().find(|(w, _)| *w == what) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((what, 1)),
+            }
+        }
+        if counts.is_empty() {
+            return "no node answered".into();
+        }
+        let parts: Vec<String> = counts.iter().map(|(w, n)| format!("{n} {w}")).collect();
+        parts.join(", ")
+    }
+
     /// How many nodes failed to answer (timeouts, errors and permission refusals).
     pub fn failures(&self) -> usize {
         self.results
@@ -152,8 +170,8 @@ impl fmt::Display for NodeReport {
 
 impl std::error::Error for NodeReport {}
 
-/// A round trip for people: `340 µs`, `1.2 ms`, `48 ms`, `1.25 s`.
-fn latency(d: Duration) -> String {
+/// A duration for people: `340 µs`, `1.2 ms`, `48 ms`, `1.25 s`.
+pub(crate) fn latency(d: Duration) -> String {
     let us = d.as_micros();
     if us < 1000 {
         format!("{us} µs")
@@ -216,5 +234,20 @@ mod tests {
             "a:1 [valkey 9.1.2] released (1.5 ms); b:2 [redis 7.0.15] not held (1.5 ms); \
              c:3 timed out (1.5 ms)"
         );
+    }
+
+    #[test]
+    fn summaries_count_outcomes_in_order() {
+        let report = NodeReport::new(vec![
+            result(NodeOutcome::HeldByOther, 1),
+            result(NodeOutcome::TimedOut, 1),
+            result(NodeOutcome::HeldByOther, 1),
+            result(NodeOutcome::Quarantined, 1),
+        ]);
+        assert_eq!(
+            report.summary(),
+            "2 held by another owner, 1 timed out, 1 restarted recently, vote not counted"
+        );
+        assert_eq!(NodeReport::default().summary(), "no node answered");
     }
 }

@@ -9,6 +9,8 @@ use futures::FutureExt;
 use crate::client::{LockRequest, Redlock};
 use crate::error::{Error, Result};
 use crate::extend::AutoExtend;
+use crate::fenced::{FencedContext, FencedRequest};
+use crate::guard::LockGuard;
 use crate::lease::LockContext;
 
 impl LockRequest {
@@ -55,33 +57,85 @@ impl LockRequest {
             self.request.auto_extend = Some(AutoExtend::new());
         }
         let guard = self.await?;
-        let signal = guard.lost_signal();
-        let work = AssertUnwindSafe(f(guard.context())).catch_unwind();
-        let outcome = tokio::select! {
-            // Finished work wins a tie with a loss noticed at the same moment: its effects
-            // already happened either way.
-            biased;
-            out = work => Ok(out),
-            reason = signal.lost() => Err(reason),
-        };
-        match outcome {
-            Ok(out) => {
-                // The work is done; a release that finds the lock already expired changes
-                // nothing for the caller, so its outcome is only logged.
-                if let Err(e) = guard.release().await {
-                    tracing::debug!(error = %e, "release after scoped run");
-                }
-                match out {
-                    Ok(value) => Ok(value),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                }
+        let work = f(guard.context());
+        run_under(guard, work).await
+    }
+}
+
+impl FencedRequest {
+    /// [`LockRequest::run`] with a fencing token: `f` receives a [`FencedContext`], whose
+    /// [`fencing_token`](FencedContext::fencing_token) is never absent.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// redlock
+    ///     .lock("accounts:7", Duration::from_secs(10))
+    ///     .fenced()
+    ///     .run(|ctx| async move {
+    ///         let fence = ctx.fencing_token().as_i64();
+    ///         // ... writes carrying `fence` ...
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the lock was released.
+    pub async fn run<F, Fut, T>(mut self, f: F) -> Result<T>
+    where
+        F: FnOnce(FencedContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if self.request.request.auto_extend.is_none() {
+            self.request.request.auto_extend = Some(AutoExtend::new());
+        }
+        let (guard, token) = self.await?.into_parts();
+        let work = f(FencedContext::new(guard.context(), token));
+        run_under(guard, work).await
+    }
+}
+
+/// Runs `work` under `guard`, raced against its lost signal; releases afterwards.
+async fn run_under<Fut, T>(guard: LockGuard, work: Fut) -> Result<T>
+where
+    Fut: Future<Output = T>,
+{
+    let signal = guard.lost_signal();
+    let work = AssertUnwindSafe(work).catch_unwind();
+    let outcome = tokio::select! {
+        // Finished work wins a tie with a loss noticed at the same moment: its effects
+        // already happened either way.
+        biased;
+        out = work => Ok(out),
+        reason = signal.lost() => Err(reason),
+    };
+    match outcome {
+        Ok(out) => {
+            // The work is done; a release that finds the lock already expired changes
+            // nothing for the caller, so its outcome is only logged.
+            if let Err(e) = guard.release().await {
+                tracing::debug!(error = %e, "release after scoped run");
             }
-            Err(reason) => {
-                // Remove what may remain of ours (a lock that expired locally may still sit
-                // on some nodes); never another owner's.
-                let _ = guard.release().await;
-                Err(Error::Lost { reason })
+            match out {
+                Ok(value) => Ok(value),
+                Err(panic) => std::panic::resume_unwind(panic),
             }
+        }
+        Err(reason) => {
+            // Remove what may remain of ours (a lock that expired locally may still sit
+            // on some nodes); never another owner's.
+            let _ = guard.release().await;
+            Err(Error::Lost { reason })
         }
     }
 }

@@ -37,7 +37,7 @@ pub(crate) const EX_TEMPFAIL: u8 = 75;
 pub(crate) const EX_NOPERM: u8 = 77;
 
 /// Environment variable with the node URLs, used when `--nodes` is absent.
-const ENV_NODES: &str = "QUORUM_LOCK_NODES";
+const ENV_NODES: &str = RedlockBuilder::NODES_ENV;
 /// Default of `run --wait`.
 const DEFAULT_WAIT: &str = "10s";
 /// Default of `--node-timeout`: the library's.
@@ -278,12 +278,7 @@ fn node_urls(flag: Option<String>) -> Result<Vec<String>, Failure> {
             }
         },
     };
-    let urls: Vec<String> = list
-        .split(',')
-        .map(str::trim)
-        .filter(|u| !u.is_empty())
-        .map(str::to_owned)
-        .collect();
+    let urls = RedlockBuilder::parse_node_list(&list);
     if urls.is_empty() {
         let hint = if source == "--nodes" {
             "--nodes is empty"

@@ -51,6 +51,8 @@ pub(crate) struct Notifier {
     next_id: AtomicU64,
     /// Whether subscriptions were ever started: waiting then listens from the start.
     started: AtomicBool,
+    /// Set by [`Notifier::stop`]: no subscriber task is started again.
+    stopped: AtomicBool,
     /// Per node: is its subscriber task alive? Cleared by the task on its way out, however
     /// it ends (its runtime dropped, cancelled, a panic), so the next waiter starts another.
     running: Vec<AtomicBool>,
@@ -144,6 +146,7 @@ impl Notifier {
             interests: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             started: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
             ready: watch::channel(0).0,
             shutdown: watch::channel(()).0,
         }
@@ -151,6 +154,13 @@ impl Notifier {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Interest>> {
         self.interests.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends the subscriber tasks for good (client shutdown): they are never started again.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.started.store(true, Ordering::Release);
+        self.shutdown.send_replace(());
     }
 
     /// Whether the subscriptions were started once (waiters then listen from the start; a
@@ -265,6 +275,9 @@ impl Notifier {
             // No runtime: stay on polling; a later call may start them.
             return;
         };
+        if self.stopped.load(Ordering::Acquire) {
+            return;
+        }
         self.started.store(true, Ordering::Release);
         for (index, running) in self.running.iter().enumerate() {
             if running.swap(true, Ordering::AcqRel) {

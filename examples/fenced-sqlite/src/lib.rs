@@ -16,7 +16,7 @@ mod nodes;
 
 use std::time::{Duration, Instant};
 
-use quorum_lock::{FencingToken, LockGuard, Redlock, Verdict};
+use quorum_lock::{Redlock, Verdict};
 
 pub use ledger::{Ledger, Pattern};
 pub use nodes::{Nodes, TempDir};
@@ -35,19 +35,6 @@ pub fn client(urls: &[String]) -> Result<Redlock, String> {
         .max_retry_delay(Duration::from_millis(50))
         .build()
         .map_err(|e| e.to_string())
-}
-
-/// The fencing token of a lock acquired with `.fencing()`.
-///
-/// # Errors
-///
-/// When the guard carries no token (the lock was requested without `.fencing()`) or one
-/// outside [`FencingToken`]'s range.
-pub fn fencing_token(guard: &LockGuard) -> Result<FencingToken, String> {
-    let value = guard
-        .fencing_token()
-        .ok_or("the lock was acquired without a fencing token")?;
-    FencingToken::try_from(value).map_err(|e| e.to_string())
 }
 
 /// Waits until `resource` is no longer held by the owner `token` on a majority of nodes:

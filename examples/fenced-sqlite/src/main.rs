@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
 
-use quorum_lock_fenced_sqlite::{Ledger, Nodes, Pattern, client, fencing_token, until_not_held_by};
+use quorum_lock_fenced_sqlite::{Ledger, Nodes, Pattern, client, until_not_held_by};
 
 const RESOURCE: &str = "fenced-sqlite:account-7";
 const ROW: &str = "account-7";
@@ -30,13 +30,13 @@ async fn run() -> Result<(), String> {
     let lock = |ttl| {
         redlock
             .lock(RESOURCE, ttl)
-            .fencing()
+            .fenced()
             .wait(Duration::from_secs(30))
     };
     let a = lock(Duration::from_millis(500))
         .await
         .map_err(|e| e.to_string())?;
-    let a_token = fencing_token(&a)?;
+    let a_token = a.fencing_token();
     let a_seen = a_db.read(Pattern::ClaimOnRead, ROW, a_token).map_err(sql)?;
     println!(
         "A holds the lock with token {a_token}, claims the row and reads {}",
@@ -49,7 +49,7 @@ async fn run() -> Result<(), String> {
     let b = lock(Duration::from_secs(5))
         .await
         .map_err(|e| e.to_string())?;
-    let b_token = fencing_token(&b)?;
+    let b_token = b.fencing_token();
     let b_seen = b_db.read(Pattern::ClaimOnRead, ROW, b_token).map_err(sql)?;
     println!(
         "B holds the lock with token {b_token}, claims the row and reads {}",

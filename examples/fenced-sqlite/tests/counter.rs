@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use quorum_lock::FencingToken;
-use quorum_lock_fenced_sqlite::{Ledger, Nodes, Pattern, client, fencing_token};
+use quorum_lock_fenced_sqlite::{Ledger, Nodes, Pattern, client};
 
 const WORKERS: usize = 4;
 const PER_WORKER: usize = 5;
@@ -89,11 +89,11 @@ async fn worker(
     for _ in 0..PER_WORKER {
         let guard = redlock
             .lock(RESOURCE, TTL)
-            .fencing()
+            .fenced()
             .wait(Duration::from_secs(60))
             .await
             .unwrap();
-        let token = fencing_token(&guard).unwrap();
+        let token = guard.fencing_token();
         let pause = board.lock().unwrap().acquired(w, token);
         let seen = db
             .read(pattern, ROW, token)

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use quorum_lock::{FencingToken, LockGuard, Redlock};
-use quorum_lock_fenced_sqlite::{Ledger, Nodes, Pattern, client, fencing_token, until_not_held_by};
+use quorum_lock_fenced_sqlite::{Ledger, Nodes, Pattern, client, until_not_held_by};
 
 const ROW: &str = "account";
 const RESOURCE: &str = "fenced-sqlite:account";
@@ -40,12 +40,11 @@ impl Setup {
         let guard = self
             .redlock
             .lock(RESOURCE, ttl)
-            .fencing()
+            .fenced()
             .wait(Duration::from_secs(30))
             .await
             .unwrap();
-        let token = fencing_token(&guard).unwrap();
-        (guard, token)
+        guard.into_parts()
     }
 
     /// A "pauses": returns once A's lock is no longer held on a majority.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp};
-use quorum_lock::{Error, LockGuard, LostReason, Redlock};
+use quorum_lock::{Error, FencingToken, LockGuard, LostReason, Redlock};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
@@ -206,7 +206,7 @@ pub(crate) async fn run(
     opts: RunOptions,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let guard = acquire(redlock, &opts, signals).await?;
+    let (guard, fence) = acquire(redlock, &opts, signals).await?;
     let validity = guard.validity();
     if validity <= opts.plan.stop_budget() {
         let _ = guard.release().await;
@@ -224,7 +224,7 @@ pub(crate) async fn run(
             ),
         ));
     }
-    match spawn(&guard, &opts) {
+    match spawn(fence, &opts) {
         Ok((child, target)) => supervise(child, target, guard, &opts, signals).await,
         Err(failure) => {
             let _ = guard.release().await;
@@ -239,7 +239,7 @@ async fn acquire(
     redlock: &Redlock,
     opts: &RunOptions,
     signals: &mut Signals,
-) -> Result<LockGuard, Failure> {
+) -> Result<(LockGuard, Option<FencingToken>), Failure> {
     let acquire = async {
         let started = Instant::now();
         // A fresh process has no connections yet: open them first, within the connect
@@ -253,9 +253,11 @@ async fn acquire(
             None => request.wait(Duration::ZERO).max_attempts(1),
         };
         if opts.fencing {
-            request = request.fencing();
+            let (guard, token) = request.fenced().await?.into_parts();
+            Ok((guard, Some(token)))
+        } else {
+            Ok((request.await?, None))
         }
-        request.await
     };
     tokio::select! {
         acquired = acquire => acquired.map_err(|e| acquire_failure(&e, opts, redlock)),
@@ -274,7 +276,7 @@ async fn acquire(
 
 /// Starts the program with its environment, in a process group of its own unless in a
 /// terminal's foreground (see [`Target`]).
-fn spawn(guard: &LockGuard, opts: &RunOptions) -> Result<(Child, Target), Failure> {
+fn spawn(fence: Option<FencingToken>, opts: &RunOptions) -> Result<(Child, Target), Failure> {
     let mut command = Command::new(&opts.program);
     command
         .args(&opts.args)
@@ -286,13 +288,7 @@ fn spawn(guard: &LockGuard, opts: &RunOptions) -> Result<(Child, Target), Failur
         command.process_group(0);
         Target::Group
     };
-    if opts.fencing {
-        let Some(token) = guard.fencing_token() else {
-            return Err(Failure::new(
-                EX_SOFTWARE,
-                "--fencing: the lock came without a fencing token; not run",
-            ));
-        };
+    if let Some(token) = fence {
         command.env(ENV_FENCING, token.to_string());
     } else {
         // Never pass on a token from an enclosing `quorum-lock run`.
