@@ -165,7 +165,11 @@ fn no_majority(quorum: usize, report: &NodeReport) -> String {
         if r.outcome == NodeOutcome::Pending {
             continue;
         }
-        let tally = if r.outcome.is_failure() { &mut failures } else { &mut answers };
+        let tally = if r.outcome.is_failure() {
+            &mut failures
+        } else {
+            &mut answers
+        };
         let what = r.outcome.to_string();
         match tally.iter_mut().find(|(w, _)| *w == what) {
             Some((_, count)) => *count += 1,

@@ -130,7 +130,12 @@ impl Holding {
     /// follow (the requeue of [`release_on`](Self::release_on), which no native command
     /// does).
     fn release_script(&self, wakes: bool) -> Call {
-        let call = Call::script(&scripts::RELEASE, &self.ensemble.config.key_prefix, &self.keys).arg(&*self.token);
+        let call = Call::script(
+            &scripts::RELEASE,
+            &self.ensemble.config.key_prefix,
+            &self.keys,
+        )
+        .arg(&*self.token);
         let call = if wakes {
             call.arg(whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1))
         } else {
