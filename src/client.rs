@@ -21,8 +21,11 @@ use crate::node::Node;
 use crate::notify::Notifier;
 use crate::protocol::{keys, scripts};
 use crate::queue::LocalQueue;
+use crate::ballot::{self, Read, Seen};
+use crate::fanout::Collected;
 use crate::quorum::{self, Verdict};
-use crate::report::{NodeOutcome, NodeReport};
+use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
+use crate::safety::{Admission, NextToken, Persistence};
 
 /// State shared by every clone of a [`Redlock`].
 #[derive(Debug)]
@@ -35,9 +38,8 @@ pub(crate) struct Inner {
     pub(crate) notifier: Option<Arc<Notifier>>,
     /// Waits for requests that rounds left behind (shared with the notifier).
     pub(crate) background: Arc<Background>,
-    /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
-    /// that long plus its drift allowance.
-    max_ttl_ms: std::sync::atomic::AtomicU64,
+    /// Whether the warning about fencing without quarantine on volatile nodes was given.
+    warned_unfenced: std::sync::atomic::AtomicBool,
 }
 
 impl Inner {
@@ -57,31 +59,59 @@ impl Inner {
             nodes,
             config,
             quorum,
-            // Grows with the TTLs actually used: a fresh ensemble is usable one TTL after
-            // it started, not one `default_ttl`.
-            max_ttl_ms: std::sync::atomic::AtomicU64::new(0),
+            warned_unfenced: std::sync::atomic::AtomicBool::new(false),
             queue: Arc::new(LocalQueue::default()),
             notifier,
         }
     }
 
-    /// Validates a TTL for a lock or extension and records it as in use (the restart
-    /// quarantine lasts as long as the longest one). Redis expiry has millisecond
-    /// resolution: the TTL is rounded down so the validity arithmetic never assumes more
-    /// time than the server grants.
+    /// Validates a TTL for a lock or extension. Redis expiry has millisecond resolution:
+    /// the TTL is rounded down so the validity arithmetic never assumes more time than the
+    /// server grants.
     pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
         let ttl = Duration::from_millis(whole_ms(ttl));
         check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
-        self.max_ttl_ms
-            .fetch_max(whole_ms(ttl), std::sync::atomic::Ordering::Relaxed);
         Ok(ttl)
     }
 
-    /// How long a (re)started node's vote does not count: the longest TTL this client uses
-    /// plus its drift allowance. Locks it granted before a restart have expired by then.
-    pub(crate) fn quarantine_period(&self) -> Duration {
-        let ttl = Duration::from_millis(self.max_ttl_ms.load(std::sync::atomic::Ordering::Relaxed));
-        ttl.saturating_add(quorum::drift(ttl, self.config.drift_factor))
+    /// Two configured nodes that reach one server (the same `run_id`, whatever the host
+    /// name or db number): it would vote twice.
+    fn same_server(&self) -> Option<Error> {
+        let run_ids: Vec<Option<Arc<str>>> = self.nodes.iter().map(|n| n.run_id()).collect();
+        let refs: Vec<Option<&str>> = run_ids.iter().map(Option::as_deref).collect();
+        let (i, j) = crate::safety::duplicate_server(&refs)?;
+        Some(Error::SameServer {
+            first: self.nodes.get(i)?.name().to_owned(),
+            second: self.nodes.get(j)?.name().to_owned(),
+        })
+    }
+
+    /// Warns once when fencing tokens are minted with quarantine off while a node may lose
+    /// its counters on a restart: tokens may then repeat.
+    fn warn_unfenced(&self) {
+        if self.config.quarantine
+            || self.warned_unfenced.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
+        let volatile: Vec<&str> = (self.nodes.iter())
+            .filter(|n| {
+                n.facts()
+                    .is_some_and(|f| f.persistence != crate::safety::Persistence::AofAlways)
+            })
+            .map(|n| n.name())
+            .collect();
+        if !volatile.is_empty()
+            && !self
+                .warned_unfenced
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            tracing::warn!(
+                nodes = ?volatile,
+                "fencing with restart quarantine off on nodes without appendfsync always: \
+                 a restart can make fencing tokens repeat"
+            );
+        }
     }
 }
 
@@ -626,37 +656,15 @@ async fn attempt_inner(
     // have set is released on every node in the background.
     let mut holding = Holding::new(Arc::clone(inner), Arc::clone(&plan.keys), token);
     let n = inner.nodes.len();
-    // Fencing counters read by this attempt, per node.
-    let mut counters: Vec<Option<u64>> = vec![None; n];
     let start = Instant::now();
-    let mut round = acquire_round(inner, plan, &holding, enqueue);
-    let vote = Voter::new(inner);
-    let collected = fanout::collect(
-        &inner.nodes,
-        &mut round,
-        |i, reply| match reply {
-            // `SET NX PX`.
-            Value::Okay => vote.yes(i),
-            Value::Nil => NodeOutcome::HeldByOther,
-            // The acquire script: `{acquired, fence}`.
-            reply => match scripts::acquire_reply(reply) {
-                Ok((set, fence)) => {
-                    if let Some(slot) = counters.get_mut(i) {
-                        *slot = fence;
-                    }
-                    if set {
-                        vote.yes(i)
-                    } else {
-                        NodeOutcome::HeldByOther
-                    }
-                }
-                Err(failed) => failed,
-            },
-        },
-        is_acquired,
-        Stop::WhenCertain,
-    )
-    .await;
+    let (mut round, lives) = acquire_round(inner, plan, &holding, enqueue);
+    let (mut collected, reads) = collect_votes(inner, plan, &mut round, lives.as_deref()).await;
+    let admissions = decide_votes(inner, plan, &reads, &mut collected);
+    if let Some(err) = inner.same_server() {
+        drop(round);
+        holding.release_on(0..n, requeue(plan, enqueue)).await;
+        return Err(err);
+    }
     let mut failure = None;
 
     if collected.tally.verdict() == Verdict::Reached {
@@ -677,7 +685,7 @@ async fn attempt_inner(
         // release on the same connection, and one not yet queued is never sent.
         round.finish_in_background(inner);
         let fencing_token = if plan.fencing {
-            match commit_fence(inner, plan, holding.token(), &counters).await {
+            match commit_fence(inner, plan, holding.token(), &reads, &admissions, &collected).await {
                 Ok(fence) => Some(fence),
                 Err(e) => {
                     failure = Some(e);
@@ -831,56 +839,234 @@ struct Enqueue<'a> {
     front: bool,
 }
 
-/// Counts a node's yes as a vote unless the node restarted too recently: it may have lost
-/// locks it granted before (restart quarantine).
-struct Voter<'a> {
-    inner: &'a Inner,
-    /// The quarantine period, when quarantine is on.
-    period: Option<Duration>,
+/// Waits for the acquire replies of one attempt until its outcome is certain (see
+/// [`ballot::settled`]), keeping what each node said for the ballot. `lives`: the fast
+/// path's plan, the life each node was seen admitted in and its completeness (for plain
+/// `SET NX PX` replies).
+/// Outcomes of yes votes are provisional until [`decide_votes`].
+async fn collect_votes(
+    inner: &Inner,
+    plan: &Plan,
+    round: &mut Round,
+    lives: Option<&[(Arc<str>, bool)]>,
+) -> (Collected, Vec<Option<Read>>) {
+    let n = inner.nodes.len();
+    let quarantine = inner.config.quarantine;
+    // Shared by the two closures below, one at a time (a `Mutex` for `Sync`: the future
+    // is sent between threads).
+    let reads: std::sync::Mutex<Vec<Option<Read>>> = std::sync::Mutex::new(vec![None; n]);
+    let lock = || reads.lock().unwrap_or_else(|p| p.into_inner());
+    let collected = fanout::collect_until(
+        &inner.nodes,
+        round,
+        |i, reply| {
+            let Some(node) = inner.nodes.get(i) else {
+                return NodeOutcome::Failed("no such node".into());
+            };
+            let read = match read_vote(node, reply, lives.and_then(|l| l.get(i))) {
+                Ok(read) => read,
+                Err(failed) => return failed,
+            };
+            let outcome = match ballot::early(&read, n, quarantine) {
+                _ if !read.set => NodeOutcome::HeldByOther,
+                ballot::Early::Yes { .. } => NodeOutcome::Acquired,
+                // Decided once the answers are in (`decide_votes`).
+                _ => NodeOutcome::Quarantined {
+                    reason: QuarantineReason::RecordUnread,
+                    remaining: None,
+                },
+            };
+            if let Some(slot) = lock().get_mut(i) {
+                *slot = Some(read);
+            }
+            outcome
+        },
+        is_acquired,
+        |outcomes, _| {
+            let pending = outcomes
+                .iter()
+                .filter(|(o, _)| *o == NodeOutcome::Pending)
+                .count();
+            ballot::settled(&lock(), pending, inner.quorum, plan.fencing, quarantine)
+        },
+    )
+    .await;
+    let reads = reads.into_inner().unwrap_or_else(|p| p.into_inner());
+    (collected, reads)
 }
 
-impl<'a> Voter<'a> {
-    fn new(inner: &'a Inner) -> Self {
-        Voter {
-            inner,
-            period: inner.config.quarantine.then(|| inner.quarantine_period()),
-        }
-    }
-
-    fn yes(&self, i: usize) -> NodeOutcome {
-        let (Some(period), Some(node)) = (self.period, self.inner.nodes.get(i)) else {
-            return NodeOutcome::Acquired;
+/// What one acquire reply says for the ballot: a plain `SET NX PX` (`OK` or nil) or the
+/// acquire script's reply, with the facts the node's connect learnt.
+fn read_vote(
+    node: &Node,
+    reply: Value,
+    life: Option<&(Arc<str>, bool)>,
+) -> std::result::Result<Read, NodeOutcome> {
+    let facts = node.facts();
+    let mut read = Read {
+        set: false,
+        run_id: facts.as_ref().and_then(|f| f.run_id.clone()),
+        uptime: (facts.as_ref()).and_then(|f| Some(ballot::aged(f.uptime?, f.at.elapsed()))),
+        persistence: facts.map_or(Persistence::Unknown, |f| f.persistence),
+        marker: Seen::Read(None),
+        record_ms: None,
+        fence: None,
+        fence_life: None,
+    };
+    if let Some((life, complete)) = life {
+        read.marker = Seen::Cached {
+            life: Arc::clone(life),
+            complete: *complete,
         };
-        if node.quarantined_vote(period) {
-            NodeOutcome::Quarantined
-        } else {
-            NodeOutcome::Acquired
+    }
+    match reply {
+        Value::Okay => read.set = true,
+        Value::Nil => {}
+        reply => {
+            let got = scripts::acquire_reply(reply)?;
+            read.set = got.set;
+            read.marker = Seen::Read(got.marker.map(|m| (m.life, m.complete)));
+            read.record_ms = got.record_ms;
+            read.fence = got.fence;
+            read.fence_life = got.fence_life;
         }
     }
+    Ok(read)
+}
+
+/// Decides every answering node's admission once the answers are in (restart quarantine
+/// v2, [`ballot`]), sets the outcomes of the yes votes accordingly (kept out:
+/// [`NodeOutcome::Quarantined`] with why and for how long), counts them in the metrics,
+/// remembers where a node was seen admitted (the fast path), and writes the markers the
+/// rules ask for before anything else is sent to those nodes.
+fn decide_votes(
+    inner: &Arc<Inner>,
+    plan: &Plan,
+    reads: &[Option<Read>],
+    collected: &mut Collected,
+) -> Vec<Option<Admission>> {
+    let quarantine = inner.config.quarantine;
+    let view = ballot::view(reads);
+    let mut marks = Vec::new();
+    let admissions = (reads.iter().zip(&inner.nodes).enumerate())
+        .map(|(i, (read, node))| {
+            let read = read.as_ref()?;
+            if !quarantine {
+                if read.set {
+                    node.count_vote(None);
+                }
+                return Some(Admission::Votes {
+                    complete: true,
+                    mark: false,
+                });
+            }
+            let admission = ballot::admit(read, &view, inner.config.drift_factor);
+            if read.set
+                && let Some(slot) = collected.outcomes.get_mut(i)
+            {
+                slot.0 = ballot::outcome(&admission);
+                node.count_vote(match &slot.0 {
+                    NodeOutcome::Quarantined { reason, .. } => Some(reason.as_str()),
+                    _ => None,
+                });
+            }
+            // The script raised the record to this TTL, atomically with its `SET NX`.
+            let record_ms = read.record_ms.unwrap_or(0).max(plan.ttl_ms());
+            match (admission, &read.run_id, &read.marker) {
+                (Admission::Votes { mark: true, complete }, Some(life), _) => {
+                    marks.push((i, Arc::clone(life), complete, record_ms));
+                }
+                (Admission::Votes { complete, .. }, Some(life), Seen::Read(Some(_))) => {
+                    node.admitted(life, complete, record_ms);
+                }
+                _ => {}
+            }
+            Some(admission)
+        })
+        .collect();
+    collected.recount(is_acquired);
+    send_marks(inner, marks);
+    admissions
+}
+
+/// Writes the markers `(node, life, complete, record)` that admissions asked for: each is
+/// queued on its node's connection before this returns, so the fence commit that may
+/// follow finds it; once a node acknowledges, this client takes the fast path there.
+fn send_marks(inner: &Arc<Inner>, marks: Vec<(usize, Arc<str>, bool, u64)>) {
+    if marks.is_empty() {
+        return;
+    }
+    let pending = marks.iter().filter_map(|(i, life, complete, _)| {
+        let call = Call::script(&scripts::MARK, &[])
+            .arg(&**life)
+            .arg(scripts::flag(*complete));
+        Some(fanout::send(*i, inner.nodes.get(*i)?, &Arc::new(call)))
+    });
+    let mut round = Round::new(pending, inner.config.node_timeout);
+    round.start();
+    let nodes = inner.nodes.clone();
+    inner.background.spawn(async move {
+        fanout::collect(
+            &nodes,
+            &mut round,
+            |i, reply| {
+                let written = fanout::decode::<i64>(reply);
+                if let (Some((_, life, complete, record_ms)), Some(node), Ok(written)) =
+                    (marks.iter().find(|m| m.0 == i), nodes.get(i), written)
+                {
+                    node.admitted(life, *complete && written == 1, *record_ms);
+                }
+                NodeOutcome::Reachable
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+    });
 }
 
 /// Second round of a fencing acquisition: the new token is one above the highest counter
-/// any node reported, and is committed next to the lock on a majority of voting nodes
-/// before the guard exists. Any two majorities share a node, so the next holder reads a
-/// counter at least this high and mints a larger token.
+/// that can be trusted ([`ballot::token`]: a majority of them is needed), and is committed
+/// next to the lock on a majority of voting nodes before the guard exists. Any two
+/// majorities share a node, so the next holder reads a counter at least this high and
+/// mints a larger one.
 async fn commit_fence(
     inner: &Arc<Inner>,
     plan: &Plan,
     token: &str,
-    counters: &[Option<u64>],
+    reads: &[Option<Read>],
+    admissions: &[Option<Admission>],
+    acquired: &Collected,
 ) -> Result<u64> {
-    let highest = counters.iter().flatten().copied().max().unwrap_or(0);
-    let fence = highest.saturating_add(1);
+    inner.warn_unfenced();
+    let quarantine = inner.config.quarantine;
+    let fence = match ballot::token(reads, admissions, inner.config.fence_floor, quarantine) {
+        NextToken::Mint(fence) => fence,
+        NextToken::Undecidable { trusted, needed } => {
+            return Err(Error::FenceUnknown {
+                trusted,
+                needed,
+                report: acquired.report(inner),
+            });
+        }
+    };
     let call = Call::script(&scripts::FENCE, &plan.keys)
         .arg(token)
         .arg(fence);
     let mut round = Round::everywhere(inner, call);
-    let vote = Voter::new(inner);
+    let voted = |i: usize| {
+        acquired
+            .outcomes
+            .get(i)
+            .is_some_and(|(o, _)| *o == NodeOutcome::Acquired)
+    };
     let collected = fanout::collect(
         &inner.nodes,
         &mut round,
         |i, reply| match fanout::decode::<i64>(reply) {
-            Ok(1) => vote.yes(i),
+            // Only where the acquisition's vote counted.
+            Ok(1) if voted(i) => NodeOutcome::Acquired,
+            Ok(1) => acquired.outcomes.get(i).map_or(NodeOutcome::Pending, |o| o.0.clone()),
             Ok(_) => NodeOutcome::NotHeld,
             Err(failed) => failed,
         },
@@ -906,16 +1092,27 @@ fn is_acquired(o: &NodeOutcome) -> bool {
 /// The acquire requests of one attempt: plain `SET NX PX` for one key, the all-or-nothing
 /// script for several keys, to keep the waiting list or to read fencing counters. Every
 /// node gets the same command except the one whose waiting list this client joins.
+///
+/// With restart quarantine on, the plain `SET NX PX` is the fast path: only when every node
+/// was seen admitted in its current life with an ensemble record of at least this TTL
+/// (returned: the life per node, which a reply then counts for). Otherwise every node gets
+/// the script, which raises the record and reads the marker and the record for the ballot.
 fn acquire_round(
     inner: &Inner,
     plan: &Plan,
     holding: &Holding,
     enqueue: Option<Enqueue<'_>>,
-) -> Round {
+) -> (Round, Option<Vec<(Arc<str>, bool)>>) {
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
+    let lives: Option<Vec<(Arc<str>, bool)>> = if inner.config.quarantine {
+        inner.nodes.iter().map(|n| n.fast_path(ttl_ms)).collect()
+    } else {
+        Some(Vec::new())
+    };
+    let plain = lives.is_some();
     let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
-        ([key], None, false) => {
+        ([key], None, false) if plain => {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
             Call::new(cmd).gated(holding.gate())
@@ -933,5 +1130,6 @@ fn acquire_round(
         }
     };
     let special = enqueue.map(|e| (e.node, call(enqueue)));
-    Round::broadcast_with(inner, call(None), 0..inner.nodes.len(), special)
+    let round = Round::broadcast_with(inner, call(None), 0..inner.nodes.len(), special);
+    (round, lives.filter(|l| !l.is_empty()))
 }

@@ -19,8 +19,10 @@ pub enum Error {
         report: NodeReport,
     },
 
-    /// Too many nodes failed or timed out for a majority to be possible.
-    #[error("not enough nodes answered to form a majority of {quorum}")]
+    /// Too few nodes gave a vote that counts for a majority to be possible: they failed,
+    /// timed out, or restart quarantine kept them out (the report says which, why and
+    /// until when).
+    #[error("no majority of {quorum} votes{}", unavailable_detail(report))]
     Unavailable {
         /// The majority that was needed.
         quorum: usize,
@@ -70,6 +72,38 @@ pub enum Error {
         reason: crate::LostReason,
     },
 
+    /// Two configured nodes reach the same Redis server (the same `run_id`, found on
+    /// connect): it would vote twice. A configuration error; list each server once.
+    #[error(
+        "nodes {first} and {second} are the same redis server (same run_id): list each \
+         server once, or it votes twice"
+    )]
+    SameServer {
+        /// The first node, as configured (`host:port[/db]`).
+        first: String,
+        /// The second node reaching the same server.
+        second: String,
+    },
+
+    /// A fencing token was asked for, but fewer than a majority of the nodes read had a
+    /// counter that can be trusted (nodes that lost their memory and have not seen a
+    /// commit since do not count): a larger token may exist unseen. The acquisition was
+    /// released. After a majority of nodes lost their memory, continue with
+    /// [`fence_floor`](crate::RedlockBuilder::fence_floor).
+    #[error(
+        "no safe fencing token: {trusted} trusted counters read, {needed} needed (nodes that \
+         lost their data do not count; after most nodes lost theirs, set a fence floor)"
+    )]
+    FenceUnknown {
+        /// Trusted counters read.
+        trusted: usize,
+        /// Trusted counters needed (a majority).
+        needed: usize,
+        /// Per-node outcomes of the acquisition.
+        #[source]
+        report: NodeReport,
+    },
+
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -83,9 +117,10 @@ impl Error {
             Error::Contended { report }
             | Error::Unavailable { report, .. }
             | Error::ValiditySpent { report, .. }
-            | Error::NotHeld { report } => Some(report),
+            | Error::NotHeld { report }
+            | Error::FenceUnknown { report, .. } => Some(report),
             Error::Timeout { last, .. } => last.report(),
-            Error::Lost { .. } | Error::Config(_) => None,
+            Error::Lost { .. } | Error::Config(_) | Error::SameServer { .. } => None,
         }
     }
 
@@ -116,6 +151,28 @@ impl Error {
             Error::Contended { .. } | Error::Unavailable { .. } | Error::ValiditySpent { .. }
         )
     }
+}
+
+/// What kept the votes of [`Error::Unavailable`] out: how many nodes gave no answer, and
+/// which ones restart quarantine kept out, why and until when.
+fn unavailable_detail(report: &NodeReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let failed = report.failures();
+    if failed > 0 {
+        let _ = write!(out, ": {failed} node(s) gave no answer");
+    }
+    for r in report.results() {
+        if let crate::NodeOutcome::Quarantined { reason, remaining } = &r.outcome {
+            out.push_str(if out.is_empty() { ": " } else { "; " });
+            let _ = write!(out, "{} kept out by restart quarantine ({reason}", r.node);
+            if let Some(d) = remaining {
+                let _ = write!(out, ", votes again in {:.1} s", d.as_secs_f64());
+            }
+            out.push(')');
+        }
+    }
+    out
 }
 
 /// Shorthand for `Result<T, quorum_lock::Error>`.

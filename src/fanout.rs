@@ -215,6 +215,18 @@ pub(crate) fn report(inner: &Inner, outcomes: &[(NodeOutcome, Duration)]) -> Nod
 }
 
 impl Collected {
+    /// Recounts the tally from the outcomes, after some were decided again (the ballot of
+    /// restart quarantine decides some votes only once the answers are in).
+    pub(crate) fn recount(&mut self, is_yes: impl Fn(&NodeOutcome) -> bool) {
+        let mut tally = Tally::new(self.outcomes.len());
+        for (outcome, _) in &self.outcomes {
+            if *outcome != NodeOutcome::Pending {
+                tally.record(is_yes(outcome));
+            }
+        }
+        self.tally = tally;
+    }
+
     pub(crate) fn report(&self, inner: &Inner) -> NodeReport {
         report(inner, &self.outcomes)
     }
@@ -223,7 +235,7 @@ impl Collected {
     pub(crate) fn unavailable(&self) -> usize {
         self.outcomes
             .iter()
-            .filter(|(o, _)| o.is_failure() || *o == NodeOutcome::Quarantined)
+            .filter(|(o, _)| o.is_failure() || o.is_quarantined())
             .count()
     }
 
@@ -275,9 +287,33 @@ fn failed(node: &Node, failure: NodeFailure) -> NodeOutcome {
 pub(crate) async fn collect(
     nodes: &[Arc<Node>],
     round: &mut Round,
-    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    interpret: impl FnMut(usize, Value) -> NodeOutcome,
     is_yes: impl Fn(&NodeOutcome) -> bool,
     stop: Stop,
+) -> Collected {
+    collect_until(nodes, round, interpret, is_yes, |outcomes, verdict| {
+        let heard = |i: usize| {
+            outcomes
+                .get(i)
+                .is_none_or(|(o, _)| *o != NodeOutcome::Pending)
+        };
+        match stop {
+            Stop::AtEnd => false,
+            Stop::WhenCertain => verdict != Verdict::Pending,
+            Stop::WhenCertainAndHeard(i) => verdict != Verdict::Pending && heard(i),
+        }
+    })
+    .await
+}
+
+/// [`collect`] with its own stopping rule: `done` sees the outcomes so far (unanswered
+/// nodes [`NodeOutcome::Pending`]) and the tally's verdict after each answer.
+pub(crate) async fn collect_until(
+    nodes: &[Arc<Node>],
+    round: &mut Round,
+    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+    mut done: impl FnMut(&[(NodeOutcome, Duration)], Verdict) -> bool,
 ) -> Collected {
     let n = nodes.len();
     let start = Instant::now();
@@ -313,17 +349,7 @@ pub(crate) async fn collect(
         if let Some(slot) = outcomes.get_mut(index) {
             *slot = (outcome, latency);
         }
-        let heard = |i: usize| {
-            outcomes
-                .get(i)
-                .is_none_or(|(o, _)| *o != NodeOutcome::Pending)
-        };
-        let done = match stop {
-            Stop::AtEnd => false,
-            Stop::WhenCertain => verdict != Verdict::Pending,
-            Stop::WhenCertainAndHeard(i) => verdict != Verdict::Pending && heard(i),
-        };
-        if done {
+        if done(&outcomes, verdict) {
             break;
         }
     }

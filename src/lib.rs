@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+mod ballot;
 mod builder;
 mod client;
 mod doctor;
@@ -21,9 +22,8 @@ mod queue;
 mod quorum;
 mod report;
 mod retry;
-// Pure rules of issue 14, public only for tests/model.rs; not yet called by the client.
+// Pure rules of issue 14 (called through `ballot`), public only for tests/model.rs.
 #[doc(hidden)]
-#[allow(dead_code)]
 pub mod safety;
 mod scoped;
 mod status;
@@ -38,6 +38,6 @@ pub use extend::AutoExtend;
 pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};
 pub use redis;
-pub use report::{NodeOutcome, NodeReport, NodeResult};
+pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
 pub use retry::RetryPolicy;
 pub use status::{Holder, KeyState, LockStatus, Verdict};

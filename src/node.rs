@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
+use crate::safety::{Persistence, Uptime};
 
 type ConnectResult = Result<(u64, MultiplexedConnection), String>;
 
@@ -219,20 +220,99 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     slot: Mutex<Slot>,
     generation: AtomicU64,
-    /// The server instance behind the current connection, learnt on every (re)connect.
-    identity: Mutex<Option<Identity>>,
+    /// What the client knows of the server behind the current connection, learnt on every
+    /// (re)connect (see [`Facts`]).
+    facts: Mutex<Option<Facts>>,
     /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
     /// quarantined.
     published: AtomicU8,
 }
 
-/// Which Redis process a node is, and since when it runs.
-#[derive(Debug)]
-pub(crate) struct Identity {
-    pub(crate) run_id: String,
-    /// When the process started, on our monotonic clock (rounded towards later: uptime is
-    /// reported in whole seconds, so the estimate errs on the quarantining side).
-    pub(crate) started: Instant,
+/// What a connect learnt about the Redis process behind a node, for restart quarantine
+/// (safety v2): its identity and age from `INFO`, its durability, and what this client has
+/// since seen of the node's admission in that life.
+#[derive(Debug, Clone)]
+pub(crate) struct Facts {
+    /// `run_id`: one per process, so a new one means a restart. `None` when `INFO` was
+    /// refused or lacks it: the node then does not vote.
+    pub(crate) run_id: Option<Arc<str>>,
+    /// `uptime_in_seconds` from the same reply.
+    pub(crate) uptime: Option<Uptime>,
+    /// When that reply arrived (the uptime was measured before).
+    pub(crate) at: Instant,
+    /// Whether acknowledged writes survive a restart (`aof_enabled`, `appendfsync`).
+    pub(crate) persistence: Persistence,
+    /// Why `INFO` gave no identity (say, an ACL user without `+info`).
+    pub(crate) refused: Option<String>,
+    /// This client saw the node's marker name this life (the node votes without asking
+    /// the ensemble), with the completeness it says and the highest ensemble record known
+    /// on the node, in milliseconds. Lets an acquisition send a plain `SET NX PX`.
+    pub(crate) admitted: Option<Admitted>,
+}
+
+/// The node's admission in its current life, as this client last saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Admitted {
+    /// The marker's completeness.
+    pub(crate) complete: bool,
+    /// The ensemble record is at least this on the node (milliseconds).
+    pub(crate) record_ms: u64,
+}
+
+impl Facts {
+    /// Reads `INFO` (every default section: `server` and `persistence` are needed) and, only
+    /// with AOF on, `CONFIG GET appendfsync`. A refused `INFO` leaves the identity unknown,
+    /// a refused `CONFIG` the persistence: both fall to the safe side (see
+    /// [`safety::admit`](crate::safety::admit)). Only I/O errors fail.
+    async fn learn(conn: &mut MultiplexedConnection) -> RedisResult<Facts> {
+        let text = match redis::cmd("INFO").query_async::<String>(conn).await {
+            Ok(text) => text,
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
+            Err(e) => {
+                return Ok(Facts {
+                    run_id: None,
+                    uptime: None,
+                    at: Instant::now(),
+                    persistence: Persistence::Unknown,
+                    refused: Some(format!("info refused: {e}")),
+                    admitted: None,
+                });
+            }
+        };
+        let at = Instant::now();
+        let info = crate::info::parse(&text);
+        let persistence = match info.aof_enabled() {
+            Some(false) => Persistence::Volatile,
+            None => Persistence::Unknown,
+            Some(true) => match redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendfsync")
+                .query_async::<Vec<String>>(conn)
+                .await
+            {
+                Ok(pair) if pair.get(1).is_some_and(|v| v == "always") => Persistence::AofAlways,
+                Ok(pair) if pair.len() == 2 => Persistence::Volatile,
+                Ok(_) => Persistence::Unknown,
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
+                Err(_) => Persistence::Unknown,
+            },
+        };
+        let run_id = info.run_id().map(Arc::from);
+        let uptime = info
+            .get("uptime_in_seconds")
+            .and_then(|v| v.parse().ok())
+            .map(Uptime::seconds);
+        let refused = (run_id.is_none() || uptime.is_none())
+            .then(|| "info gave no run_id or uptime_in_seconds".to_owned());
+        Ok(Facts {
+            run_id,
+            uptime,
+            at,
+            persistence,
+            refused,
+            admitted: None,
+        })
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -258,64 +338,87 @@ impl Node {
             connect_timeout,
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
-            identity: Mutex::new(None),
+            facts: Mutex::new(None),
             published: AtomicU8::new(0),
         }
     }
 
-    /// Reads `run_id` and uptime from `INFO server`. A refusal (say, an ACL without
-    /// `INFO`) leaves the identity unknown, which disables quarantine for this node.
-    async fn learn_identity(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
-        let asked = Instant::now();
-        let info = match redis::cmd("INFO")
-            .arg("server")
-            .query_async::<String>(conn)
-            .await
-        {
-            Ok(info) => info,
-            Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
-            Err(_) => return Ok(()),
-        };
-        let info = crate::info::parse(&info);
-        let identity = match (info.run_id(), info.uptime()) {
-            (Some(run_id), Some(uptime)) => Some(Identity {
-                run_id: run_id.to_owned(),
-                started: asked.checked_sub(uptime).unwrap_or(asked),
-            }),
-            _ => None,
-        };
-        let mut known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(old), Some(new)) = (&*known, &identity)
-            && old.run_id != new.run_id
-        {
-            tracing::info!(node = %self.name, "node restarted (new run_id)");
-            crate::metrics::node_restarted(&self.name);
+    /// Learns the facts of the server behind a new connection (see [`Facts::learn`]); a new
+    /// `run_id` is logged and counted as a restart.
+    async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let facts = Facts::learn(conn).await?;
+        if let Some(why) = &facts.refused {
+            tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
         }
-        *known = identity;
+        let mut known = self.lock_facts();
+        let old = known.as_ref().and_then(|f| f.run_id.clone());
+        if let (Some(old), Some(new)) = (&old, &facts.run_id) {
+            if old != new {
+                tracing::info!(node = %self.name, "node restarted (new run_id)");
+                crate::metrics::node_restarted(&self.name);
+            }
+        }
+        // The same process reached again (a reconnect): what this client saw of its
+        // admission still holds.
+        let admitted = known
+            .as_ref()
+            .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id)
+            .and_then(|f| f.admitted);
+        *known = Some(Facts { admitted, ..facts });
         Ok(())
     }
 
-    /// Whether this node's vote must not count yet: it (re)started less than `period` ago,
-    /// so it may have lost locks granted before. Unknown identity: not quarantined.
-    pub(crate) fn is_quarantined(&self, period: Duration) -> bool {
-        let known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
-        known
-            .as_ref()
-            .is_some_and(|id| id.started.elapsed() < period)
+    fn lock_facts(&self) -> MutexGuard<'_, Option<Facts>> {
+        self.facts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// [`is_quarantined`](Self::is_quarantined) for a yes vote, with its metrics: every
-    /// vote not counted, and the node's quarantine gauge when its state changed.
-    pub(crate) fn quarantined_vote(&self, period: Duration) -> bool {
-        let quarantined = self.is_quarantined(period);
-        if quarantined {
-            crate::metrics::vote_quarantined(&self.name);
+    /// The facts learnt on the last connect; `None` before the first one.
+    pub(crate) fn facts(&self) -> Option<Facts> {
+        self.lock_facts().clone()
+    }
+
+    /// The node's `run_id`, when known.
+    pub(crate) fn run_id(&self) -> Option<Arc<str>> {
+        self.lock_facts().as_ref().and_then(|f| f.run_id.clone())
+    }
+
+    /// The life (`run_id`) in which this node may take a plain `SET NX PX` for `ttl_ms`, and
+    /// the completeness its marker said: it was seen admitted in its current life with a
+    /// record of at least `ttl_ms`.
+    pub(crate) fn fast_path(&self, ttl_ms: u64) -> Option<(Arc<str>, bool)> {
+        let known = self.lock_facts();
+        let facts = known.as_ref()?;
+        let admitted = facts.admitted.filter(|a| a.record_ms >= ttl_ms)?;
+        Some((facts.run_id.clone()?, admitted.complete))
+    }
+
+    /// Records that the node's marker names `life` (when that is still its current life),
+    /// with `complete`, and that its ensemble record is at least `record_ms`.
+    pub(crate) fn admitted(&self, life: &str, complete: bool, record_ms: u64) {
+        let mut known = self.lock_facts();
+        if let Some(facts) = known.as_mut()
+            && facts.run_id.as_deref() == Some(life)
+        {
+            let record_ms = facts
+                .admitted
+                .map_or(record_ms, |a| a.record_ms.max(record_ms));
+            facts.admitted = Some(Admitted {
+                complete,
+                record_ms,
+            });
         }
-        let state = if quarantined { 2 } else { 1 };
+    }
+
+    /// Counts a yes vote that was kept out (`reason`, a metric label) or counted (`None`),
+    /// and publishes the node's quarantine gauge when its state changed.
+    pub(crate) fn count_vote(&self, kept_out: Option<&'static str>) {
+        if let Some(reason) = kept_out {
+            crate::metrics::vote_quarantined(&self.name, reason);
+        }
+        let state = if kept_out.is_some() { 2 } else { 1 };
         if self.published.swap(state, Ordering::Relaxed) != state {
-            crate::metrics::node_quarantined(&self.name, quarantined);
+            crate::metrics::node_quarantined(&self.name, kept_out.is_some());
         }
-        quarantined
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -366,7 +469,7 @@ impl Node {
                     .get_multiplexed_async_connection_with_config(&node.config)
                     .await?;
                 preload_scripts(&mut conn).await?;
-                node.learn_identity(&mut conn).await?;
+                node.learn_facts(&mut conn).await?;
                 Ok::<_, RedisError>(conn)
             })
             .await;

@@ -182,7 +182,7 @@ impl Notifier {
                 &notifier.nodes,
                 &mut reply,
                 |_, value| match scripts::acquire_reply(value) {
-                    Ok((true, _)) => NodeOutcome::Acquired,
+                    Ok(acquired) if acquired.set => NodeOutcome::Acquired,
                     Ok(_) => NodeOutcome::HeldByOther,
                     Err(failed) => failed,
                 },

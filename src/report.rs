@@ -19,9 +19,15 @@ pub enum NodeOutcome {
     Extended,
     /// Our token was found and deleted (release).
     Released,
-    /// The node stored our token but restarted too recently for its vote to count (restart
-    /// quarantine): it may have lost locks granted before the restart.
-    Quarantined,
+    /// The node stored our token but restart quarantine keeps its vote out: it may have
+    /// lost locks that are still in force, or what is needed to tell is unknown.
+    Quarantined {
+        /// Why.
+        reason: QuarantineReason,
+        /// How long until it votes again, measured when this outcome was decided; `None`
+        /// when that depends on something unknown (see the reason).
+        remaining: Option<Duration>,
+    },
     /// The key is absent or holds another token: we do not hold it here (extend, release).
     NotHeld,
     /// No answer within the per-node timeout. The request may still have been applied.
@@ -34,11 +40,60 @@ pub enum NodeOutcome {
     Pending,
 }
 
+/// Why restart quarantine keeps a node's vote out (see
+/// [`RedlockBuilder::restart_quarantine`](crate::RedlockBuilder::restart_quarantine)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QuarantineReason {
+    /// The node lost its memory (its marker is gone) while locks granted before may still
+    /// be in force: it votes again once the longest TTL of the ensemble has passed since
+    /// it started.
+    MemoryLost,
+    /// The node runs a new process (another `run_id` than the one it was admitted in)
+    /// without `appendfsync always`, so it may have lost writes: as for `MemoryLost`.
+    Restarted,
+    /// The node's `run_id` or uptime is unknown (`INFO` refused, say an ACL user without
+    /// `+info`): it does not vote until they are known.
+    NoIdentity,
+    /// Too few nodes answered to tell a fresh ensemble from one whose record this node
+    /// lost.
+    RecordUnread,
+}
+
+impl QuarantineReason {
+    /// A short machine-readable name: `memory_lost`, `restarted`, `no_identity` or
+    /// `record_unread` (the metric's `reason` label).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            QuarantineReason::MemoryLost => "memory_lost",
+            QuarantineReason::Restarted => "restarted",
+            QuarantineReason::NoIdentity => "no_identity",
+            QuarantineReason::RecordUnread => "record_unread",
+        }
+    }
+}
+
+impl fmt::Display for QuarantineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QuarantineReason::MemoryLost => "lost its data while locks may depend on it",
+            QuarantineReason::Restarted => "restarted without appendfsync always",
+            QuarantineReason::NoIdentity => "run_id or uptime unknown (info refused?)",
+            QuarantineReason::RecordUnread => "too few nodes answered to tell a fresh ensemble",
+        })
+    }
+}
+
 impl NodeOutcome {
     /// True when the node could not give an answer (timeout or error), as opposed to a
     /// definite answer from a working node.
     pub fn is_failure(&self) -> bool {
         matches!(self, NodeOutcome::TimedOut | NodeOutcome::Failed(_))
+    }
+
+    /// True when restart quarantine kept the node's vote out.
+    pub fn is_quarantined(&self) -> bool {
+        matches!(self, NodeOutcome::Quarantined { .. })
     }
 }
 
@@ -51,7 +106,13 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::NotHeld => f.write_str("not held"),
-            NodeOutcome::Quarantined => f.write_str("restarted recently, vote not counted"),
+            NodeOutcome::Quarantined { reason, remaining } => {
+                write!(f, "kept out by restart quarantine: {reason}")?;
+                match remaining {
+                    Some(d) => write!(f, ", votes again in {:.1} s", d.as_secs_f64()),
+                    None => Ok(()),
+                }
+            }
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::Failed(msg) => write!(f, "error: {msg}"),
             NodeOutcome::Reachable => f.write_str("reachable"),
@@ -96,6 +157,14 @@ impl NodeReport {
         self.results
             .iter()
             .filter(|r| &r.outcome == outcome)
+            .count()
+    }
+
+    /// How many nodes restart quarantine kept out.
+    pub fn quarantined(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| r.outcome.is_quarantined())
             .count()
     }
 

@@ -26,6 +26,27 @@ pub(crate) fn derived(kind: Kind, lock: &str) -> String {
     }
 }
 
+/// The node-wide keys of restart quarantine (safety v2): one of each per node, shared by
+/// every client and key prefix, never expiring. A script gets them after its per-lock
+/// blocks, in the order of its layout's globals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Global {
+    /// The ensemble record: the longest TTL in milliseconds any client may count votes
+    /// for, raised with (before or atomically with) every acquisition and extension.
+    MaxTtl,
+    /// The node's marker `<run_id>:<0|1>`: the life in which a client admitted the node,
+    /// and whether it held everything since it first served (`1`).
+    Marker,
+}
+
+/// The name of the node-wide key `global`.
+pub(crate) fn global(global: Global) -> &'static str {
+    match global {
+        Global::MaxTtl => "quorum-lock:max-ttl",
+        Global::Marker => "quorum-lock:marker",
+    }
+}
+
 /// The lock key of `resource` under `prefix`.
 pub(crate) fn lock(prefix: &str, resource: &str) -> String {
     format!("{prefix}{resource}")
@@ -57,5 +78,7 @@ mod tests {
         assert_eq!(lock("app:", "r"), "app:r");
         assert_eq!(wake_channel("c1"), "quorum-lock:wake:c1");
         assert_eq!(fence_seen("r"), "quorum-lock:fence-seen:r");
+        assert_eq!(global(Global::MaxTtl), "quorum-lock:max-ttl");
+        assert_eq!(global(Global::Marker), "quorum-lock:marker");
     }
 }

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use redis::{Script, Value};
 
 use crate::fanout;
-use crate::protocol::keys::{self, Kind};
+use crate::protocol::keys::{self, Global, Kind};
 use crate::report::NodeOutcome;
 
 /// A Lua script: its source, the layout of its `KEYS` and, built once (hashing the
@@ -25,19 +25,31 @@ pub(crate) struct Lua {
     /// `KEYS` is one block per kind, in this order, each with one key per lock key: with
     /// `k` lock keys, block `b` (from 0) is `KEYS[b*k + 1 ..= b*k + k]`.
     layout: &'static [Kind],
+    /// Node-wide keys after the blocks, in this order (see [`Global`]).
+    globals: &'static [Global],
     script: OnceLock<Script>,
 }
 
 impl Lua {
     const fn new(layout: &'static [Kind], source: &'static str) -> Self {
+        Lua::with_globals(layout, &[], source)
+    }
+
+    const fn with_globals(
+        layout: &'static [Kind],
+        globals: &'static [Global],
+        source: &'static str,
+    ) -> Self {
         Lua {
             source,
             layout,
+            globals,
             script: OnceLock::new(),
         }
     }
 
-    /// The script's `KEYS` for the lock keys `locks`, block by block.
+    /// The script's `KEYS` for the lock keys `locks`, block by block, then its node-wide
+    /// keys.
     pub(crate) fn keys<'a>(
         &'static self,
         locks: &'a [String],
@@ -45,6 +57,7 @@ impl Lua {
         self.layout
             .iter()
             .flat_map(move |&kind| locks.iter().map(move |lock| keys::derived(kind, lock)))
+            .chain(self.globals.iter().map(|&g| keys::global(g).to_owned()))
     }
 
     /// The SHA1 digest `EVALSHA` names the script by.
@@ -83,40 +96,79 @@ end
     };
 }
 
+/// Lua source of `counter(raw)`: a fencing counter's value and the life (a node's `run_id`)
+/// it was written in, from its text `<value> <life>`; `''` for a counter written without a
+/// life (by an older client, or on a node without a marker), `0` for none.
+macro_rules! lua_counter {
+    () => {
+        r"
+local function counter(raw)
+    if not raw then
+        return 0, ''
+    end
+    local value, life = string.match(raw, '^(%d+) ?(%S*)$')
+    return tonumber(value) or 0, life or ''
+end
+"
+    };
+}
+
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
-/// bookkeeping of release notifications and the fencing counter read.
+/// bookkeeping of release notifications, the fencing counter read and the node-side data of
+/// restart quarantine.
 ///
 /// KEYS: the lock keys (sorted, distinct), then their fencing counters, then their waiting
-/// lists (see [`keys`]). ARGV[1]: our token. ARGV[2]: TTL in
-/// milliseconds. ARGV[3]: our client id, or `''` for no bookkeeping. ARGV[4]: `'1'` when
-/// other tasks of our client still wait for these keys. ARGV[5]: `'1'` to read the fencing
-/// counters. ARGV[6]: `'1'` when this attempt follows our wake-up, so a failure puts us back
-/// at the head of the waiting list (the release chose us; whoever overtook us must not cost
-/// us our place).
+/// lists (see [`keys`]), then the ensemble record and the node's marker ([`Global`]).
+/// ARGV[1]: our token. ARGV[2]: TTL in milliseconds. ARGV[3]: our client id, or `''` for no
+/// bookkeeping. ARGV[4]: `'1'` when other tasks of our client still wait for these keys.
+/// ARGV[5]: `'1'` to read the fencing counters. ARGV[6]: `'1'` when this attempt follows
+/// our wake-up, so a failure puts us back at the head of the waiting list (the release
+/// chose us; whoever overtook us must not cost us our place).
 ///
-/// Returns `{acquired, fence}`. `acquired` is 1 after setting every key to the token with
-/// the TTL, or 0 (and nothing set) when any key already exists, whatever its type. `fence`
-/// is, with ARGV[5], the highest fencing counter of the keys (0 when none exists), else
-/// nil. With a client id, a failed attempt appends the id (once) to each key's waiting
-/// list, so the next release wakes this
-/// client; a successful one removes it again unless other tasks of the client still wait
-/// (ARGV[4]), in which case it stays queued. Lists expire after twice the TTL unless renewed
-/// by a later attempt. Counters never expire.
+/// First raises the ensemble record to the TTL (never lowers it), whatever follows: a vote
+/// for this TTL then comes from a node whose record covers it.
+///
+/// Returns `{acquired, fence, fence_life, marker, record}`. `acquired` is 1 after setting
+/// every key to the token with the TTL, or 0 (and no key set) when any key already exists,
+/// whatever its type. `fence` is, with ARGV[5], the highest fencing counter of the keys (0
+/// when none exists), else nil; `fence_life` the life every counter was written in, or nil
+/// when one is absent or they differ. `marker` is the node's marker as it was, `record` the
+/// ensemble record before this call raised it (nil: none). With a client id, a failed
+/// attempt appends the id (once) to each key's waiting list, so the next release wakes
+/// this client; a successful one removes it again unless other tasks of the client still
+/// wait (ARGV[4]), in which case it stays queued. Lists expire after twice the TTL unless
+/// renewed by a later attempt. Counters, record and marker never expire.
 const ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
+    lua_counter!(),
     r"
-local k = #KEYS / 3
+local k = (#KEYS - 2) / 3
+local record = redis.call('GET', KEYS[3 * k + 1])
+if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[3 * k + 1], ARGV[2])
+end
+local marker = redis.call('GET', KEYS[3 * k + 2])
 local function queue(i)
     enqueue(KEYS[2 * k + i], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
 end
 local fence = false
+local fence_life = false
 if ARGV[5] == '1' then
     fence = 0
     for i = 1, k do
-        local f = tonumber(redis.call('GET', KEYS[k + i]) or '0') or 0
+        local raw = redis.call('GET', KEYS[k + i])
+        local f, life = counter(raw)
         if f > fence then
             fence = f
         end
+        if not raw or life == '' or (fence_life and fence_life ~= life) then
+            fence_life = ''
+        elseif not fence_life then
+            fence_life = life
+        end
+    end
+    if fence_life == '' then
+        fence_life = false
     end
 end
 for i = 1, k do
@@ -126,7 +178,7 @@ for i = 1, k do
                 queue(j)
             end
         end
-        return {0, fence}
+        return {0, fence, fence_life, marker, record}
     end
 end
 for i = 1, k do
@@ -139,16 +191,82 @@ for i = 1, k do
         end
     end
 end
-return {1, fence}
+return {1, fence, fence_life, marker, record}
 "
 );
-pub(crate) static ACQUIRE: Lua = Lua::new(&[Kind::Lock, Kind::Fence, Kind::Waiters], ACQUIRE_SRC);
+pub(crate) static ACQUIRE: Lua = Lua::with_globals(
+    &[Kind::Lock, Kind::Fence, Kind::Waiters],
+    &[Global::MaxTtl, Global::Marker],
+    ACQUIRE_SRC,
+);
 
-/// [`ACQUIRE`]'s reply `{acquired, fence}`: whether it set the keys, and the fencing
-/// counter it read (with fencing on).
-pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOutcome> {
-    fanout::decode::<(i64, Option<u64>)>(reply).map(|(set, fence)| (set == 1, fence))
+/// [`ACQUIRE`]'s reply, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Acquired {
+    /// Whether it set the keys.
+    pub(crate) set: bool,
+    /// The highest fencing counter of the keys (with fencing on).
+    pub(crate) fence: Option<u64>,
+    /// The life every counter was written in; `None` when one is absent or they differ.
+    pub(crate) fence_life: Option<String>,
+    /// The node's marker as it was.
+    pub(crate) marker: Option<Marker>,
+    /// The ensemble record before the script raised it, in milliseconds.
+    pub(crate) record_ms: Option<u64>,
 }
+
+/// A node's marker, as [`MARK`] writes it: `<life>:<0|1>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Marker {
+    /// The `run_id` of the life the node was admitted in.
+    pub(crate) life: String,
+    /// Whether the node held everything since it first served.
+    pub(crate) complete: bool,
+}
+
+impl Marker {
+    /// Reads the marker's text; anything else reads as no marker at all (the safe side:
+    /// the node is treated as having lost its memory).
+    pub(crate) fn parse(text: &str) -> Option<Marker> {
+        let (life, complete) = text.rsplit_once(':')?;
+        let complete = match complete {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        };
+        (!life.is_empty()).then(|| Marker {
+            life: life.to_owned(),
+            complete,
+        })
+    }
+}
+
+/// [`ACQUIRE`]'s reply `{acquired, fence, fence_life, marker, record}`.
+pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
+    type Raw = (i64, Option<u64>, Option<String>, Option<String>, Option<u64>);
+    fanout::decode::<Raw>(reply).map(|(set, fence, fence_life, marker, record_ms)| Acquired {
+        set: set == 1,
+        fence,
+        fence_life,
+        marker: marker.as_deref().and_then(Marker::parse),
+        record_ms,
+    })
+}
+
+/// Writes a node's marker: its life (`run_id`) and completeness.
+///
+/// KEYS: the marker ([`Global::Marker`]). ARGV[1]: the life. ARGV[2]: `'1'` complete, `'0'`
+/// not. Returns 1 after writing `<life>:<complete>`, or 0 when asked to write a complete
+/// marker over an incomplete one of the same life (completeness is never restored).
+const MARK_SRC: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current and ARGV[2] == '1' and current == ARGV[1] .. ':0' then
+    return 0
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
+return 1
+";
+pub(crate) static MARK: Lua = Lua::with_globals(&[], &[Global::Marker], MARK_SRC);
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
@@ -257,27 +375,41 @@ pub(crate) static GATE: Lua = Lua::new(&[Kind::Turn, Kind::Waiters], GATE_SRC);
 
 /// Commits a fencing token next to a lock we hold.
 ///
-/// KEYS: the lock keys, then their fencing counters (see [`keys`]). ARGV[1]: our token.
-/// ARGV[2]: the fencing token. Returns 1 after raising every counter to at least ARGV[2]
-/// (never lowering one), or 0, changing nothing, when any lock key does not hold our
-/// token.
-const FENCE_SRC: &str = r"
-local k = #KEYS / 2
+/// KEYS: the lock keys, then their fencing counters (see [`keys`]), then the node's marker
+/// ([`Global::Marker`]). ARGV[1]: our token. ARGV[2]: the fencing token. Returns 1 after
+/// setting every counter to the larger of its value and ARGV[2] (never lowering one),
+/// tagged with the life the node's marker names (`<value> <life>`), or 0, changing
+/// nothing, when any lock key does not hold our token. The tag is what lets a later reader
+/// trust the counter on a node that lost its memory before: the value was written in this
+/// life, from a majority of trusted counters.
+const FENCE_SRC: &str = concat!(
+    lua_counter!(),
+    r"
+local k = (#KEYS - 1) / 2
 for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
+local marker = redis.call('GET', KEYS[2 * k + 1])
+local life = marker and string.match(marker, '^([^:]+):') or ''
 local value = tonumber(ARGV[2])
 for i = 1, k do
-    local counter = KEYS[k + i]
-    if value > (tonumber(redis.call('GET', counter) or '0') or 0) then
-        redis.call('SET', counter, ARGV[2])
+    local raw = redis.call('GET', KEYS[k + i])
+    local digits = ARGV[2]
+    if counter(raw) > value then
+        digits = string.match(raw, '^(%d+)')
     end
+    if life ~= '' then
+        digits = digits .. ' ' .. life
+    end
+    redis.call('SET', KEYS[k + i], digits)
 end
 return 1
-";
-pub(crate) static FENCE: Lua = Lua::new(&[Kind::Lock, Kind::Fence], FENCE_SRC);
+"
+);
+pub(crate) static FENCE: Lua =
+    Lua::with_globals(&[Kind::Lock, Kind::Fence], &[Global::Marker], FENCE_SRC);
 
 /// A write guarded by a fencing token, for data kept in Redis.
 ///
@@ -313,25 +445,31 @@ pub(crate) static INSPECT: Lua = Lua::new(&[Kind::Lock], INSPECT_SRC);
 
 /// Compare-and-PEXPIRE, all or nothing.
 ///
-/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2]: new TTL in milliseconds.
-/// Returns 1 after resetting the expiry of every key when all of them hold our token,
-/// 0 (and changes nothing) when any of them does not.
+/// KEYS: the lock keys, then the ensemble record ([`Global::MaxTtl`]). ARGV[1]: our token.
+/// ARGV[2]: new TTL in milliseconds. Returns 1 after raising the record to the new TTL
+/// (never lowering it) and resetting the expiry of every key when all of them hold our
+/// token, 0 (and changes nothing) when any of them does not.
 const EXTEND_SRC: &str = r"
-for i = 1, #KEYS do
+local k = #KEYS - 1
+for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
-for i = 1, #KEYS do
+if (tonumber(redis.call('GET', KEYS[k + 1]) or '0') or 0) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[k + 1], ARGV[2])
+end
+for i = 1, k do
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 return 1
 ";
-pub(crate) static EXTEND: Lua = Lua::new(&[Kind::Lock], EXTEND_SRC);
+pub(crate) static EXTEND: Lua = Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl], EXTEND_SRC);
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 8] = [
+pub(crate) const SOURCES: [&str; 9] = [
     ACQUIRE_SRC,
+    MARK_SRC,
     GATE_SRC,
     RELEASE_SRC,
     EXTEND_SRC,
