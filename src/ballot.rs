@@ -165,7 +165,7 @@ fn trusted(read: &Read, complete: bool) -> bool {
 /// stops once the votes that count whatever comes reach `quorum` (and, with `fencing`, so
 /// do the trusted counters), or once even every pending node and every vote still
 /// depending on the others could not reach it. Otherwise it waits, for the rules that
-/// need every answer (a fresh ensemble, the ensemble record).
+/// need every answer (a fresh ensemble, the ensemble record), until none is pending.
 pub(crate) fn settled(
     reads: &[Option<Read>],
     pending: usize,
@@ -185,7 +185,7 @@ pub(crate) fn settled(
         }
     }
     let won = yes >= quorum && (!fencing || trusted >= quorum);
-    won || yes + maybe + pending < quorum
+    won || pending == 0 || yes + maybe + pending < quorum
 }
 
 /// The outcome to report for a node that set our keys, given its admission.

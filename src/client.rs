@@ -235,7 +235,7 @@ impl Redlock {
     /// # Errors
     ///
     /// [`Error::Unavailable`] when fewer than a majority of nodes answered; the report
-    /// lists every node.
+    /// lists every node. [`Error::SameServer`] when two configured nodes reach one server.
     pub async fn connect(&self) -> Result<NodeReport> {
         let inner = &self.inner;
         let timeout = inner
@@ -256,6 +256,9 @@ impl Redlock {
         )
         .await;
         let report = collected.report(inner);
+        if let Some(err) = inner.same_server() {
+            return Err(err);
+        }
         if collected.tally.verdict() == Verdict::Reached {
             Ok(report)
         } else {

@@ -11,8 +11,9 @@ use crate::report::NodeReport;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Another owner holds the resource on enough nodes that we cannot reach a majority.
-    #[error("resource is held by another owner")]
+    /// Another owner holds the resource on enough nodes that we cannot reach a majority
+    /// (with the votes restart quarantine kept out, which the message names).
+    #[error("resource is held by another owner{}", kept_out(report))]
     Contended {
         /// Per-node outcomes of the attempt.
         #[source]
@@ -22,7 +23,7 @@ pub enum Error {
     /// Too few nodes gave a vote that counts for a majority to be possible: they failed,
     /// timed out, or restart quarantine kept them out (the report says which, why and
     /// until when).
-    #[error("no majority of {quorum} votes{}", unavailable_detail(report))]
+    #[error("no majority of {quorum} votes{}{}", no_answer(report), kept_out(report))]
     Unavailable {
         /// The majority that was needed.
         quorum: usize,
@@ -153,19 +154,30 @@ impl Error {
     }
 }
 
-/// What kept the votes of [`Error::Unavailable`] out: how many nodes gave no answer, and
-/// which ones restart quarantine kept out, why and until when.
-fn unavailable_detail(report: &NodeReport) -> String {
+/// How many nodes of `report` gave no answer, for [`Error::Unavailable`]'s message.
+fn no_answer(report: &NodeReport) -> String {
+    match report.failures() {
+        0 => String::new(),
+        failed => format!(": {failed} node(s) gave no answer"),
+    }
+}
+
+/// Which nodes of `report` restart quarantine kept out, why and until when.
+fn kept_out(report: &NodeReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let failed = report.failures();
-    if failed > 0 {
-        let _ = write!(out, ": {failed} node(s) gave no answer");
-    }
     for r in report.results() {
         if let crate::NodeOutcome::Quarantined { reason, remaining } = &r.outcome {
-            out.push_str(if out.is_empty() { ": " } else { "; " });
-            let _ = write!(out, "{} kept out by restart quarantine ({reason}", r.node);
+            let sep = if out.is_empty() && report.failures() == 0 {
+                ": "
+            } else {
+                "; "
+            };
+            let _ = write!(
+                out,
+                "{sep}{} kept out by restart quarantine ({reason}",
+                r.node
+            );
             if let Some(d) = remaining {
                 let _ = write!(out, ", votes again in {:.1} s", d.as_secs_f64());
             }
