@@ -331,3 +331,211 @@ async fn one_server_behind_two_urls_is_refused() {
         .await;
     }
 }
+
+/// The counter of `resource` on `node` (its digits; the life tag after them is ignored),
+/// 0 when absent.
+fn counter(node: &RedisServer, resource: &str) -> u64 {
+    let raw: Option<String> = redis::cmd("GET")
+        .arg(format!("quorum-lock:fence:{resource}"))
+        .query(&mut node.conn())
+        .unwrap();
+    raw.map_or(0, |raw| {
+        raw.split(' ').next().unwrap().parse().unwrap()
+    })
+}
+
+/// Issue 14 item 3: a token committed on two of three nodes (the third held a stale key),
+/// one of the two restarts empty; once its quarantine is over, a holder that reads only the
+/// restarted node and the stale one must not be given the same token again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let ttl = Duration::from_secs(1);
+    let redlock = client(&urls, ttl);
+    let resource = unique("fence-restart");
+    let fenced = || redlock.lock(&resource, ttl).fencing().max_attempts(1);
+    let first = fenced().await.unwrap();
+    let t1 = first.fencing_token().unwrap();
+    first.release().await.unwrap();
+    // The next token reaches nodes 0 and 1 only.
+    stale_key(&cluster.nodes[2], &resource, 400);
+    let second = fenced().await.unwrap();
+    let t2 = second.fencing_token().unwrap();
+    second.release().await.unwrap();
+    assert!(t2 > t1);
+    assert_eq!(counter(&cluster.nodes[2], &resource), t1);
+    let node2 = &cluster.nodes[2];
+    eventually(Duration::from_secs(5), "stale key expired", || {
+        !exists(node2, &resource)
+    })
+    .await;
+
+    // Node 1 loses its memory and runs past its quarantine (1 s record; uptime 3 means
+    // more than 2 s).
+    tokio::task::block_in_place(|| {
+        cluster.nodes[1].restart();
+        let node1 = &cluster.nodes[1];
+        wait_until(Duration::from_secs(10), "node 1 up 3 s", || {
+            uptime_secs(node1) >= 3
+        });
+        cluster.nodes[0].pause();
+    });
+    // Only node 1 (empty) and node 2 (the older token) answer: no token may be minted.
+    let outcome = fenced().await;
+    tokio::task::block_in_place(|| cluster.nodes[0].resume());
+    match outcome {
+        Ok(guard) => panic!(
+            "token {:?} minted from the restarted node and the stale one (last was {t2})",
+            guard.fencing_token()
+        ),
+        Err(Error::Timeout { last, .. }) => match *last {
+            Error::FenceUnknown {
+                trusted: 1,
+                needed: 2,
+                ..
+            } => {}
+            Error::Unavailable { .. } => {}
+            other => panic!("{other}"),
+        },
+        Err(other) => panic!("{other}"),
+    }
+    // With node 0 back, the sequence goes on above t2.
+    let guard = loop {
+        match fenced().await {
+            Ok(guard) => break guard,
+            Err(e) if e.is_unavailable() => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let t3 = guard.fencing_token().unwrap();
+    guard.release().await.unwrap();
+    assert!(t3 > t2, "{t3} after {t2}");
+}
+
+/// A rolling restart through every node, each waiting out its quarantine, with fenced
+/// locks all along: tokens strictly increase and every node votes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_through_a_rolling_restart() {
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let ttl = Duration::from_secs(1);
+    let redlock = client(&urls, ttl);
+    let resource = unique("rolling");
+    let mut tokens = Vec::new();
+    for restarted in 0..3 {
+        tokio::task::block_in_place(|| cluster.nodes[restarted].restart());
+        let began = Instant::now();
+        loop {
+            assert!(began.elapsed() < Duration::from_secs(15), "node never voted");
+            let guard = match redlock.lock(&resource, ttl).fencing().max_attempts(1).await {
+                Ok(guard) => guard,
+                Err(e) if e.is_unavailable() || e.is_contended() => continue,
+                Err(e) => panic!("{e}"),
+            };
+            tokens.push(guard.fencing_token().unwrap());
+            let voted = guard.report().results()[restarted].outcome == NodeOutcome::Acquired;
+            guard.release().await.ok();
+            if voted {
+                eprintln!("node {restarted} votes again {:.1?} after its restart", began.elapsed());
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert!(tokens.len() >= 3);
+    for pair in tokens.windows(2) {
+        assert!(pair[0] < pair[1], "tokens {tokens:?}");
+    }
+}
+
+/// A fence floor lifts the sequence (for continuing after most nodes lost their memory).
+#[tokio::test]
+async fn a_fence_floor_lifts_the_token_sequence() {
+    let cluster = Cluster::start(3);
+    let redlock = Redlock::builder()
+        .nodes(cluster.urls())
+        .fence_floor(1_000)
+        .build()
+        .unwrap();
+    let resource = unique("floor");
+    for want in [1_001, 1_002] {
+        let guard = redlock
+            .lock(&resource, Duration::from_secs(5))
+            .fencing()
+            .await
+            .unwrap();
+        assert_eq!(guard.fencing_token(), Some(want));
+        guard.release().await.unwrap();
+    }
+    let err = Redlock::builder()
+        .nodes(cluster.urls())
+        .fence_floor(u64::MAX)
+        .build()
+        .unwrap_err();
+    assert!(err.to_string().contains("fence floor"), "{err}");
+}
+
+/// `SET` and script calls a node executed, from `INFO commandstats`: `(command, calls)`.
+/// (Commands a script runs count too: a `SET` in the acquire script would show as one more
+/// `set` and one more `evalsha`.)
+fn command_calls(node: &RedisServer) -> Vec<(String, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut node.conn())
+        .unwrap();
+    info.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| name == "set" || name.starts_with("eval"))
+        .collect()
+}
+
+/// The fast path: once every node was seen admitted with a record covering the TTL, an
+/// uncontended lock is one `SET NX PX` per node and its release one `EVALSHA`, as before
+/// restart quarantine v2 (N = 1 and N = 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_lock_is_one_set_per_node() {
+    const CYCLES: u64 = 10;
+    for n in [1, 5] {
+        let cluster = Cluster::start(n);
+        let redlock = client(&cluster.urls(), Duration::from_secs(5));
+        let resource = unique("steady");
+        // The first lock pays for the script (record, marker); the marks are acknowledged
+        // in the background.
+        for _ in 0..2 {
+            let guard = redlock.lock(&resource, Duration::from_secs(5)).await.unwrap();
+            guard.release().await.unwrap();
+        }
+        eventually(Duration::from_secs(5), "warm-up done everywhere", || {
+            cluster.keys_everywhere(&resource).is_empty()
+        })
+        .await;
+        for node in &cluster.nodes {
+            redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query::<()>(&mut node.conn())
+                .unwrap();
+        }
+        for _ in 0..CYCLES {
+            let guard = redlock.lock(&resource, Duration::from_secs(5)).await.unwrap();
+            guard.release().await.unwrap();
+        }
+        let want = vec![("evalsha".to_owned(), CYCLES), ("set".to_owned(), CYCLES)];
+        for node in &cluster.nodes {
+            let mut calls = Vec::new();
+            for _ in 0..500 {
+                calls = command_calls(node);
+                calls.sort();
+                if calls == want {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(calls, want, "N = {n}");
+        }
+    }
+}
