@@ -954,35 +954,34 @@ fn decide_votes(
     let admissions = (reads.iter().zip(&inner.nodes).enumerate())
         .map(|(i, (read, node))| {
             let read = read.as_ref()?;
-            if !quarantine {
-                if read.set {
-                    node.count_vote(None);
-                }
-                return Some(Admission::Votes {
-                    complete: true,
-                    mark: false,
-                });
-            }
             let admission = ballot::admit(read, &view, inner.config.drift_factor);
             if read.set
                 && let Some(slot) = collected.outcomes.get_mut(i)
             {
-                slot.0 = ballot::outcome(&admission);
+                // With quarantine off every yes counts; the marker is still kept, so that
+                // other clients' quarantine sees the nodes this one admitted.
+                if quarantine {
+                    slot.0 = ballot::outcome(&admission);
+                }
                 node.count_vote(match &slot.0 {
                     NodeOutcome::Quarantined { reason, .. } => Some(reason.as_str()),
                     _ => None,
                 });
             }
+            let (Some(life), Seen::Read(marker)) = (&read.run_id, &read.marker) else {
+                return Some(admission);
+            };
             // The script raised the record to this TTL, atomically with its `SET NX`.
             let record_ms = read.record_ms.unwrap_or(0).max(plan.ttl_ms());
-            match (admission, &read.run_id, &read.marker) {
-                (Admission::Votes { mark: true, complete }, Some(life), _) => {
-                    marks.push((i, Arc::clone(life), complete, record_ms));
+            match admission {
+                Admission::Votes {
+                    mark: true,
+                    complete,
+                } => marks.push((i, Arc::clone(life), complete, record_ms)),
+                Admission::Votes { complete, .. } if marker.is_some() => {
+                    node.seen(life, Some(complete), record_ms);
                 }
-                (Admission::Votes { complete, .. }, Some(life), Seen::Read(Some(_))) => {
-                    node.admitted(life, complete, record_ms);
-                }
-                _ => {}
+                _ => node.seen(life, None, record_ms),
             }
             Some(admission)
         })
@@ -1017,7 +1016,7 @@ fn send_marks(inner: &Arc<Inner>, marks: Vec<(usize, Arc<str>, bool, u64)>) {
                 if let (Some((_, life, complete, record_ms)), Some(node), Ok(written)) =
                     (marks.iter().find(|m| m.0 == i), nodes.get(i), written)
                 {
-                    node.admitted(life, *complete && written == 1, *record_ms);
+                    node.seen(life, Some(*complete && written == 1), *record_ms);
                 }
                 NodeOutcome::Reachable
             },
@@ -1096,10 +1095,12 @@ fn is_acquired(o: &NodeOutcome) -> bool {
 /// script for several keys, to keep the waiting list or to read fencing counters. Every
 /// node gets the same command except the one whose waiting list this client joins.
 ///
-/// With restart quarantine on, the plain `SET NX PX` is the fast path: only when every node
-/// was seen admitted in its current life with an ensemble record of at least this TTL
-/// (returned: the life per node, which a reply then counts for). Otherwise every node gets
-/// the script, which raises the record and reads the marker and the record for the ballot.
+/// The plain `SET NX PX` is the fast path: only when every node's ensemble record is known
+/// to cover this TTL in its current life and, with restart quarantine on, every node was
+/// seen admitted in that life (returned: the life per node, which a reply then counts
+/// for). Otherwise every node gets the script, which raises the record and reads the
+/// marker and the record for the ballot. Clients with quarantine off raise the record
+/// too: other clients' quarantine protects their leases as well.
 fn acquire_round(
     inner: &Inner,
     plan: &Plan,
@@ -1108,11 +1109,10 @@ fn acquire_round(
 ) -> (Round, Option<Vec<(Arc<str>, bool)>>) {
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
-    let lives: Option<Vec<(Arc<str>, bool)>> = if inner.config.quarantine {
-        inner.nodes.iter().map(|n| n.fast_path(ttl_ms)).collect()
-    } else {
-        Some(Vec::new())
-    };
+    let quarantine = inner.config.quarantine;
+    let lives: Option<Vec<(Arc<str>, bool)>> = (inner.nodes.iter())
+        .map(|n| n.fast_path(ttl_ms, quarantine))
+        .collect();
     let plain = lives.is_some();
     let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
         ([key], None, false) if plain => {
@@ -1134,5 +1134,5 @@ fn acquire_round(
     };
     let special = enqueue.map(|e| (e.node, call(enqueue)));
     let round = Round::broadcast_with(inner, call(None), 0..inner.nodes.len(), special);
-    (round, lives.filter(|l| !l.is_empty()))
+    (round, lives)
 }

@@ -245,17 +245,11 @@ pub(crate) struct Facts {
     /// Why `INFO` gave no identity (say, an ACL user without `+info`).
     pub(crate) refused: Option<String>,
     /// This client saw the node's marker name this life (the node votes without asking
-    /// the ensemble), with the completeness it says and the highest ensemble record known
-    /// on the node, in milliseconds. Lets an acquisition send a plain `SET NX PX`.
-    pub(crate) admitted: Option<Admitted>,
-}
-
-/// The node's admission in its current life, as this client last saw it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Admitted {
-    /// The marker's completeness.
-    pub(crate) complete: bool,
-    /// The ensemble record is at least this on the node (milliseconds).
+    /// the ensemble), with the completeness it says. Lets an acquisition send a plain
+    /// `SET NX PX`, with [`Facts::record_ms`].
+    pub(crate) admitted: Option<bool>,
+    /// The ensemble record is known to be at least this on the node in this life
+    /// (milliseconds; 0: not known).
     pub(crate) record_ms: u64,
 }
 
@@ -276,6 +270,7 @@ impl Facts {
                     persistence: Persistence::Unknown,
                     refused: Some(format!("info refused: {e}")),
                     admitted: None,
+                    record_ms: 0,
                 });
             }
         };
@@ -311,6 +306,7 @@ impl Facts {
             persistence,
             refused,
             admitted: None,
+            record_ms: 0,
         })
     }
 }
@@ -359,12 +355,16 @@ impl Node {
             }
         }
         // The same process reached again (a reconnect): what this client saw of its
-        // admission still holds.
-        let admitted = known
+        // admission and record still holds.
+        let (admitted, record_ms) = known
             .as_ref()
             .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id)
-            .and_then(|f| f.admitted);
-        *known = Some(Facts { admitted, ..facts });
+            .map_or((None, 0), |f| (f.admitted, f.record_ms));
+        *known = Some(Facts {
+            admitted,
+            record_ms,
+            ..facts
+        });
         Ok(())
     }
 
@@ -383,29 +383,30 @@ impl Node {
     }
 
     /// The life (`run_id`) in which this node may take a plain `SET NX PX` for `ttl_ms`, and
-    /// the completeness its marker said: it was seen admitted in its current life with a
-    /// record of at least `ttl_ms`.
-    pub(crate) fn fast_path(&self, ttl_ms: u64) -> Option<(Arc<str>, bool)> {
+    /// the completeness its marker said (`false` when not `admitted`): its ensemble record
+    /// is known to cover `ttl_ms` in its current life and, when `admitted` is asked for, it
+    /// was seen admitted in that life.
+    pub(crate) fn fast_path(&self, ttl_ms: u64, admitted: bool) -> Option<(Arc<str>, bool)> {
         let known = self.lock_facts();
         let facts = known.as_ref()?;
-        let admitted = facts.admitted.filter(|a| a.record_ms >= ttl_ms)?;
-        Some((facts.run_id.clone()?, admitted.complete))
+        if facts.record_ms < ttl_ms || (admitted && facts.admitted.is_none()) {
+            return None;
+        }
+        Some((facts.run_id.clone()?, facts.admitted.unwrap_or(false)))
     }
 
-    /// Records that the node's marker names `life` (when that is still its current life),
-    /// with `complete`, and that its ensemble record is at least `record_ms`.
-    pub(crate) fn admitted(&self, life: &str, complete: bool, record_ms: u64) {
+    /// Records what this client saw in the node's life `life` (ignored when that is no
+    /// longer its current life): its ensemble record is at least `record_ms`, and, with
+    /// `complete`, its marker names that life with that completeness.
+    pub(crate) fn seen(&self, life: &str, complete: Option<bool>, record_ms: u64) {
         let mut known = self.lock_facts();
         if let Some(facts) = known.as_mut()
             && facts.run_id.as_deref() == Some(life)
         {
-            let record_ms = facts
-                .admitted
-                .map_or(record_ms, |a| a.record_ms.max(record_ms));
-            facts.admitted = Some(Admitted {
-                complete,
-                record_ms,
-            });
+            facts.record_ms = facts.record_ms.max(record_ms);
+            if complete.is_some() {
+                facts.admitted = complete;
+            }
         }
     }
 
