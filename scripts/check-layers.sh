@@ -3,7 +3,9 @@
 # 1. key and channel names and Lua live only in src/protocol/;
 # 2. only src/node.rs names the driver's async connection types (src/fencing.rs takes the
 #    caller's own connection in its public API; the doctor's probes open their own);
-# 3. the pure quorum module imports nothing async and no Redis type.
+# 3. the pure quorum module imports nothing async and no Redis type;
+# 4. no import cycles between the files of src/ (the library; the binaries are leaves);
+# 5. (report only) functions longer than 80 lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -22,4 +24,6 @@ check "redis::aio outside src/node.rs" \
         | grep -v '^src/node.rs:\|^src/fencing.rs:\|^src/doctor' || true)"
 check "async or Redis in the pure quorum module" \
     "$(grep -nE "tokio|futures|redis|async " src/quorum.rs || true)"
+check "import cycles between modules of src/" "$(python3 scripts/import-cycles.py src)"
+python3 scripts/import-cycles.py --long 80 src >&2 || true
 exit $fail

@@ -7,28 +7,21 @@ use std::time::Duration;
 use redis::io::tcp::TcpSettings;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
-use crate::client::{Inner, Redlock};
+use crate::client::Redlock;
+use crate::config::{Config, check_ttl};
+use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::node::Node;
-use crate::quorum;
 use crate::retry::RetryPolicy;
 
 /// The highest [`RedlockBuilder::fence_floor`]: Lua numbers are doubles, exact up to 2^53.
 const MAX_FENCE_FLOOR: u64 = 1 << 53;
 
-/// Validated settings shared by every clone of a [`Redlock`].
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) key_prefix: String,
-    pub(crate) drift_factor: f64,
-    pub(crate) node_timeout: Duration,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) wait: Duration,
-    pub(crate) max_attempts: Option<u32>,
-    pub(crate) default_ttl: Duration,
-    pub(crate) notifications: bool,
-    pub(crate) quarantine: bool,
-    pub(crate) fence_floor: Option<u64>,
+impl Redlock {
+    /// Starts configuring a client.
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
 }
 
 /// Builds a [`Redlock`]. Setters never fail; [`build`](Self::build) reports the first
@@ -285,7 +278,7 @@ impl RedlockBuilder {
             quarantine: self.quarantine,
             fence_floor: self.fence_floor,
         };
-        Ok(Redlock::from_inner(Inner::new(
+        Ok(Redlock::from_ensemble(Ensemble::new(
             nodes,
             config,
             self.connect_timeout,
@@ -341,34 +334,8 @@ impl RedlockBuilder {
     }
 }
 
-/// Rejects a TTL that is zero, not a whole number of milliseconds' worth, too large for
-/// Redis, or too short to leave any validity after the drift allowance and one node timeout.
-pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration) -> Result<()> {
-    if ttl.as_millis() == 0 {
-        return Err(config(format!(
-            "ttl {ttl:?} is below one millisecond; Redis expiry has millisecond resolution"
-        )));
-    }
-    if ttl > MAX_TTL {
-        return Err(config(format!(
-            "ttl {ttl:?} exceeds the maximum of {MAX_TTL:?}"
-        )));
-    }
-    if !quorum::ttl_is_usable(ttl, drift_factor, node_timeout) {
-        let floor = node_timeout + quorum::drift(ttl, drift_factor);
-        return Err(config(format!(
-            "ttl {ttl:?} is too short: drift allowance and node timeout use {floor:?} of it; \
-             use a ttl well above that or a smaller node timeout"
-        )));
-    }
-    Ok(())
-}
-
 /// See [`RedlockBuilder::build`]'s use: bounds how long unacknowledged data may linger.
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Ten years: far beyond any sensible lock, far below what `PX` accepts.
-pub(crate) const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 fn config(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())
@@ -428,20 +395,5 @@ mod tests {
         assert_eq!(redact("redis://:pw@h:1/2"), "redis://:***@h:1/2");
         assert_eq!(redact("rediss://u:pw@h"), "rediss://u:***@h");
         assert_eq!(redact("no scheme"), "no scheme");
-    }
-
-    #[test]
-    fn ttl_checks_name_the_problem() {
-        let ok = check_ttl(Duration::from_secs(10), 0.01, Duration::from_millis(50));
-        assert!(ok.is_ok());
-        for (ttl, needle) in [
-            (Duration::ZERO, "below one millisecond"),
-            (Duration::from_micros(900), "below one millisecond"),
-            (Duration::from_millis(50), "too short"),
-            (MAX_TTL + Duration::from_secs(1), "exceeds the maximum"),
-        ] {
-            let err = check_ttl(ttl, 0.01, Duration::from_millis(50)).unwrap_err();
-            assert!(err.to_string().contains(needle), "{ttl:?}: {err}");
-        }
     }
 }

@@ -84,7 +84,7 @@ pub(crate) fn budgeted_ttl(
 /// The extender: runs until the budget is spent or the lock is lost; aborted by the guard
 /// on release or drop.
 pub(crate) async fn run(lease: Arc<Lease>, policy: AutoExtend, acquired: Instant, rtt: Duration) {
-    let node_timeout = lease.inner.config.node_timeout;
+    let node_timeout = lease.ensemble.config.node_timeout;
     let retry_pause = node_timeout.max(Duration::from_millis(1));
     let mut rtt = rtt;
     let mut extensions = 0u32;

@@ -22,11 +22,20 @@ use redis::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::client::Inner;
 use crate::metrics;
 use crate::node::{Call, Node, NodeFailure};
 use crate::quorum::{Tally, Verdict};
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
+
+/// The nodes a round goes to, as the layers above hand them down: every node in
+/// configuration order, the timeout that bounds one request, and the collector that
+/// finishes what a round leaves behind. Rounds never see the client's state.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct View<'a> {
+    pub(crate) nodes: &'a [Arc<Node>],
+    pub(crate) timeout: Duration,
+    pub(crate) background: &'a Background,
+}
 
 /// One node's request in flight, tagged with the node's index: resolves to the index, the
 /// raw reply and the latency.
@@ -152,19 +161,19 @@ impl Round {
         .await
     }
 
-    /// Sends `call` to the nodes `which` of `inner`, bounded by the node timeout.
+    /// Sends `call` to the nodes `which` of `view`, bounded by its timeout.
     pub(crate) fn broadcast(
-        inner: &Inner,
+        view: View<'_>,
         call: Call,
         which: impl IntoIterator<Item = usize>,
     ) -> Self {
-        Round::broadcast_with(inner, call, which, None)
+        Round::broadcast_with(view, call, which, None)
     }
 
     /// [`Round::broadcast`], except that one node, if among `which`, gets a call of its own
     /// (the node that keeps this client's waiting list).
     pub(crate) fn broadcast_with(
-        inner: &Inner,
+        view: View<'_>,
         call: Call,
         which: impl IntoIterator<Item = usize>,
         special: Option<(usize, Call)>,
@@ -176,19 +185,19 @@ impl Round {
                 Some((node, special)) if *node == i => special,
                 _ => &call,
             };
-            inner.nodes.get(i).map(|node| send(i, node, call))
+            view.nodes.get(i).map(|node| send(i, node, call))
         });
-        Round::new(pending, inner.config.node_timeout)
+        Round::new(pending, view.timeout)
     }
 
-    /// Sends `call` to every node of `inner`.
-    pub(crate) fn everywhere(inner: &Inner, call: Call) -> Self {
-        Round::broadcast(inner, call, 0..inner.nodes.len())
+    /// Sends `call` to every node of `view`.
+    pub(crate) fn everywhere(view: View<'_>, call: Call) -> Self {
+        Round::broadcast(view, call, 0..view.nodes.len())
     }
 
     /// Lets requests not yet answered finish in the background (see [`Background`]).
-    pub(crate) fn finish_in_background(self, inner: &Inner) {
-        inner.background.absorb(self);
+    pub(crate) fn finish_in_background(self, view: View<'_>) {
+        view.background.absorb(self);
     }
 }
 
@@ -199,10 +208,9 @@ pub(crate) struct Collected {
 }
 
 /// The report of a round's outcomes, one per node in configuration order.
-pub(crate) fn report(inner: &Inner, outcomes: &[(NodeOutcome, Duration)]) -> NodeReport {
+pub(crate) fn report(nodes: &[Arc<Node>], outcomes: &[(NodeOutcome, Duration)]) -> NodeReport {
     NodeReport::new(
-        inner
-            .nodes
+        nodes
             .iter()
             .zip(outcomes)
             .map(|(node, (outcome, latency))| NodeResult {
@@ -227,33 +235,8 @@ impl Collected {
         self.tally = tally;
     }
 
-    pub(crate) fn report(&self, inner: &Inner) -> NodeReport {
-        report(inner, &self.outcomes)
-    }
-
-    /// Nodes whose vote is missing: no answer, or a recently restarted node.
-    pub(crate) fn unavailable(&self) -> usize {
-        self.outcomes
-            .iter()
-            .filter(|(o, _)| o.is_failure() || o.is_quarantined())
-            .count()
-    }
-
-    /// Whether the nodes that definitely do not hold our token (absent, another owner's, a
-    /// foreign type) are enough on their own to deny a majority. Failures and unanswered
-    /// nodes prove nothing: a mix of them is "unavailable", not "not held".
-    pub(crate) fn definitely_not_held(&self, quorum: usize) -> bool {
-        let denied = self
-            .outcomes
-            .iter()
-            .filter(|(o, _)| {
-                matches!(
-                    o,
-                    NodeOutcome::NotHeld | NodeOutcome::WrongType | NodeOutcome::HeldByOther
-                )
-            })
-            .count();
-        self.outcomes.len().saturating_sub(denied) < quorum
+    pub(crate) fn report(&self, nodes: &[Arc<Node>]) -> NodeReport {
+        report(nodes, &self.outcomes)
     }
 }
 
@@ -360,11 +343,6 @@ pub(crate) async fn collect_until(
         }
     }
     Collected { outcomes, tally }
-}
-
-/// Converts a reply to `T`, or says why it is not one.
-pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOutcome> {
-    redis::from_redis_value(value).map_err(|e| NodeOutcome::Failed(e.to_string()))
 }
 
 /// One task per client that waits for the requests rounds left behind, so every node's

@@ -1,190 +1,24 @@
-//! The held lock: an owned guard with validity, extend, release and the lost-lock signal,
-//! and the clean-up that runs when a guard or an unfinished acquisition is dropped.
+//! The held lock: the public owned guard with validity, extend, release and the lost-lock
+//! signal. The release itself, and the clean-up when a guard is dropped, are in
+//! [`release`](crate::release).
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::Value;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{Inner, whole_ms};
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::extend::{self, AutoExtend};
-use crate::fanout::{self, Round, Stop};
+use crate::fanout;
 use crate::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::metrics;
-use crate::node::{Call, SendGate};
-use crate::protocol::{keys, scripts};
-use crate::queue::LocalHold;
-use crate::quorum::Verdict;
+use crate::release::Holding;
 use crate::report::{NodeOutcome, NodeReport};
-
-/// A token that may be stored on some nodes, with the duty to remove it.
-///
-/// While armed, dropping it sends compare-and-delete to every node from a spawned task.
-/// It is armed from before an attempt's first request until the lock is released, so no
-/// cancellation point can leave a key behind (beyond its TTL when no runtime is left).
-pub(crate) struct Holding {
-    inner: Arc<Inner>,
-    keys: Arc<[String]>,
-    token: Arc<str>,
-    /// Closed by every release of this token before it sends (see [`SendGate`]).
-    gate: Arc<SendGate>,
-    armed: bool,
-    /// Set once acquired: tells the local queue when our release has completed.
-    local: Option<LocalHold>,
-}
-
-impl Holding {
-    pub(crate) fn new(inner: Arc<Inner>, keys: Arc<[String]>, token: Arc<str>) -> Self {
-        Holding {
-            inner,
-            keys,
-            token,
-            gate: Arc::new(SendGate::new()),
-            armed: true,
-            local: None,
-        }
-    }
-
-    /// Marks the keys as held by this client (see [`LocalQueue`](crate::queue)).
-    pub(crate) fn hold_locally(&mut self) {
-        self.local = Some(self.inner.queue.hold(&self.keys));
-    }
-
-    pub(crate) fn token(&self) -> &Arc<str> {
-        &self.token
-    }
-
-    /// The gate of the requests that may set this token's keys.
-    pub(crate) fn gate(&self) -> &Arc<SendGate> {
-        &self.gate
-    }
-
-    /// Compare-and-delete on the nodes in `which`, waking the next waiting client when
-    /// notifications are on and `announce` is set. Closes the gate first, so no request that
-    /// could set a key of this token is written after the release.
-    fn release_round(&self, which: impl IntoIterator<Item = usize>, announce: bool) -> Round {
-        self.gate.close();
-        Round::broadcast(&self.inner, self.release_call(announce), which)
-    }
-
-    /// The release script's call; when it announces, the client it wakes gets the turn
-    /// for two node timeouts (see [`scripts::GATE`]).
-    fn release_call(&self, announce: bool) -> Call {
-        let call = Call::script(&scripts::RELEASE, &self.keys).arg(&*self.token);
-        let call = if announce && self.inner.notifier.is_some() {
-            call.arg(whole_ms(self.inner.config.node_timeout.saturating_mul(2)).max(1))
-        } else {
-            call.arg("0")
-        };
-        call.arg(keys::WAKE_CHANNEL_PREFIX)
-    }
-
-    /// Turns a release reply `{deleted, woke}` into an outcome.
-    fn released(&self, reply: Value) -> NodeOutcome {
-        match fanout::decode::<(i64, i64)>(reply) {
-            Ok((deleted, woke)) => {
-                if woke == 1 {
-                    // Another client was woken to take over: let it go first (see
-                    // `LocalQueue::handed_off`).
-                    self.inner
-                        .queue
-                        .handed_off(&self.keys, self.inner.config.node_timeout);
-                }
-                if deleted > 0 {
-                    NodeOutcome::Released
-                } else {
-                    NodeOutcome::NotHeld
-                }
-            }
-            Err(failed) => failed,
-        }
-    }
-
-    /// Cleans up after a failed attempt: releases on the nodes in `which`, waiting for every
-    /// answer (bounded by the node timeout), then disarms. Wakes nobody: no lock was held,
-    /// and a waiter woken now would only race this client's next attempt (or the client a
-    /// real release woke, whose attempt this one may just have spoiled). With `requeue`,
-    /// the release on the waiting-list node also puts this client back in the list.
-    pub(crate) async fn release_on(
-        &mut self,
-        which: impl IntoIterator<Item = usize>,
-        requeue: Option<Requeue<'_>>,
-    ) {
-        let special = requeue.map(|r| {
-            let call = self
-                .release_call(false)
-                .arg(r.client)
-                .arg(scripts::flag(r.front))
-                .arg(r.list_ttl_ms);
-            (r.node, call)
-        });
-        self.gate.close();
-        let mut round =
-            Round::broadcast_with(&self.inner, self.release_call(false), which, special);
-        let this = &*self;
-        fanout::collect(
-            &self.inner.nodes,
-            &mut round,
-            |_, r| this.released(r),
-            |_| false,
-            Stop::AtEnd,
-        )
-        .await;
-        self.armed = false;
-    }
-}
-
-/// Where and how a failed attempt's clean-up puts its client back in the waiting list
-/// (see [`scripts::RELEASE`]).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Requeue<'a> {
-    /// The waiting-list node.
-    pub(crate) node: usize,
-    /// The client id.
-    pub(crate) client: &'a str,
-    /// At the head of the list (a release woke this client), else at its tail.
-    pub(crate) front: bool,
-    /// The list's expiry.
-    pub(crate) list_ttl_ms: u64,
-}
-
-impl Drop for Holding {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        self.gate.close();
-        // Never block or do I/O here: hand the release to the runtime if there is one,
-        // otherwise the TTL frees the lock.
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let n = self.inner.nodes.len();
-                let mut round = self.release_round(0..n, true);
-                let local = self.local.take();
-                let inner = Arc::clone(&self.inner);
-                handle.spawn(async move {
-                    fanout::collect(
-                        &inner.nodes,
-                        &mut round,
-                        |_, _| NodeOutcome::Released,
-                        |_| false,
-                        Stop::AtEnd,
-                    )
-                    .await;
-                    // Only now may the next local task try.
-                    drop(local);
-                });
-                metrics::released("drop");
-            }
-            Err(_) => metrics::released("skipped"),
-        }
-    }
-}
 
 /// A lock held on a majority of nodes.
 ///
@@ -226,10 +60,10 @@ impl LockGuard {
         fencing_token: Option<u64>,
     ) -> Self {
         let lease = Arc::new(Lease::new(
-            Arc::clone(&holding.inner),
-            Arc::clone(&holding.keys),
+            Arc::clone(holding.ensemble()),
+            Arc::clone(holding.keys()),
             resources,
-            Arc::clone(&holding.token),
+            Arc::clone(holding.token()),
             deadline,
             ttl,
         ));
@@ -315,7 +149,7 @@ impl LockGuard {
     /// What each node answered when the lock was acquired.
     pub fn report(&self) -> &NodeReport {
         self.report
-            .get_or_init(|| fanout::report(&self.holding.inner, &self.votes))
+            .get_or_init(|| fanout::report(&self.holding.ensemble().nodes, &self.votes))
     }
 
     /// What node `index` answered to the acquisition.
@@ -399,49 +233,7 @@ impl LockGuard {
             // Released after its validity ran out: it was lost before (counted once).
             self.lease.mark_lost(LostReason::Expired);
         }
-        let inner = Arc::clone(&self.holding.inner);
-        let n = inner.nodes.len();
-        let mut round = self.holding.release_round(0..n, true);
-        // Local hand-off: the next task of this client waiting for these keys may send its
-        // acquire as soon as our release is on the connections. Each node applies the two in
-        // order, so its SET succeeds wherever our delete did, one round trip earlier than if
-        // it waited for our answers.
-        round.start();
-        drop(self.holding.local.take());
-        // With wake-ups on, hear the node that keeps the waiting lists even when it is not
-        // among the first answers: its reply says whether another client was woken, and
-        // only then does this client let it go first on its next `lock()`.
-        let stop = match inner.notifier.as_ref().and_then(|n| n.wake_node()) {
-            Some(wake) => Stop::WhenCertainAndHeard(wake),
-            None => Stop::WhenCertain,
-        };
-        let holding = &self.holding;
-        let collected = fanout::collect(
-            &inner.nodes,
-            &mut round,
-            |_, r| holding.released(r),
-            |o| *o == NodeOutcome::Released,
-            stop,
-        )
-        .await;
-        round.finish_in_background(&inner);
-        self.holding.armed = false;
-        metrics::released("explicit");
-        let report = collected.report(&inner);
-        if expired {
-            // Whatever was still on the nodes is gone now, but the lock was not safely held
-            // up to this release: say so, like the seeds' `ExpiredLockError`.
-            Err(Error::NotHeld { report })
-        } else if collected.tally.verdict() == Verdict::Reached {
-            Ok(report)
-        } else if collected.definitely_not_held(inner.quorum) {
-            Err(Error::NotHeld { report })
-        } else {
-            Err(Error::Unavailable {
-                quorum: inner.quorum,
-                report,
-            })
-        }
+        self.holding.release(expired).await
     }
 
     fn stop_extender(&mut self) {

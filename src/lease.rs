@@ -9,13 +9,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{Inner, whole_ms};
+use crate::config::whole_ms;
+use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
 use crate::node::Call;
-use crate::protocol::scripts;
-use crate::quorum::{self, Verdict};
+use crate::protocol::{reply, scripts};
+use crate::quorum::{self, Decision};
 use crate::report::{NodeOutcome, NodeReport};
 
 /// Why a lock can no longer be assumed held.
@@ -54,7 +55,7 @@ pub(crate) struct State {
 /// A lock's identity and state, shared by its guard, its extender and any [`LockContext`].
 #[derive(Debug)]
 pub(crate) struct Lease {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) ensemble: Arc<Ensemble>,
     pub(crate) keys: Arc<[String]>,
     pub(crate) resources: Arc<[String]>,
     pub(crate) token: Arc<str>,
@@ -63,7 +64,7 @@ pub(crate) struct Lease {
 
 impl Lease {
     pub(crate) fn new(
-        inner: Arc<Inner>,
+        ensemble: Arc<Ensemble>,
         keys: Arc<[String]>,
         resources: Arc<[String]>,
         token: Arc<str>,
@@ -76,7 +77,7 @@ impl Lease {
             lost: None,
         });
         Lease {
-            inner,
+            ensemble,
             keys,
             resources,
             token,
@@ -143,9 +144,8 @@ impl Lease {
     }
 
     async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
-        let inner = &self.inner;
-        let config = &inner.config;
-        let ttl = inner.accept_ttl(ttl)?;
+        let ensemble = &self.ensemble;
+        let ttl = ensemble.accept_ttl(ttl)?;
         if self.validity().is_zero() {
             metrics::extended("not_held");
             self.mark_lost(LostReason::Expired);
@@ -153,59 +153,44 @@ impl Lease {
                 report: NodeReport::default(),
             });
         }
-        let ttl_ms = whole_ms(ttl);
         let start = Instant::now();
         let call = Call::script(&scripts::EXTEND, &self.keys)
             .arg(&*self.token)
-            .arg(ttl_ms);
-        let mut round = Round::everywhere(inner, call);
+            .arg(whole_ms(ttl));
+        let mut round = Round::everywhere(ensemble.view(), call);
         let collected = fanout::collect(
-            &inner.nodes,
+            &ensemble.nodes,
             &mut round,
-            |_, reply| match fanout::decode::<i64>(reply) {
-                Ok(1) => NodeOutcome::Extended,
-                Ok(_) => NodeOutcome::NotHeld,
-                Err(failed) => failed,
-            },
+            |_, r| reply::one_or(r, NodeOutcome::Extended, NodeOutcome::NotHeld),
             |o| *o == NodeOutcome::Extended,
             Stop::WhenCertain,
         )
         .await;
         // The other nodes still get their extension: more copies of the lock, same token.
-        round.finish_in_background(inner);
+        round.finish_in_background(ensemble.view());
         let decided = Instant::now();
         let elapsed = decided - start;
-        let report = collected.report(inner);
-        if collected.tally.verdict() == Verdict::Reached {
-            return match quorum::validity(ttl, elapsed, config.drift_factor) {
-                Some(validity) => {
-                    self.state.send_modify(|s| {
-                        s.deadline = decided + validity;
-                        s.ttl = ttl;
-                    });
-                    metrics::extended("extended");
-                    tracing::Span::current().record("votes", collected.tally.yes());
-                    tracing::debug!(?elapsed, "extended");
-                    Ok(validity)
-                }
-                None => {
-                    metrics::extended("validity_spent");
-                    Err(Error::ValiditySpent { elapsed, report })
-                }
-            };
-        }
-        if collected.definitely_not_held(inner.quorum) {
-            metrics::extended("not_held");
+        let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Extended);
+        let validity = quorum::validity(ttl, elapsed, ensemble.config.drift_factor);
+        let decision = quorum::decide_extend(&votes, elapsed, validity);
+        match decision {
+            Decision::Won { validity } => {
+                self.state.send_modify(|s| {
+                    s.deadline = decided + validity;
+                    s.ttl = ttl;
+                });
+                metrics::extended("extended");
+                tracing::Span::current().record("votes", collected.tally.yes());
+                tracing::debug!(?elapsed, "extended");
+            }
             // Too many nodes said definitely not ours: nothing can bring it back.
-            self.mark_lost(LostReason::NotHeld);
-            Err(Error::NotHeld { report })
-        } else {
-            metrics::extended("unavailable");
-            Err(Error::Unavailable {
-                quorum: inner.quorum,
-                report,
-            })
+            Decision::NotHeld => self.mark_lost(LostReason::NotHeld),
+            _ => {}
         }
+        if !matches!(decision, Decision::Won { .. }) {
+            metrics::extended(decision.label());
+        }
+        decision.into_result(|| collected.report(&ensemble.nodes))
     }
 }
 

@@ -543,24 +543,6 @@ impl Node {
             .and_then(|sent| sent.ok_or(NodeFailure::Withdrawn))
     }
 
-    /// Runs `op` on this node's connection, bounded by `timeout` (waiting for a connect
-    /// included). Returns the answer or why there is none, and the latency.
-    pub(crate) async fn run<T, F, Fut>(
-        self: &Arc<Self>,
-        timeout: Duration,
-        op: F,
-    ) -> (Result<T, NodeFailure>, Duration)
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        let start = Instant::now();
-        let result = tokio::time::timeout(timeout, self.request(op))
-            .await
-            .unwrap_or(Err(NodeFailure::TimedOut));
-        (result, start.elapsed())
-    }
-
     fn classify(&self, generation: u64, e: RedisError) -> NodeFailure {
         if e.code() == Some("WRONGTYPE") || e.to_string().contains("WRONGTYPE") {
             return NodeFailure::WrongType;

@@ -1,10 +1,15 @@
-//! The pure arithmetic of Redlock: majority size, clock-drift allowance, remaining validity
-//! and the running vote count that lets a fan-out stop as soon as its outcome is certain.
+//! The pure rules of Redlock: majority size, clock-drift allowance, remaining validity, the
+//! running vote count that lets a fan-out stop as soon as its outcome is certain, and the
+//! decision of every round (acquire, extend, release, reach) over the nodes' votes, with the
+//! one mapping from a decision to the caller's error.
 //!
 //! Nothing here reads a clock, talks to Redis or awaits: time comes in as arguments, so the
 //! rules are unit-tested exhaustively below.
 
 use std::time::Duration;
+
+use crate::error::Error;
+use crate::report::{NodeOutcome, NodeReport};
 
 /// The constant part of the drift allowance: the Redlock description adds 2 ms to
 /// `ttl * drift_factor` to cover the millisecond granularity of Redis expiry.
@@ -87,6 +92,182 @@ impl Tally {
         } else {
             Verdict::Pending
         }
+    }
+}
+
+/// One node's part in a round, as the decision sees it. A rule that refuses a node's
+/// answer (a restart quarantine, a future per-node admission) turns its `Yes` into
+/// `Missing` before the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Vote {
+    /// The node did what the round asks (set, extended, released, answered).
+    Yes,
+    /// The node certainly does not hold our token: held by another owner, absent, or a
+    /// key of another type.
+    No,
+    /// Not decisive either way: not heard from before the round stopped.
+    Open,
+    /// No vote: the node failed or timed out, or its answer is not admitted.
+    Missing,
+}
+
+/// What `outcome` counts for in a round whose success is `yes`.
+pub(crate) fn vote(outcome: &NodeOutcome, yes: &NodeOutcome) -> Vote {
+    match outcome {
+        o if o == yes => Vote::Yes,
+        NodeOutcome::HeldByOther | NodeOutcome::NotHeld | NodeOutcome::WrongType => Vote::No,
+        NodeOutcome::Quarantined { .. } => Vote::Missing,
+        o if o.is_failure() => Vote::Missing,
+        _ => Vote::Open,
+    }
+}
+
+/// The votes of a round's outcomes, one per node in configuration order.
+pub(crate) fn votes(outcomes: &[(NodeOutcome, Duration)], yes: &NodeOutcome) -> Vec<Vote> {
+    outcomes.iter().map(|(o, _)| vote(o, yes)).collect()
+}
+
+/// Whether a majority of the nodes voted yes.
+pub(crate) fn has_majority(votes: &[Vote]) -> bool {
+    count(votes, Vote::Yes) >= quorum(votes.len())
+}
+
+fn count(votes: &[Vote], which: Vote) -> usize {
+    votes.iter().filter(|v| **v == which).count()
+}
+
+/// What a round decided. Every round ends in one; [`Decision::into_result`] is the one
+/// place it becomes the caller's error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// A majority agreed, leaving this validity (zero for rounds that grant none).
+    Won {
+        /// How much longer the lock is safely held.
+        validity: Duration,
+    },
+    /// A majority agreed, too late to leave any validity.
+    ValiditySpent {
+        /// How long the round took.
+        elapsed: Duration,
+    },
+    /// Another owner holds the keys where a majority would be needed.
+    Contended,
+    /// Enough nodes certainly do not hold our token to deny a majority.
+    NotHeld,
+    /// Too few nodes voted for a majority to be possible or certain either way.
+    Unavailable {
+        /// The majority that was needed.
+        quorum: usize,
+    },
+}
+
+impl Decision {
+    /// The metrics label of the decision.
+    pub(crate) fn label(&self) -> &'static str {
+        match self {
+            Decision::Won { .. } => "won",
+            Decision::ValiditySpent { .. } => "validity_spent",
+            Decision::Contended => "contended",
+            Decision::NotHeld => "not_held",
+            Decision::Unavailable { .. } => "unavailable",
+        }
+    }
+
+    /// The validity won, or the error that tells the caller what happened, with the
+    /// round's report (made only for an error: a win does not pay for it).
+    pub(crate) fn into_result(
+        self,
+        report: impl FnOnce() -> NodeReport,
+    ) -> Result<Duration, Error> {
+        if let Decision::Won { validity } = self {
+            return Ok(validity);
+        }
+        let report = report();
+        match self {
+            Decision::Won { validity } => Ok(validity),
+            Decision::ValiditySpent { elapsed } => Err(Error::ValiditySpent { elapsed, report }),
+            Decision::Contended => Err(Error::Contended { report }),
+            Decision::NotHeld => Err(Error::NotHeld { report }),
+            Decision::Unavailable { quorum } => Err(Error::Unavailable { quorum, report }),
+        }
+    }
+}
+
+/// A majority with `validity` left (computed by the caller once the majority is certain,
+/// after any further round such as a fencing commit) wins; one with none left spent it.
+fn won(elapsed: Duration, validity: Option<Duration>) -> Decision {
+    match validity {
+        Some(validity) => Decision::Won { validity },
+        None => Decision::ValiditySpent { elapsed },
+    }
+}
+
+/// An acquisition attempt: a majority of yes wins (see [`won`]); without one, the attempt
+/// is contended unless so many nodes gave no vote that a majority was never possible.
+pub(crate) fn decide_acquire(
+    votes: &[Vote],
+    elapsed: Duration,
+    validity: Option<Duration>,
+) -> Decision {
+    let q = quorum(votes.len());
+    if has_majority(votes) {
+        won(elapsed, validity)
+    } else if votes.len() - count(votes, Vote::Missing) < q {
+        Decision::Unavailable { quorum: q }
+    } else {
+        Decision::Contended
+    }
+}
+
+/// An extension: a majority of yes wins (see [`won`]); without one, the lock is not held
+/// when the nodes that certainly lack our token deny a majority on their own, and
+/// unavailable otherwise (failures prove nothing).
+pub(crate) fn decide_extend(
+    votes: &[Vote],
+    elapsed: Duration,
+    validity: Option<Duration>,
+) -> Decision {
+    if has_majority(votes) {
+        won(elapsed, validity)
+    } else {
+        not_held_or_unavailable(votes)
+    }
+}
+
+/// A release: `expired` (the validity ran out before it) is never a success; otherwise as
+/// [`decide_extend`], with no validity to win.
+pub(crate) fn decide_release(votes: &[Vote], expired: bool) -> Decision {
+    if expired {
+        Decision::NotHeld
+    } else if has_majority(votes) {
+        Decision::Won {
+            validity: Duration::ZERO,
+        }
+    } else {
+        not_held_or_unavailable(votes)
+    }
+}
+
+/// A round that only needs a majority to answer yes (connecting, committing a fencing
+/// token): anything less is unavailable.
+pub(crate) fn decide_reach(votes: &[Vote]) -> Decision {
+    if has_majority(votes) {
+        Decision::Won {
+            validity: Duration::ZERO,
+        }
+    } else {
+        Decision::Unavailable {
+            quorum: quorum(votes.len()),
+        }
+    }
+}
+
+fn not_held_or_unavailable(votes: &[Vote]) -> Decision {
+    let q = quorum(votes.len());
+    if votes.len() - count(votes, Vote::No) < q {
+        Decision::NotHeld
+    } else {
+        Decision::Unavailable { quorum: q }
     }
 }
 
@@ -190,5 +371,201 @@ mod tests {
         assert_eq!(t.record(true), Verdict::Reached);
         let mut t = Tally::new(1);
         assert_eq!(t.record(false), Verdict::Unreachable);
+    }
+
+    /// `yes` yes votes, `no` certain noes, `open` unheard and `missing` failures.
+    fn ballot(yes: usize, no: usize, open: usize, missing: usize) -> Vec<Vote> {
+        let mut v = vec![Vote::Yes; yes];
+        v.extend(vec![Vote::No; no]);
+        v.extend(vec![Vote::Open; open]);
+        v.extend(vec![Vote::Missing; missing]);
+        v
+    }
+
+    /// Every split of `n` votes into yes / no / open / missing.
+    fn splits(n: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+        (0..=n).flat_map(move |y| {
+            (0..=n - y)
+                .flat_map(move |no| (0..=n - y - no).map(move |o| (y, no, o, n - y - no - o)))
+        })
+    }
+
+    #[test]
+    fn votes_from_outcomes() {
+        let yes = NodeOutcome::Acquired;
+        let table = [
+            (NodeOutcome::Acquired, Vote::Yes),
+            (NodeOutcome::HeldByOther, Vote::No),
+            (NodeOutcome::NotHeld, Vote::No),
+            (NodeOutcome::WrongType, Vote::No),
+            (
+                NodeOutcome::Quarantined {
+                    reason: crate::report::QuarantineReason::MemoryLost,
+                    remaining: Some(MS(5)),
+                },
+                Vote::Missing,
+            ),
+            (NodeOutcome::TimedOut, Vote::Missing),
+            (NodeOutcome::Failed("x".into()), Vote::Missing),
+            (NodeOutcome::Pending, Vote::Open),
+            (NodeOutcome::Released, Vote::Open),
+        ];
+        for (outcome, expected) in table {
+            assert_eq!(vote(&outcome, &yes), expected, "{outcome:?}");
+        }
+        assert_eq!(
+            vote(&NodeOutcome::Released, &NodeOutcome::Released),
+            Vote::Yes
+        );
+    }
+
+    #[test]
+    fn acquire_decisions() {
+        let v = Some(MS(900));
+        for n in 1..=7 {
+            let q = quorum(n);
+            for (y, no, o, m) in splits(n) {
+                let votes = ballot(y, no, o, m);
+                let expected = if y >= q {
+                    Decision::Won { validity: MS(900) }
+                } else if n - m < q {
+                    Decision::Unavailable { quorum: q }
+                } else {
+                    Decision::Contended
+                };
+                assert_eq!(
+                    decide_acquire(&votes, MS(5), v),
+                    expected,
+                    "n={n} {votes:?}"
+                );
+            }
+            // Majority but no validity left; one vote short of a majority.
+            let bare = ballot(q, n - q, 0, 0);
+            assert_eq!(
+                decide_acquire(&bare, MS(7), None),
+                Decision::ValiditySpent { elapsed: MS(7) }
+            );
+            let short = ballot(q - 1, 0, 0, n - q + 1);
+            assert_eq!(
+                decide_acquire(&short, MS(7), v),
+                Decision::Unavailable { quorum: q }
+            );
+        }
+        // Boundaries at n = 5: two failures still leave a contended verdict, three do not.
+        assert_eq!(
+            decide_acquire(&ballot(2, 1, 0, 2), MS(1), v),
+            Decision::Contended
+        );
+        assert_eq!(
+            decide_acquire(&ballot(2, 0, 0, 3), MS(1), v),
+            Decision::Unavailable { quorum: 3 }
+        );
+        // Unheard nodes could still hold another owner's key: contended, not unavailable.
+        assert_eq!(
+            decide_acquire(&ballot(0, 2, 1, 2), MS(1), v),
+            Decision::Contended
+        );
+    }
+
+    #[test]
+    fn extend_decisions() {
+        for n in 1..=7 {
+            let q = quorum(n);
+            for (y, no, o, m) in splits(n) {
+                let votes = ballot(y, no, o, m);
+                let expected = if y >= q {
+                    Decision::Won { validity: MS(40) }
+                } else if n - no < q {
+                    Decision::NotHeld
+                } else {
+                    Decision::Unavailable { quorum: q }
+                };
+                assert_eq!(
+                    decide_extend(&votes, MS(5), Some(MS(40))),
+                    expected,
+                    "n={n} {votes:?}"
+                );
+            }
+            assert_eq!(
+                decide_extend(&ballot(q, 0, 0, n - q), MS(9), None),
+                Decision::ValiditySpent { elapsed: MS(9) }
+            );
+        }
+        // n = 3: one "not ours" and one failure prove nothing; two "not ours" do.
+        assert_eq!(
+            decide_extend(&ballot(1, 1, 0, 1), MS(1), Some(MS(1))),
+            Decision::Unavailable { quorum: 2 }
+        );
+        assert_eq!(
+            decide_extend(&ballot(1, 2, 0, 0), MS(1), Some(MS(1))),
+            Decision::NotHeld
+        );
+    }
+
+    #[test]
+    fn release_decisions() {
+        for n in 1..=7 {
+            let q = quorum(n);
+            for (y, no, o, m) in splits(n) {
+                let votes = ballot(y, no, o, m);
+                let expected = if y >= q {
+                    Decision::Won {
+                        validity: Duration::ZERO,
+                    }
+                } else if n - no < q {
+                    Decision::NotHeld
+                } else {
+                    Decision::Unavailable { quorum: q }
+                };
+                assert_eq!(decide_release(&votes, false), expected, "n={n} {votes:?}");
+                // Released after the validity ran out: never a success.
+                assert_eq!(
+                    decide_release(&votes, true),
+                    Decision::NotHeld,
+                    "n={n} {votes:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reach_decisions() {
+        for n in 1..=7 {
+            let q = quorum(n);
+            for (y, no, o, m) in splits(n) {
+                let votes = ballot(y, no, o, m);
+                let expected = if y >= q {
+                    Decision::Won {
+                        validity: Duration::ZERO,
+                    }
+                } else {
+                    Decision::Unavailable { quorum: q }
+                };
+                assert_eq!(decide_reach(&votes), expected, "n={n} {votes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_mapping_to_errors() {
+        let report = NodeReport::default;
+        assert_eq!(
+            Decision::Won { validity: MS(3) }.into_result(report).ok(),
+            Some(MS(3))
+        );
+        let cases = [
+            (
+                Decision::ValiditySpent { elapsed: MS(4) },
+                "majority acquired after 4ms",
+            ),
+            (Decision::Contended, "held by another owner"),
+            (Decision::NotHeld, "no longer held"),
+            (Decision::Unavailable { quorum: 2 }, "majority of 2"),
+        ];
+        for (decision, needle) in cases {
+            let err = decision.into_result(report).unwrap_err();
+            assert!(err.to_string().contains(needle), "{decision:?}: {err}");
+            assert!(err.report().is_some(), "{decision:?}");
+        }
     }
 }

@@ -37,6 +37,12 @@ impl LockRequest {
     ///
     /// Acquisition errors as for [`Redlock::lock`], or [`Error::Lost`].
     ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `f`'s future at its suspension point and releases the lock
+    /// in the background (as dropping a [`LockGuard`](crate::LockGuard) does); dropped
+    /// while acquiring, it leaves no lock behind (see [`Redlock::lock`]).
+    ///
     /// # Panics
     ///
     /// A panic in `f` is resumed after the lock was released.
@@ -45,8 +51,8 @@ impl LockRequest {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        if self.auto_extend.is_none() {
-            self.auto_extend = Some(AutoExtend::new());
+        if self.request.auto_extend.is_none() {
+            self.request.auto_extend = Some(AutoExtend::new());
         }
         let guard = self.await?;
         let signal = guard.lost_signal();
@@ -85,6 +91,10 @@ impl Redlock {
     /// `self.lock(resource, ttl).run(f)`. See [`LockRequest::run`].
     ///
     /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Cancel safety
     ///
     /// As [`LockRequest::run`].
     pub async fn run<F, Fut, T>(

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use crate::client::Redlock;
 use crate::error::{Error, Result};
+use crate::fanout::{self, Round, Stop};
 use crate::json::JsonObject;
-use crate::protocol::scripts;
+use crate::node::Call;
+use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 
 /// What one node holds for a lock key.
@@ -185,41 +187,49 @@ impl Redlock {
     ///
     /// [`Error::Config`] for an empty resource name. Unreachable nodes are reported per
     /// node, not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing.
     pub async fn status(&self, resource: &str) -> Result<LockStatus> {
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
         }
-        let inner = self.inner();
+        let ensemble = self.inner();
         let key = self.key(resource);
-        let reads = inner.nodes.iter().map(|node| {
-            let mut invocation = scripts::INSPECT.script().prepare_invoke();
-            invocation.key(&key);
-            async move {
-                let (result, _) = node
-                    .run(inner.config.node_timeout, move |mut conn| async move {
-                        invocation
-                            .invoke_async::<(String, i64, Option<Vec<u8>>)>(&mut conn)
-                            .await
-                    })
-                    .await;
-                let (holder, error) = match result {
-                    Ok((kind, pttl, value)) => (Some(holder(&kind, pttl, value)), None),
-                    Err(failure) => (None, Some(NodeOutcome::from(failure).to_string())),
-                };
-                KeyState {
-                    node: node.name().to_owned(),
-                    holder,
-                    error,
+        let call = Call::script(&scripts::INSPECT, std::slice::from_ref(&key));
+        let mut round = Round::everywhere(ensemble.view(), call);
+        let mut holders = vec![None; ensemble.nodes.len()];
+        let collected = fanout::collect(
+            &ensemble.nodes,
+            &mut round,
+            |i, answer| match reply::decode::<(String, i64, Option<Vec<u8>>)>(answer) {
+                Ok((kind, pttl, value)) => {
+                    if let Some(slot) = holders.get_mut(i) {
+                        *slot = Some(holder(&kind, pttl, value));
+                    }
+                    NodeOutcome::Reachable
                 }
-            }
-        });
-        let nodes = futures::future::join_all(reads).await;
+                Err(failed) => failed,
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+        let nodes: Vec<KeyState> = (ensemble.nodes.iter().zip(holders))
+            .zip(collected.outcomes)
+            .map(|((node, holder), (outcome, _))| KeyState {
+                node: node.name().to_owned(),
+                error: holder.is_none().then(|| outcome.to_string()),
+                holder,
+            })
+            .collect();
         let holders: Vec<Option<&Holder>> = nodes.iter().map(|s| s.holder.as_ref()).collect();
-        let verdict = verdict(&holders, inner.quorum);
+        let verdict = verdict(&holders, ensemble.quorum);
         Ok(LockStatus {
             resource: resource.to_owned(),
             key,
-            quorum: inner.quorum,
+            quorum: ensemble.quorum,
             nodes,
             verdict,
         })

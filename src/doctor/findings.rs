@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Finding, FindingKind, NodeInfo, ServerKind, Severity};
-use crate::builder::Config;
+use crate::config::Config;
 use crate::info::Version;
 use crate::quorum;
 

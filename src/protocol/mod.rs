@@ -6,4 +6,5 @@
 //! can change in one place and a server can see every key a script touches.
 
 pub(crate) mod keys;
+pub(crate) mod reply;
 pub(crate) mod scripts;

@@ -11,11 +11,9 @@
 
 use std::sync::OnceLock;
 
-use redis::{Script, Value};
+use redis::Script;
 
-use crate::fanout;
 use crate::protocol::keys::{self, Global, Kind};
-use crate::report::NodeOutcome;
 
 /// A Lua script: its source, the layout of its `KEYS` and, built once (hashing the
 /// source), the driver's [`Script`] with the SHA1 that `EVALSHA` names it by.
@@ -199,59 +197,6 @@ pub(crate) static ACQUIRE: Lua = Lua::with_globals(
     &[Global::MaxTtl, Global::Marker],
     ACQUIRE_SRC,
 );
-
-/// [`ACQUIRE`]'s reply, decoded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Acquired {
-    /// Whether it set the keys.
-    pub(crate) set: bool,
-    /// The highest fencing counter of the keys (with fencing on).
-    pub(crate) fence: Option<u64>,
-    /// The life every counter was written in; `None` when one is absent or they differ.
-    pub(crate) fence_life: Option<String>,
-    /// The node's marker as it was.
-    pub(crate) marker: Option<Marker>,
-    /// The ensemble record before the script raised it, in milliseconds.
-    pub(crate) record_ms: Option<u64>,
-}
-
-/// A node's marker, as [`MARK`] writes it: `<life>:<0|1>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Marker {
-    /// The `run_id` of the life the node was admitted in.
-    pub(crate) life: String,
-    /// Whether the node held everything since it first served.
-    pub(crate) complete: bool,
-}
-
-impl Marker {
-    /// Reads the marker's text; anything else reads as no marker at all (the safe side:
-    /// the node is treated as having lost its memory).
-    pub(crate) fn parse(text: &str) -> Option<Marker> {
-        let (life, complete) = text.rsplit_once(':')?;
-        let complete = match complete {
-            "1" => true,
-            "0" => false,
-            _ => return None,
-        };
-        (!life.is_empty()).then(|| Marker {
-            life: life.to_owned(),
-            complete,
-        })
-    }
-}
-
-/// [`ACQUIRE`]'s reply `{acquired, fence, fence_life, marker, record}`.
-pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
-    type Raw = (i64, Option<u64>, Option<String>, Option<String>, Option<u64>);
-    fanout::decode::<Raw>(reply).map(|(set, fence, fence_life, marker, record_ms)| Acquired {
-        set: set == 1,
-        fence,
-        fence_life,
-        marker: marker.as_deref().and_then(Marker::parse),
-        record_ms,
-    })
-}
 
 /// Writes a node's marker: its life (`run_id`) and completeness.
 ///

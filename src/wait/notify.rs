@@ -24,7 +24,7 @@ use crate::fanout::{self, Background, Round, Stop};
 use crate::metrics;
 use crate::node::Call;
 use crate::node::Node;
-use crate::protocol::{keys, scripts};
+use crate::protocol::{keys, reply, scripts};
 use crate::report::NodeOutcome;
 
 /// Channel name prefix; the client id follows.
@@ -181,7 +181,7 @@ impl Notifier {
             let collected = fanout::collect(
                 &notifier.nodes,
                 &mut reply,
-                |_, value| match scripts::acquire_reply(value) {
+                |_, value| match reply::acquire_reply(value) {
                     Ok(acquired) if acquired.set => NodeOutcome::Acquired,
                     Ok(_) => NodeOutcome::HeldByOther,
                     Err(failed) => failed,

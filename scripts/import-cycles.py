@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Import graph of the library's files from their `use crate::` lines (and `crate::a::b`
+paths in code): prints every import cycle, one per line, as `a -> b -> a`, and nothing when
+there is none. With `--long N`, instead lists functions longer than N lines (report only).
+
+A path `crate::a::b::C` names the file src/a/b.rs, else src/a/b/mod.rs, else src/a.rs or
+src/a/mod.rs (the longest prefix that is a file). Binaries (src/bin) are not part of it.
+"""
+import pathlib
+import re
+import sys
+
+args = sys.argv[1:]
+long_limit = None
+if args[:1] == ["--long"]:
+    long_limit = int(args[1])
+    args = args[2:]
+root = pathlib.Path(args[0] if args else "src")
+files = [p for p in root.rglob("*.rs") if "bin" not in p.relative_to(root).parts]
+
+
+def module_of(parts):
+    """The file a `crate::` path names (longest existing prefix)."""
+    for n in range(len(parts), 0, -1):
+        base = root.joinpath(*parts[:n])
+        for cand in (base.with_suffix(".rs"), base / "mod.rs"):
+            if cand.exists():
+                return cand
+    return None
+
+
+def strip_tests(text):
+    """Drops `#[cfg(test)] mod tests { ... }` blocks: tests may import anything."""
+    m = re.search(r"#\[cfg\(test\)\]\s*mod \w+\s*\{", text)
+    return text[: m.start()] if m else text
+
+
+if long_limit is not None:
+    found = 0
+    for f in sorted(files):
+        lines = f.read_text().splitlines()
+        i = 0
+        while i < len(lines):
+            m = re.match(r"^(\s*)(pub(\([^)]*\))? )?(async )?(const )?fn (\w+)", lines[i])
+            if m and not lines[i].rstrip().endswith(";"):
+                indent = m.group(1)
+                j = i + 1
+                while j < len(lines) and not re.match(rf"^{indent}\}}", lines[j]):
+                    j += 1
+                if j - i + 1 > long_limit:
+                    print(f"long function: {f}:{i + 1} {m.group(6)} ({j - i + 1} lines)")
+                    found += 1
+                i = j
+            i += 1
+    sys.exit(0)
+
+graph = {}
+use_re = re.compile(r"\bcrate::((?:\w+::)*\w+)(::\{([^;]*?)\})?", re.S)
+for f in files:
+    text = strip_tests(f.read_text())
+    # Doc comments and `//` comments are no imports.
+    code = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//"))
+    deps = set()
+    for m in use_re.finditer(code):
+        parts = m.group(1).split("::")
+        heads = [parts]
+        if m.group(3):
+            for item in re.split(r",\s*", m.group(3)):
+                item = item.strip().split(" ")[0]
+                if item and item != "self":
+                    heads.append(parts + item.split("::")[:1])
+        for h in heads:
+            target = module_of(h)
+            if target and target != f:
+                deps.add(target)
+    # A `mod.rs` declares its children: that is no import of them.
+    graph[f] = deps
+
+# Tarjan's strongly connected components.
+index, low, stack, on, sccs, counter = {}, {}, [], set(), [], [0]
+sys.setrecursionlimit(10000)
+
+
+def visit(v):
+    index[v] = low[v] = counter[0]
+    counter[0] += 1
+    stack.append(v)
+    on.add(v)
+    for w in graph.get(v, ()):
+        if w not in index:
+            visit(w)
+            low[v] = min(low[v], low[w])
+        elif w in on:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        comp = []
+        while True:
+            w = stack.pop()
+            on.discard(w)
+            comp.append(w)
+            if w == v:
+                break
+        if len(comp) > 1:
+            sccs.append(comp)
+
+
+for v in sorted(graph):
+    if v not in index:
+        visit(v)
+for comp in sccs:
+    names = sorted(str(p.relative_to(root.parent)) for p in comp)
+    print(f"cycle of {len(comp)} files: " + ", ".join(names))

@@ -1,0 +1,529 @@
+//! One acquisition attempt: a fresh token, `SET NX PX` (or the acquire script) fanned out
+//! to every node, the optional fencing commit, and the quorum's decision. A failed attempt
+//! cleans up after itself before it returns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::ballot::{self, Read, Seen};
+use crate::config::whole_ms;
+use crate::ensemble::Ensemble;
+use crate::error::{Error, Result};
+use crate::fanout::{self, Collected, Round, Stop};
+use crate::guard::LockGuard;
+use crate::metrics;
+use crate::node::{Call, Node};
+use crate::protocol::{keys, reply, scripts};
+use crate::quorum::{self, Decision};
+use crate::release::Holding;
+use crate::report::{NodeOutcome, QuarantineReason};
+use crate::safety::{Admission, NextToken, Persistence};
+use crate::wait::Enqueue;
+
+/// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) resources: Arc<[String]>,
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
+}
+
+impl Plan {
+    pub(crate) fn new(
+        ensemble: &Ensemble,
+        mut resources: Vec<String>,
+        ttl: Duration,
+        fencing: bool,
+    ) -> Result<Plan> {
+        if resources.is_empty() {
+            return Err(Error::Config("no resource names given".into()));
+        }
+        if resources.iter().any(String::is_empty) {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        // Sorted and unique: the order callers pass must not matter.
+        resources.sort_unstable();
+        resources.dedup();
+        let ttl = ensemble.accept_ttl(ttl)?;
+        let prefix = &ensemble.config.key_prefix;
+        let keys: Arc<[String]> = resources.iter().map(|r| keys::lock(prefix, r)).collect();
+        Ok(Plan {
+            resources: resources.into(),
+            keys,
+            ttl,
+            fencing,
+        })
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        whole_ms(self.ttl)
+    }
+
+    /// The expiry of the keys' waiting lists: twice the TTL, as the acquire script sets it.
+    pub(crate) fn list_ttl_ms(&self) -> u64 {
+        self.ttl_ms().saturating_mul(2)
+    }
+}
+
+/// A fresh 128-bit random token, as 32 hex digits.
+fn new_token() -> Arc<str> {
+    let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
+    let text = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
+        .simple()
+        .encode_lower(&mut hex);
+    Arc::from(&*text)
+}
+
+/// One acquisition attempt with a fresh token, in a `quorum_lock.acquire` span whose
+/// `votes` and `outcome` fields are filled in when it ends. `enqueue` says how the attempt
+/// keeps this client in the waiting lists, when it listens for releases.
+pub(crate) async fn attempt(
+    ensemble: &Arc<Ensemble>,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+) -> Result<LockGuard> {
+    let span = tracing::debug_span!(
+        "quorum_lock.acquire",
+        resources = ?plan.resources,
+        nodes = ensemble.nodes.len(),
+        quorum = ensemble.quorum,
+        votes = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    );
+    attempt_inner(ensemble, plan, enqueue)
+        .instrument(span)
+        .await
+}
+
+async fn attempt_inner(
+    ensemble: &Arc<Ensemble>,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+) -> Result<LockGuard> {
+    // Armed before the first await: if this future is dropped at any point, whatever it may
+    // have set is released on every node in the background.
+    let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), new_token());
+    let n = ensemble.nodes.len();
+    let start = Instant::now();
+    let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
+    let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
+    // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
+    // the decision (see `ballot`).
+    let admissions = decide_votes(ensemble, plan, &reads, &mut collected);
+    if let Some(err) = ensemble.same_server() {
+        drop(round);
+        let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+        holding.release_on(0..n, requeue).await;
+        metrics::attempt("unavailable", start.elapsed());
+        return Err(record_failure(&collected, err));
+    }
+    let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
+    if !quorum::has_majority(&votes) {
+        // Requests still in flight are dropped: one already written to its connection is
+        // followed there by the release below, and one not yet written is never sent.
+        drop(round);
+        // Release wherever our token may be. Nodes that answered "held by another" or
+        // "wrong type" certainly do not have it; every other node might (a timed-out SET
+        // may still have been applied).
+        let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
+            .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+            .map(|(i, _)| i)
+            .collect();
+        let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+        holding.release_on(maybe_ours, requeue).await;
+        let decision = quorum::decide_acquire(&votes, start.elapsed(), None);
+        return Err(failed(ensemble, &collected, decision, start));
+    }
+    // The waiting-list node's answer, if it is still to come: it says whether the acquire
+    // script took us off the list there or listed us (see `Notifier::settle`).
+    let list_reply = enqueue
+        .filter(|e| {
+            (collected.outcomes.get(e.node)).is_some_and(|(o, _)| *o == NodeOutcome::Pending)
+        })
+        .and_then(|e| Some((e.node, round.take(e.node)?)));
+    // The slower nodes still get their SET (queued on their connections, or sent once the
+    // connection is up): copies beyond the bare majority let the lock survive, and be
+    // extended through, the loss of one of the first nodes. Every release of this token
+    // closes the attempt's send gate first: a SET already queued is ahead of the release on
+    // the same connection, and one not yet queued is never sent.
+    round.finish_in_background(ensemble.view());
+    let fencing_token = match plan.fencing {
+        true => match commit_fence(ensemble, plan, holding.token(), &reads, &admissions, &collected).await {
+            Ok(fence) => Some(fence),
+            Err(e) => {
+                metrics::attempt("unavailable", start.elapsed());
+                return Err(give_back(holding, plan, enqueue, list_reply, &collected, e).await);
+            }
+        },
+        false => None,
+    };
+    let decided = Instant::now();
+    let elapsed = decided - start;
+    let validity = quorum::validity(plan.ttl, elapsed, ensemble.config.drift_factor);
+    let decision = quorum::decide_acquire(&votes, elapsed, validity);
+    let Decision::Won { validity } = decision else {
+        metrics::attempt(decision.label(), elapsed);
+        let err = refusal(ensemble, &collected, decision);
+        return Err(give_back(holding, plan, enqueue, list_reply, &collected, err).await);
+    };
+    holding.hold_locally();
+    if let (Some((node, reply)), Some(notifier)) = (list_reply, &ensemble.notifier) {
+        // Acquired before the waiting-list node answered: whether that node's list still
+        // holds us is known only from its answer.
+        notifier.settle(Arc::clone(&plan.keys), node, reply);
+    }
+    metrics::attempt("acquired", elapsed);
+    let span = tracing::Span::current();
+    span.record("votes", collected.tally.yes());
+    span.record("outcome", "acquired");
+    tracing::debug!(?elapsed, ?validity, ?fencing_token, "acquired");
+    Ok(LockGuard::new(
+        holding,
+        Arc::clone(&plan.resources),
+        plan.ttl,
+        decided + validity,
+        collected.outcomes,
+        fencing_token,
+    ))
+}
+
+/// Waits for the acquire replies of one attempt until its outcome is certain (see
+/// [`ballot::settled`]), keeping what each node said for the ballot. `lives`: the fast
+/// path's plan, the life each node was seen admitted in and its completeness (for plain
+/// `SET NX PX` replies).
+/// Outcomes of yes votes are provisional until [`decide_votes`].
+async fn collect_votes(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    round: &mut Round,
+    lives: Option<&[(Arc<str>, bool)]>,
+) -> (Collected, Vec<Option<Read>>) {
+    let n = ensemble.nodes.len();
+    let quarantine = ensemble.config.quarantine;
+    // Shared by the two closures below, one at a time (a `Mutex` for `Sync`: the future
+    // is sent between threads).
+    let reads: std::sync::Mutex<Vec<Option<Read>>> = std::sync::Mutex::new(vec![None; n]);
+    let lock = || reads.lock().unwrap_or_else(|p| p.into_inner());
+    let collected = fanout::collect_until(
+        &ensemble.nodes,
+        round,
+        |i, answer| {
+            let Some(node) = ensemble.nodes.get(i) else {
+                return NodeOutcome::Failed("no such node".into());
+            };
+            let read = match read_vote(node, answer, lives.and_then(|l| l.get(i))) {
+                Ok(read) => read,
+                Err(failed) => return failed,
+            };
+            let outcome = match ballot::early(&read, n, quarantine) {
+                _ if !read.set => NodeOutcome::HeldByOther,
+                ballot::Early::Yes { .. } => NodeOutcome::Acquired,
+                // Decided once the answers are in (`decide_votes`).
+                _ => NodeOutcome::Quarantined {
+                    reason: QuarantineReason::RecordUnread,
+                    remaining: None,
+                },
+            };
+            if let Some(slot) = lock().get_mut(i) {
+                *slot = Some(read);
+            }
+            outcome
+        },
+        is_acquired,
+        |outcomes, _| {
+            let pending = outcomes
+                .iter()
+                .filter(|(o, _)| *o == NodeOutcome::Pending)
+                .count();
+            ballot::settled(&lock(), pending, ensemble.quorum, plan.fencing, quarantine)
+        },
+    )
+    .await;
+    let reads = reads.into_inner().unwrap_or_else(|p| p.into_inner());
+    (collected, reads)
+}
+
+/// What one acquire reply says for the ballot: a plain `SET NX PX` (`OK` or nil) or the
+/// acquire script's reply, with the facts the node's connect learnt.
+fn read_vote(
+    node: &Node,
+    answer: Value,
+    life: Option<&(Arc<str>, bool)>,
+) -> std::result::Result<Read, NodeOutcome> {
+    let facts = node.facts();
+    let mut read = Read {
+        set: false,
+        run_id: facts.as_ref().and_then(|f| f.run_id.clone()),
+        uptime: (facts.as_ref()).and_then(|f| Some(ballot::aged(f.uptime?, f.at.elapsed()))),
+        persistence: facts.map_or(Persistence::Unknown, |f| f.persistence),
+        marker: Seen::Read(None),
+        record_ms: None,
+        fence: None,
+        fence_life: None,
+    };
+    if let Some((life, complete)) = life {
+        read.marker = Seen::Cached {
+            life: Arc::clone(life),
+            complete: *complete,
+        };
+    }
+    match answer {
+        Value::Okay => read.set = true,
+        Value::Nil => {}
+        answer => {
+            let got = reply::acquire_reply(answer)?;
+            read.set = got.set;
+            read.marker = Seen::Read(got.marker.map(|m| (m.life, m.complete)));
+            read.record_ms = got.record_ms;
+            read.fence = got.fence;
+            read.fence_life = got.fence_life;
+        }
+    }
+    Ok(read)
+}
+
+/// Decides every answering node's admission once the answers are in (restart quarantine
+/// v2, [`ballot`]), sets the outcomes of the yes votes accordingly (kept out:
+/// [`NodeOutcome::Quarantined`] with why and for how long), counts them in the metrics,
+/// remembers where a node was seen admitted (the fast path), and writes the markers the
+/// rules ask for before anything else is sent to those nodes.
+fn decide_votes(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    reads: &[Option<Read>],
+    collected: &mut Collected,
+) -> Vec<Option<Admission>> {
+    let quarantine = ensemble.config.quarantine;
+    let view = ballot::view(reads);
+    let mut marks = Vec::new();
+    let admissions = (reads.iter().zip(&ensemble.nodes).enumerate())
+        .map(|(i, (read, node))| {
+            let read = read.as_ref()?;
+            let admission = ballot::admit(read, &view, ensemble.config.drift_factor);
+            if read.set
+                && let Some(slot) = collected.outcomes.get_mut(i)
+            {
+                // With quarantine off every yes counts; the marker is still kept, so that
+                // other clients' quarantine sees the nodes this one admitted.
+                if quarantine {
+                    slot.0 = ballot::outcome(&admission);
+                }
+                node.count_vote(match &slot.0 {
+                    NodeOutcome::Quarantined { reason, .. } => Some(reason.as_str()),
+                    _ => None,
+                });
+            }
+            let (Some(life), Seen::Read(marker)) = (&read.run_id, &read.marker) else {
+                return Some(admission);
+            };
+            // The script raised the record to this TTL, atomically with its `SET NX`.
+            let record_ms = read.record_ms.unwrap_or(0).max(plan.ttl_ms());
+            match admission {
+                Admission::Votes {
+                    mark: true,
+                    complete,
+                } => marks.push((i, Arc::clone(life), complete, record_ms)),
+                Admission::Votes { complete, .. } if marker.is_some() => {
+                    node.seen(life, Some(complete), record_ms);
+                }
+                _ => node.seen(life, None, record_ms),
+            }
+            Some(admission)
+        })
+        .collect();
+    collected.recount(is_acquired);
+    send_marks(ensemble, marks);
+    admissions
+}
+
+/// Writes the markers `(node, life, complete, record)` that admissions asked for: each is
+/// queued on its node's connection before this returns, so the fence commit that may
+/// follow finds it; once a node acknowledges, this client takes the fast path there.
+fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) {
+    if marks.is_empty() {
+        return;
+    }
+    let pending = marks.iter().filter_map(|(i, life, complete, _)| {
+        let call = Call::script(&scripts::MARK, &[])
+            .arg(&**life)
+            .arg(scripts::flag(*complete));
+        Some(fanout::send(*i, ensemble.nodes.get(*i)?, &Arc::new(call)))
+    });
+    let mut round = Round::new(pending, ensemble.config.node_timeout);
+    round.start();
+    let nodes = ensemble.nodes.clone();
+    ensemble.background.spawn(async move {
+        fanout::collect(
+            &nodes,
+            &mut round,
+            |i, answer| {
+                let written = reply::decode::<i64>(answer);
+                if let (Some((_, life, complete, record_ms)), Some(node), Ok(written)) =
+                    (marks.iter().find(|m| m.0 == i), nodes.get(i), written)
+                {
+                    node.seen(life, Some(*complete && written == 1), *record_ms);
+                }
+                NodeOutcome::Reachable
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+    });
+}
+
+/// A majority was won but the attempt failed after all (fencing commit failed, validity
+/// spent): the keys may be anywhere now, so release everywhere, then return `err`.
+async fn give_back(
+    mut holding: Holding,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+    list_reply: Option<(usize, Round)>,
+    collected: &Collected,
+    err: Error,
+) -> Error {
+    let ensemble = Arc::clone(holding.ensemble());
+    if let Some((_, reply)) = list_reply {
+        reply.finish_in_background(ensemble.view());
+    }
+    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+    holding.release_on(0..ensemble.nodes.len(), requeue).await;
+    record_failure(collected, err)
+}
+
+/// The error of an attempt without a majority, counted in the metrics.
+fn failed(ensemble: &Ensemble, collected: &Collected, decision: Decision, start: Instant) -> Error {
+    metrics::attempt(decision.label(), start.elapsed());
+    record_failure(collected, refusal(ensemble, collected, decision))
+}
+
+/// The error of a decision other than a win.
+fn refusal(ensemble: &Ensemble, collected: &Collected, decision: Decision) -> Error {
+    let report = || collected.report(&ensemble.nodes);
+    match decision.into_result(report) {
+        Err(err) => err,
+        // Callers only pass decisions other than a win.
+        Ok(_) => Error::Contended { report: report() },
+    }
+}
+
+/// Fills in the attempt span's fields for a failure.
+fn record_failure(collected: &Collected, err: Error) -> Error {
+    let span = tracing::Span::current();
+    span.record("votes", collected.tally.yes());
+    span.record("outcome", tracing::field::display(&err));
+    let report = err.report().map(ToString::to_string).unwrap_or_default();
+    tracing::debug!(%report, "attempt failed");
+    err
+}
+
+/// Second round of a fencing acquisition: the new token is one above the highest counter
+/// that can be trusted ([`ballot::token`]: a majority of them is needed), and is committed
+/// next to the lock on a majority of voting nodes before the guard exists. Any two
+/// majorities share a node, so the next holder reads a counter at least this high and
+/// mints a larger one.
+async fn commit_fence(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    token: &str,
+    reads: &[Option<Read>],
+    admissions: &[Option<Admission>],
+    acquired: &Collected,
+) -> Result<u64> {
+    ensemble.warn_unfenced();
+    let config = &ensemble.config;
+    let fence = match ballot::token(reads, admissions, config.fence_floor, config.quarantine) {
+        NextToken::Mint(fence) => fence,
+        NextToken::Undecidable { trusted, needed } => {
+            return Err(Error::FenceUnknown {
+                trusted,
+                needed,
+                report: acquired.report(&ensemble.nodes),
+            });
+        }
+    };
+    let call = Call::script(&scripts::FENCE, &plan.keys)
+        .arg(token)
+        .arg(fence);
+    let mut round = Round::everywhere(ensemble.view(), call);
+    let collected = fanout::collect(
+        &ensemble.nodes,
+        &mut round,
+        |i, answer| match reply::one_or(answer, NodeOutcome::Acquired, NodeOutcome::NotHeld) {
+            // Only where the acquisition's vote counted.
+            NodeOutcome::Acquired => match acquired.outcomes.get(i) {
+                Some((o @ NodeOutcome::Quarantined { .. }, _)) => o.clone(),
+                _ => NodeOutcome::Acquired,
+            },
+            other => other,
+        },
+        is_acquired,
+        Stop::WhenCertain,
+    )
+    .await;
+    round.finish_in_background(ensemble.view());
+    let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
+    quorum::decide_reach(&votes)
+        .into_result(|| collected.report(&ensemble.nodes))
+        .map(|_| fence)
+}
+
+fn is_acquired(o: &NodeOutcome) -> bool {
+    *o == NodeOutcome::Acquired
+}
+
+/// The acquire requests of one attempt: plain `SET NX PX` for one key, the all-or-nothing
+/// script for several keys, to keep the waiting list or to read fencing counters. Every
+/// node gets the same command except the one whose waiting list this client joins.
+///
+/// The plain `SET NX PX` is the fast path: only when every node's ensemble record is known
+/// to cover this TTL in its current life and, with restart quarantine on, every node was
+/// seen admitted in that life (returned: the life per node, which a reply then counts
+/// for). Otherwise every node gets the script, which raises the record and reads the
+/// marker and the record for the ballot. Clients with quarantine off raise the record
+/// too: other clients' quarantine protects their leases as well.
+fn acquire_round(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    holding: &Holding,
+    enqueue: Option<Enqueue<'_>>,
+) -> (Round, Option<Vec<(Arc<str>, bool)>>) {
+    let ttl_ms = plan.ttl_ms();
+    let token = &**holding.token();
+    let quarantine = ensemble.config.quarantine;
+    let lives: Option<Vec<(Arc<str>, bool)>> = (ensemble.nodes.iter())
+        .map(|n| n.fast_path(ttl_ms, quarantine))
+        .collect();
+    let plain = lives.is_some();
+    let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
+        ([key], None, false) if plain => {
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+            Call::new(cmd).gated(holding.gate())
+        }
+        (keys, enqueue, fencing) => {
+            let enqueue = enqueue.unwrap_or_default();
+            Call::script(&scripts::ACQUIRE, keys)
+                .arg(token)
+                .arg(ttl_ms)
+                .arg(enqueue.client)
+                .arg(scripts::flag(enqueue.stay))
+                .arg(scripts::flag(fencing))
+                .arg(scripts::flag(enqueue.front))
+                .gated(holding.gate())
+        }
+    };
+    let special = enqueue.map(|e| (e.node, call(enqueue)));
+    let round = Round::broadcast_with(
+        ensemble.view(),
+        call(None),
+        0..ensemble.nodes.len(),
+        special,
+    );
+    (round, lives)
+}

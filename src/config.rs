@@ -1,0 +1,75 @@
+//! Validated settings and the TTL rules every lock and extension goes through: below
+//! everything that acquires, above the pure quorum arithmetic.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::quorum;
+use crate::retry::RetryPolicy;
+
+/// Validated settings shared by every clone of a `Redlock`.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) key_prefix: String,
+    pub(crate) drift_factor: f64,
+    pub(crate) node_timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) wait: Duration,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) default_ttl: Duration,
+    pub(crate) notifications: bool,
+    pub(crate) quarantine: bool,
+    /// Every fencing token is above this (see `RedlockBuilder::fence_floor`).
+    pub(crate) fence_floor: Option<u64>,
+}
+
+/// Rejects a TTL that is zero, not a whole number of milliseconds' worth, too large for
+/// Redis, or too short to leave any validity after the drift allowance and one node timeout.
+pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration) -> Result<()> {
+    if ttl.as_millis() == 0 {
+        return Err(Error::Config(format!(
+            "ttl {ttl:?} is below one millisecond; Redis expiry has millisecond resolution"
+        )));
+    }
+    if ttl > MAX_TTL {
+        return Err(Error::Config(format!(
+            "ttl {ttl:?} exceeds the maximum of {MAX_TTL:?}"
+        )));
+    }
+    if !quorum::ttl_is_usable(ttl, drift_factor, node_timeout) {
+        let floor = node_timeout + quorum::drift(ttl, drift_factor);
+        return Err(Error::Config(format!(
+            "ttl {ttl:?} is too short: drift allowance and node timeout use {floor:?} of it; \
+             use a ttl well above that or a smaller node timeout"
+        )));
+    }
+    Ok(())
+}
+
+/// Ten years: far beyond any sensible lock, far below what `PX` accepts.
+pub(crate) const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+/// Whole milliseconds of `d`, saturating.
+pub(crate) fn whole_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_checks_name_the_problem() {
+        let ok = check_ttl(Duration::from_secs(10), 0.01, Duration::from_millis(50));
+        assert!(ok.is_ok());
+        for (ttl, needle) in [
+            (Duration::ZERO, "below one millisecond"),
+            (Duration::from_micros(900), "below one millisecond"),
+            (Duration::from_millis(50), "too short"),
+            (MAX_TTL + Duration::from_secs(1), "exceeds the maximum"),
+        ] {
+            let err = check_ttl(ttl, 0.01, Duration::from_millis(50)).unwrap_err();
+            assert!(err.to_string().contains(needle), "{ttl:?}: {err}");
+        }
+    }
+}

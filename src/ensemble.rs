@@ -1,0 +1,122 @@
+//! The shared state below every lock operation: the nodes, the validated configuration,
+//! the majority size, this client's local queue, the release notifier and the background
+//! collector. A `Redlock` is an `Arc` of it; guards, leases and
+//! extenders keep one too. It sits above the node, fan-out and waiting modules and
+//! below acquire, release, guard and lease.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::config::{Config, check_ttl, whole_ms};
+use crate::error::{Error, Result};
+use crate::fanout::{Background, View};
+use crate::node::Node;
+use crate::quorum;
+use crate::safety::{self, Persistence};
+use crate::wait::Context;
+use crate::wait::notify::Notifier;
+use crate::wait::queue::LocalQueue;
+
+/// The ensemble of nodes and everything shared by every clone of a
+/// `Redlock`.
+#[derive(Debug)]
+pub(crate) struct Ensemble {
+    pub(crate) nodes: Vec<Arc<Node>>,
+    pub(crate) config: Config,
+    pub(crate) quorum: usize,
+    pub(crate) queue: Arc<LocalQueue>,
+    /// Present when release notifications are on.
+    pub(crate) notifier: Option<Arc<Notifier>>,
+    /// Waits for requests that rounds left behind (shared with the notifier).
+    pub(crate) background: Arc<Background>,
+    /// Whether the warning about fencing without quarantine on volatile nodes was given.
+    warned_unfenced: AtomicBool,
+}
+
+impl Ensemble {
+    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
+        let quorum = quorum::quorum(nodes.len());
+        let background = Arc::new(Background::new(nodes.clone()));
+        let notifier = config.notifications.then(|| {
+            Arc::new(Notifier::new(
+                nodes.clone(),
+                Arc::clone(&background),
+                connect_timeout,
+                config.node_timeout,
+            ))
+        });
+        Ensemble {
+            background,
+            nodes,
+            config,
+            quorum,
+            warned_unfenced: AtomicBool::new(false),
+            queue: Arc::new(LocalQueue::default()),
+            notifier,
+        }
+    }
+
+    /// The nodes as a round sees them: every node, bounded by the node timeout, with the
+    /// collector that finishes what a round leaves behind.
+    pub(crate) fn view(&self) -> View<'_> {
+        View {
+            nodes: &self.nodes,
+            timeout: self.config.node_timeout,
+            background: &self.background,
+        }
+    }
+
+    /// What the waiting protocol uses of this client.
+    pub(crate) fn wait_context(&self) -> Context<'_> {
+        Context {
+            view: self.view(),
+            notifier: self.notifier.as_ref(),
+            queue: &self.queue,
+        }
+    }
+
+    /// Validates a TTL for a lock or extension. Redis expiry has millisecond resolution:
+    /// the TTL is rounded down so the validity arithmetic never assumes more time than the
+    /// server grants.
+    pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
+        let ttl = Duration::from_millis(whole_ms(ttl));
+        check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
+        Ok(ttl)
+    }
+
+    /// Two configured nodes that reach one server (the same `run_id`, whatever the host
+    /// name or db number, as learnt on connect): it would vote twice.
+    pub(crate) fn same_server(&self) -> Option<Error> {
+        let run_ids: Vec<Option<Arc<str>>> = self.nodes.iter().map(|n| n.run_id()).collect();
+        let refs: Vec<Option<&str>> = run_ids.iter().map(Option::as_deref).collect();
+        let (i, j) = safety::duplicate_server(&refs)?;
+        Some(Error::SameServer {
+            first: self.nodes.get(i)?.name().to_owned(),
+            second: self.nodes.get(j)?.name().to_owned(),
+        })
+    }
+
+    /// Warns once when fencing tokens are minted with quarantine off while a node may lose
+    /// its counters on a restart (no `appendfsync always`, or unknown): tokens may then
+    /// repeat.
+    pub(crate) fn warn_unfenced(&self) {
+        if self.config.quarantine || self.warned_unfenced.load(Ordering::Relaxed) {
+            return;
+        }
+        let volatile: Vec<&str> = (self.nodes.iter())
+            .filter(|n| {
+                n.facts()
+                    .is_some_and(|f| f.persistence != Persistence::AofAlways)
+            })
+            .map(|n| n.name())
+            .collect();
+        if !volatile.is_empty() && !self.warned_unfenced.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                nodes = ?volatile,
+                "fencing with restart quarantine off on nodes without appendfsync always: \
+                 a restart can make fencing tokens repeat"
+            );
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! Releasing: the compare-and-delete round on every node, the hand-off to the next waiter
+//! it announces, and [`Holding`], the duty to remove a token that may be stored on some
+//! nodes, which a failed attempt, a release and a dropped guard or attempt all go through.
+
+use std::sync::Arc;
+
+use redis::Value;
+
+use crate::config::whole_ms;
+use crate::ensemble::Ensemble;
+use crate::error::Result;
+use crate::fanout::{self, Round, Stop};
+use crate::metrics;
+use crate::node::{Call, SendGate};
+use crate::protocol::{keys, reply, scripts};
+use crate::quorum;
+use crate::report::{NodeOutcome, NodeReport};
+use crate::wait::Requeue;
+use crate::wait::queue::LocalHold;
+
+/// A token that may be stored on some nodes, with the duty to remove it.
+///
+/// While armed, dropping it sends compare-and-delete to every node from a spawned task.
+/// It is armed from before an attempt's first request until the lock is released, so no
+/// cancellation point can leave a key behind (beyond its TTL when no runtime is left).
+pub(crate) struct Holding {
+    ensemble: Arc<Ensemble>,
+    keys: Arc<[String]>,
+    token: Arc<str>,
+    /// Closed by every release of this token before it sends (see [`SendGate`]).
+    gate: Arc<SendGate>,
+    armed: bool,
+    /// Set once acquired: tells the local queue when our release has completed.
+    local: Option<LocalHold>,
+}
+
+impl Holding {
+    pub(crate) fn new(ensemble: Arc<Ensemble>, keys: Arc<[String]>, token: Arc<str>) -> Self {
+        Holding {
+            ensemble,
+            keys,
+            token,
+            gate: Arc::new(SendGate::new()),
+            armed: true,
+            local: None,
+        }
+    }
+
+    /// Marks the keys as held by this client (see [`LocalQueue`](crate::wait::queue)).
+    pub(crate) fn hold_locally(&mut self) {
+        self.local = Some(self.ensemble.queue.hold(&self.keys));
+    }
+
+    pub(crate) fn ensemble(&self) -> &Arc<Ensemble> {
+        &self.ensemble
+    }
+
+    pub(crate) fn keys(&self) -> &Arc<[String]> {
+        &self.keys
+    }
+
+    pub(crate) fn token(&self) -> &Arc<str> {
+        &self.token
+    }
+
+    /// The gate of the requests that may set this token's keys.
+    pub(crate) fn gate(&self) -> &Arc<SendGate> {
+        &self.gate
+    }
+
+    /// Compare-and-delete on the nodes in `which`, waking the next waiting client when
+    /// notifications are on and `announce` is set. Closes the gate first, so no request that
+    /// could set a key of this token is written after the release.
+    fn release_round(&self, which: impl IntoIterator<Item = usize>, announce: bool) -> Round {
+        self.gate.close();
+        Round::broadcast(self.ensemble.view(), self.release_call(announce), which)
+    }
+
+    /// The release script's call; when it announces, the client it wakes gets the turn
+    /// for two node timeouts (see [`scripts::GATE`]).
+    fn release_call(&self, announce: bool) -> Call {
+        let call = Call::script(&scripts::RELEASE, &self.keys).arg(&*self.token);
+        let call = if announce && self.ensemble.notifier.is_some() {
+            call.arg(whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1))
+        } else {
+            call.arg("0")
+        };
+        call.arg(keys::WAKE_CHANNEL_PREFIX)
+    }
+
+    /// Turns a release reply `{deleted, woke}` into an outcome.
+    fn released(&self, reply: Value) -> NodeOutcome {
+        match reply::decode::<(i64, i64)>(reply) {
+            Ok((deleted, woke)) => {
+                if woke == 1 {
+                    // Another client was woken to take over: let it go first (see
+                    // `LocalQueue::handed_off`).
+                    self.ensemble
+                        .queue
+                        .handed_off(&self.keys, self.ensemble.config.node_timeout);
+                }
+                if deleted > 0 {
+                    NodeOutcome::Released
+                } else {
+                    NodeOutcome::NotHeld
+                }
+            }
+            Err(failed) => failed,
+        }
+    }
+
+    /// Releases the lock on every node and decides (see `LockGuard::release` for what each
+    /// outcome means); `expired` when the validity had run out before. Disarms.
+    pub(crate) async fn release(&mut self, expired: bool) -> Result<NodeReport> {
+        let ensemble = Arc::clone(&self.ensemble);
+        let n = ensemble.nodes.len();
+        let mut round = self.release_round(0..n, true);
+        // Local hand-off: the next task of this client waiting for these keys may send its
+        // acquire as soon as our release is on the connections. Each node applies the two in
+        // order, so its SET succeeds wherever our delete did, one round trip earlier than if
+        // it waited for our answers.
+        round.start();
+        drop(self.local.take());
+        // With wake-ups on, hear the node that keeps the waiting lists even when it is not
+        // among the first answers: its reply says whether another client was woken, and
+        // only then does this client let it go first on its next `lock()`.
+        let stop = match ensemble.notifier.as_ref().and_then(|n| n.wake_node()) {
+            Some(wake) => Stop::WhenCertainAndHeard(wake),
+            None => Stop::WhenCertain,
+        };
+        let this = &*self;
+        let collected = fanout::collect(
+            &ensemble.nodes,
+            &mut round,
+            |_, r| this.released(r),
+            |o| *o == NodeOutcome::Released,
+            stop,
+        )
+        .await;
+        round.finish_in_background(ensemble.view());
+        self.armed = false;
+        metrics::released("explicit");
+        // After the validity ran out, whatever was still on the nodes is gone now, but the
+        // lock was not safely held up to this release: say so, like the seeds'
+        // `ExpiredLockError`.
+        let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Released);
+        let report = collected.report(&ensemble.nodes);
+        quorum::decide_release(&votes, expired)
+            .into_result(|| report.clone())
+            .map(|_| report)
+    }
+
+    /// Cleans up after a failed attempt: releases on the nodes in `which`, waiting for every
+    /// answer (bounded by the node timeout), then disarms. Wakes nobody: no lock was held,
+    /// and a waiter woken now would only race this client's next attempt (or the client a
+    /// real release woke, whose attempt this one may just have spoiled). With `requeue`,
+    /// the release on the waiting-list node also puts this client back in the list.
+    pub(crate) async fn release_on(
+        &mut self,
+        which: impl IntoIterator<Item = usize>,
+        requeue: Option<Requeue<'_>>,
+    ) {
+        let special = requeue.map(|r| {
+            let call = self
+                .release_call(false)
+                .arg(r.client)
+                .arg(scripts::flag(r.front))
+                .arg(r.list_ttl_ms);
+            (r.node, call)
+        });
+        self.gate.close();
+        let mut round = Round::broadcast_with(
+            self.ensemble.view(),
+            self.release_call(false),
+            which,
+            special,
+        );
+        let this = &*self;
+        fanout::collect(
+            &self.ensemble.nodes,
+            &mut round,
+            |_, r| this.released(r),
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+        self.armed = false;
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.gate.close();
+        // Never block or do I/O here: hand the release to the runtime if there is one,
+        // otherwise the TTL frees the lock.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let n = self.ensemble.nodes.len();
+                let mut round = self.release_round(0..n, true);
+                let local = self.local.take();
+                let ensemble = Arc::clone(&self.ensemble);
+                handle.spawn(async move {
+                    fanout::collect(
+                        &ensemble.nodes,
+                        &mut round,
+                        |_, _| NodeOutcome::Released,
+                        |_| false,
+                        Stop::AtEnd,
+                    )
+                    .await;
+                    // Only now may the next local task try.
+                    drop(local);
+                });
+                metrics::released("drop");
+            }
+            Err(_) => metrics::released("skipped"),
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The waiting protocol: how a `lock()` call that finds the keys held waits for them
+//! without polling Redis in a herd, and how a release hands them on.
+//!
+//! - [`state`]: the pure state between attempts (gate, head of the list, quick retries)
+//!   and what a failure leads to, table-tested;
+//! - [`queue`]: the local first-come first-served queue of this client's tasks, and the
+//!   local hand-off;
+//! - [`notify`]: release notifications (one pub/sub subscription per node) and the
+//!   waiting lists on the nodes.
+//!
+//! The acquire loop sees it through one narrow interface, [`Waiting`]: what the next
+//! attempt is ([`Waiting::next`], [`Waiting::ask_gate`]), what a win or a failure means for
+//! the lists ([`Waiting::acquired`], [`Waiting::pause`]). An attempt sees only an
+//! [`Enqueue`], a release only a [`Requeue`].
+
+pub(crate) mod notify;
+pub(crate) mod queue;
+pub(crate) mod state;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::fanout::{self, Round, Stop, View};
+use crate::metrics;
+use crate::node::Call;
+use crate::protocol::{reply, scripts};
+use crate::report::NodeOutcome;
+use notify::{Notifier, Registration};
+use queue::LocalQueue;
+use state::{AfterFailure, QUICK_RETRY_DELAY, WaitState};
+
+/// How an attempt keeps this client in the waiting list of the keys (see
+/// [`scripts::ACQUIRE`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Enqueue<'a> {
+    /// The node whose waiting list we join.
+    pub(crate) node: usize,
+    /// Our client id in waiting lists.
+    pub(crate) client: &'a str,
+    /// Stay listed after success: other tasks of this client wait for the keys.
+    pub(crate) stay: bool,
+    /// Rejoin at the head after failure: a release woke us and someone overtook us.
+    pub(crate) front: bool,
+}
+
+impl<'a> Enqueue<'a> {
+    /// How a failed attempt's clean-up puts this client back in the waiting list: where the
+    /// attempt's `SET` succeeded on the waiting-list node, the acquire script took the
+    /// client off that list, and a client that still waits must be on it to be woken.
+    pub(crate) fn requeue(self, list_ttl_ms: u64) -> Requeue<'a> {
+        Requeue {
+            node: self.node,
+            client: self.client,
+            front: self.front,
+            list_ttl_ms,
+        }
+    }
+}
+
+/// Where and how a failed attempt's clean-up puts its client back in the waiting list
+/// (see [`scripts::RELEASE`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Requeue<'a> {
+    /// The waiting-list node.
+    pub(crate) node: usize,
+    /// The client id.
+    pub(crate) client: &'a str,
+    /// At the head of the list (a release woke this client), else at its tail.
+    pub(crate) front: bool,
+    /// The list's expiry.
+    pub(crate) list_ttl_ms: u64,
+}
+
+/// What the waiting protocol uses of the client: the nodes, the release notifier (when
+/// notifications are on) and the local queue. Handed down by the
+/// ensemble above.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Context<'a> {
+    pub(crate) view: View<'a>,
+    pub(crate) notifier: Option<&'a Arc<Notifier>>,
+    pub(crate) queue: &'a LocalQueue,
+}
+
+/// One `lock()` call's part in the waiting protocol: its subscription to release
+/// notifications (once it listens) and its [`WaitState`].
+pub(crate) struct Waiting<'a> {
+    cx: Context<'a>,
+    keys: &'a Arc<[String]>,
+    listening: Option<Registration>,
+    state: WaitState,
+}
+
+impl<'a> Waiting<'a> {
+    /// Starts waiting for `keys`. Listens for releases if the subscriptions already run;
+    /// otherwise they are started on the first failed attempt (uncontended locks never pay
+    /// for them). When this client just handed these keys to a waiting client, that client
+    /// goes first: while listening, the first attempt asks the waiting-list node (where the
+    /// woken client has the turn) before it is sent; otherwise this waits for a head start,
+    /// at most until `deadline`.
+    pub(crate) async fn start(
+        cx: Context<'a>,
+        keys: &'a Arc<[String]>,
+        deadline: Instant,
+    ) -> Waiting<'a> {
+        let listening = (cx.notifier)
+            .filter(|n| n.is_started())
+            .map(|n| n.register(keys));
+        let mut courtesy = false;
+        if let Some(until) = cx.queue.courtesy_until(keys) {
+            if listening.is_some() {
+                courtesy = true;
+            } else {
+                tokio::time::sleep_until(until.min(deadline)).await;
+            }
+        }
+        Waiting {
+            cx,
+            keys,
+            listening,
+            state: WaitState::new(courtesy),
+        }
+    }
+
+    /// The coming attempt, the `attempt`-th of this call: how it keeps this client in the
+    /// waiting list (while listening), and whether it asks the list node first.
+    ///
+    /// While listening, each attempt also keeps this client in the waiting list of one
+    /// node, where our subscription stands (and in it after success when other local tasks
+    /// wait for the same keys): a release there pops the entry and must be heard, and one
+    /// list means one wake-up per release.
+    pub(crate) fn next(&mut self, attempt: u32) -> (Option<Enqueue<'a>>, bool) {
+        let next = self.state.next(attempt);
+        let cx = self.cx;
+        let enqueue = match (&mut self.listening, cx.notifier) {
+            (Some(registration), Some(notifier)) => notifier.wake_node().map(|node| {
+                registration.listing_on(node);
+                Enqueue {
+                    node,
+                    client: notifier.client_id(),
+                    stay: cx.queue.has_waiters(self.keys),
+                    front: next.front,
+                }
+            }),
+            _ => None,
+        };
+        (enqueue, next.gated && enqueue.is_some())
+    }
+
+    /// Asks the waiting-list node whether this waiter, which no release woke, may try now
+    /// (see [`scripts::GATE`]). Refused (a release gave another client the turn), it
+    /// returns [`Error::Contended`] with that node's answer only (the others show as not
+    /// asked, [`NodeOutcome::Pending`]), and the client is in the waiting list. A node that
+    /// fails to answer opens the gate: the attempt then decides.
+    pub(crate) async fn ask_gate(&self, e: Enqueue<'_>, list_ttl_ms: u64) -> Result<()> {
+        let view = self.cx.view;
+        let call = Call::script(&scripts::GATE, self.keys)
+            .arg(e.client)
+            .arg(scripts::flag(e.front))
+            .arg(list_ttl_ms);
+        let start = Instant::now();
+        let mut round = Round::broadcast(view, call, [e.node]);
+        let collected = fanout::collect(
+            view.nodes,
+            &mut round,
+            |_, r| reply::one_or(r, NodeOutcome::Acquired, NodeOutcome::HeldByOther),
+            |o| *o == NodeOutcome::Acquired,
+            Stop::AtEnd,
+        )
+        .await;
+        let refused =
+            (collected.outcomes.get(e.node)).is_some_and(|(o, _)| *o == NodeOutcome::HeldByOther);
+        if !refused {
+            metrics::wait_event("gate_open");
+            return Ok(());
+        }
+        metrics::wait_event("gate_refused");
+        metrics::attempt("contended", start.elapsed());
+        Err(Error::Contended {
+            report: collected.report(view.nodes),
+        })
+    }
+
+    /// The attempt that listed this client on `enqueue`'s node won, and `vote` is what that
+    /// node answered. The acquire script took us off the waiting list where it set the key.
+    /// Where it did not (the majority came from the other nodes), it listed us, as may an
+    /// earlier wake node: those lists are left when the registration ends, or the next
+    /// release there would wake us, who no longer wait. A list node that has not answered
+    /// yet is settled from its answer, in the background (`Notifier::settle`).
+    pub(crate) fn acquired(&mut self, enqueue: Option<Enqueue<'_>>, vote: Option<&NodeOutcome>) {
+        if let (Some(registration), Some(e)) = (&mut self.listening, enqueue)
+            && matches!(vote, Some(NodeOutcome::Acquired | NodeOutcome::Pending))
+        {
+            registration.acquired_on(e.node);
+        }
+    }
+
+    /// Waits before the next attempt after `err`, with `remaining` of the wait budget left:
+    /// starts listening (and tries again at once), retries quickly after a wake-up, or
+    /// sleeps for the `poll` delay (given the extra doublings of a listed waiter) unless a
+    /// release wakes this client first.
+    pub(crate) async fn pause(
+        &mut self,
+        err: &Error,
+        enqueue: Option<Enqueue<'_>>,
+        remaining: Duration,
+        poll: impl FnOnce(u32) -> Duration,
+    ) {
+        let notifier = self.cx.notifier;
+        let can_listen = self.listening.is_none() && notifier.is_some();
+        // The waiting-list node answered the gate or the attempt: we are in its list.
+        let listed = enqueue.is_some_and(|e| {
+            (err.report().and_then(|r| r.results().get(e.node)))
+                .is_some_and(|r| !r.outcome.is_failure() && r.outcome != NodeOutcome::Pending)
+        });
+        match self
+            .state
+            .failed(can_listen, self.listening.is_some(), listed)
+        {
+            AfterFailure::Listen => {
+                let Some(notifier) = notifier else { return };
+                self.listening = Some(notifier.register(self.keys));
+                // A release may have been announced before we listened: once the
+                // subscriptions stand, try again at once instead of sleeping. Wait for all
+                // of them (bounded): the wake node is the first node where we listen, and
+                // one that comes up later would move us to another waiting list than the
+                // one clients configured alike use.
+                let view = self.cx.view;
+                let bound = remaining.min(view.timeout * 4);
+                notifier.wait_ready(view.nodes.len(), bound).await;
+            }
+            AfterFailure::QuickRetry => {
+                // Woken, yet the attempt failed: the release that woke us comes from the
+                // node that keeps the waiting list, and the same release may not have
+                // reached the other nodes yet when our SET did. Retry after a moment,
+                // still at the head of the list, instead of waiting for the next release.
+                metrics::wait_event("quick_retry");
+                tokio::time::sleep(QUICK_RETRY_DELAY.min(remaining)).await;
+            }
+            AfterFailure::Wait { shift } => {
+                let delay = poll(shift).min(remaining);
+                match &self.listening {
+                    Some(registration) => {
+                        tokio::select! {
+                            () = registration.notified() => {
+                                metrics::wait_event("woken");
+                                self.state.woken();
+                            }
+                            () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
+                        }
+                    }
+                    None => {
+                        tokio::time::sleep(delay).await;
+                        metrics::wait_event("poll");
+                    }
+                }
+            }
+        }
+    }
+}
