@@ -21,7 +21,7 @@ use crate::protocol::{keys, reply, scripts};
 use crate::quorum::{self, Decision};
 use crate::release::Holding;
 use crate::report::{NodeOutcome, QuarantineReason};
-use crate::safety::{Admission, NextToken, Persistence};
+use crate::safety::{Admission, NextToken};
 use crate::wait::Enqueue;
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
@@ -255,17 +255,7 @@ fn read_vote(
     answer: Value,
     life: Option<&(Arc<str>, bool)>,
 ) -> std::result::Result<Read, NodeOutcome> {
-    let facts = node.facts();
-    let mut read = Read {
-        set: false,
-        run_id: facts.as_ref().and_then(|f| f.run_id.clone()),
-        uptime: (facts.as_ref()).and_then(|f| Some(ballot::aged(f.uptime?, f.at.elapsed()))),
-        persistence: facts.map_or(Persistence::Unknown, |f| f.persistence),
-        marker: Seen::Read(None),
-        record_ms: None,
-        fence: None,
-        fence_life: None,
-    };
+    let mut read = node.blank_read();
     if let Some((life, complete)) = life {
         read.marker = Seen::Cached {
             life: Arc::clone(life),

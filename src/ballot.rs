@@ -203,6 +203,43 @@ pub(crate) fn outcome(admission: &Admission) -> NodeOutcome {
     }
 }
 
+impl Read {
+    /// A node's answer before its reply is read: nothing set, no marker, no record; its
+    /// `run_id`, age (see [`aged`]) and durability as its connect learnt them.
+    pub(crate) fn blank(
+        run_id: Option<Arc<str>>,
+        uptime: Option<Uptime>,
+        persistence: Persistence,
+    ) -> Read {
+        Read {
+            set: false,
+            run_id,
+            uptime,
+            persistence,
+            marker: Seen::Read(None),
+            record_ms: None,
+            fence: None,
+            fence_life: None,
+        }
+    }
+}
+
+/// Per node, whether restart quarantine would keep its vote out now, why and for how
+/// long, judged from every answer as an acquisition judges them.
+pub(crate) fn kept_out(
+    reads: &[Option<Read>],
+    drift_factor: f64,
+) -> Vec<Option<(QuarantineReason, Option<Duration>)>> {
+    let view = view(reads);
+    reads
+        .iter()
+        .map(|read| match outcome(&admit(read.as_ref()?, &view, drift_factor)) {
+            NodeOutcome::Quarantined { reason, remaining } => Some((reason, remaining)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The public reason of a rule's reason.
 pub(crate) fn public(reason: Reason) -> QuarantineReason {
     match reason {

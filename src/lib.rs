@@ -46,4 +46,4 @@ pub use lease::{LockContext, LostReason, LostSignal};
 pub use redis;
 pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
 pub use retry::RetryPolicy;
-pub use status::{Holder, KeyState, LockStatus, Verdict};
+pub use status::{Holder, KeptOut, KeyState, LockStatus, Verdict};

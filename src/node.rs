@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
+use crate::ballot::{self, Read};
 use crate::safety::{Persistence, Uptime};
 
 type ConnectResult = Result<(u64, MultiplexedConnection), String>;
@@ -375,6 +376,17 @@ impl Node {
     /// The facts learnt on the last connect; `None` before the first one.
     pub(crate) fn facts(&self) -> Option<Facts> {
         self.lock_facts().clone()
+    }
+
+    /// What the ballot of an acquisition knows of this node before its reply: its
+    /// `run_id`, its age now (rounded down) and its durability.
+    pub(crate) fn blank_read(&self) -> Read {
+        let known = self.lock_facts();
+        let Some(facts) = known.as_ref() else {
+            return Read::blank(None, None, Persistence::Unknown);
+        };
+        let uptime = facts.uptime.map(|u| ballot::aged(u, facts.at.elapsed()));
+        Read::blank(facts.run_id.clone(), uptime, facts.persistence)
     }
 
     /// The node's `run_id`, when known.

@@ -150,6 +150,13 @@ async fn a_short_ttl_client_waits_out_another_clients_long_lease() {
         message.contains(&kept.node) && message.contains("kept out by restart quarantine"),
         "{message}"
     );
+    // `status` says so too, without writing anything.
+    let status = short.status(&resource).await.unwrap();
+    let kept_out = status.nodes[1].kept_out.expect("node 1 kept out");
+    assert_eq!(kept_out.reason, QuarantineReason::MemoryLost);
+    assert!(kept_out.remaining.is_some_and(|r| r > Duration::from_secs(50)));
+    assert_eq!((status.nodes[0].kept_out, status.nodes[2].kept_out), (None, None));
+    assert!(status.to_json().contains("\"kept_out\":\"memory_lost\""));
     assert!(held.is_valid(), "the 60 s holder still holds its lock");
     // Its release reaches node 0 (node 1's old connection broke with the restart).
     let released = held.release().await;
@@ -504,22 +511,40 @@ async fn an_uncontended_lock_is_one_set_per_node() {
         let cluster = Cluster::start(n);
         let redlock = client(&cluster.urls(), Duration::from_secs(5));
         let resource = unique("steady");
-        // The first lock pays for the script (record, marker); the marks are acknowledged
-        // in the background.
-        for _ in 0..2 {
+        let reset = || {
+            for node in &cluster.nodes {
+                redis::cmd("CONFIG")
+                    .arg("RESETSTAT")
+                    .query::<()>(&mut node.conn())
+                    .unwrap();
+            }
+        };
+        let cycle = || async {
             let guard = redlock.lock(&resource, Duration::from_secs(5)).await.unwrap();
             guard.release().await.unwrap();
+        };
+        // The first lock pays for the script (record, marker); the marks are acknowledged
+        // in the background, so the steady state starts a lock or two later.
+        cycle().await;
+        let steady = vec![("evalsha".to_owned(), 1), ("set".to_owned(), 1)];
+        let mut warm = 1;
+        loop {
+            reset();
+            cycle().await;
+            warm += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let settled = cluster.nodes.iter().all(|node| {
+                let mut calls = command_calls(node);
+                calls.sort();
+                calls == steady
+            });
+            if settled {
+                break;
+            }
+            assert!(warm < 10, "no steady state after {warm} locks");
         }
-        eventually(Duration::from_secs(5), "warm-up done everywhere", || {
-            cluster.keys_everywhere(&resource).is_empty()
-        })
-        .await;
-        for node in &cluster.nodes {
-            redis::cmd("CONFIG")
-                .arg("RESETSTAT")
-                .query::<()>(&mut node.conn())
-                .unwrap();
-        }
+        eprintln!("N = {n}: steady state after {warm} locks");
+        reset();
         for _ in 0..CYCLES {
             let guard = redlock.lock(&resource, Duration::from_secs(5)).await.unwrap();
             guard.release().await.unwrap();
@@ -538,4 +563,26 @@ async fn an_uncontended_lock_is_one_set_per_node() {
             assert_eq!(calls, want, "N = {n}");
         }
     }
+}
+
+/// The CLI exits 78 (`EX_CONFIG`) when two node URLs reach one server, naming both.
+#[test]
+fn the_cli_refuses_one_server_listed_twice() {
+    let cluster = Cluster::start(2);
+    let port = cluster.nodes[0].port();
+    let nodes = format!(
+        "redis://127.0.0.1:{port},{},redis://localhost:{port}",
+        cluster.nodes[1].url()
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_quorum-lock"))
+        .args(["--nodes", &nodes, "run", &unique("cli-twice"), "--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(78), "{stderr}");
+    assert!(
+        stderr.contains(&format!("127.0.0.1:{port}"))
+            && stderr.contains(&format!("localhost:{port}")),
+        "{stderr}"
+    );
 }

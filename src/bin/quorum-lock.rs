@@ -27,6 +27,8 @@ pub(crate) const EX_UNAVAILABLE: u8 = 69;
 pub(crate) const EX_SOFTWARE: u8 = 70;
 /// The operating system refused something (`EX_OSERR`): runtime, signal handlers.
 pub(crate) const EX_OSERR: u8 = 71;
+/// The nodes are misconfigured (`EX_CONFIG`): two URLs reach one server.
+pub(crate) const EX_CONFIG: u8 = 78;
 /// The lock is held elsewhere (`EX_TEMPFAIL`).
 pub(crate) const EX_TEMPFAIL: u8 = 75;
 
@@ -51,6 +53,7 @@ N ended it); otherwise
    69  not enough nodes reachable for a majority
    70  the lock was lost while the program ran (it was sent SIGTERM, then SIGKILL)
    75  the lock is held elsewhere (not acquired within the wait)
+   78  two node URLs reach the same Redis server (it would vote twice)
   126  the program could not be started;  127  the program was not found";
 
 const RUN_AFTER_HELP: &str = "\
@@ -58,7 +61,8 @@ PROGRAM runs without a shell, with QUORUM_LOCK_RESOURCE set (and QUORUM_LOCK_FEN
 with --fencing). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.
 quorum-lock exits with its status, or 128+N if signal N ended it. If the lock is lost, the
 program is sent SIGTERM, then SIGKILL after the grace period, and quorum-lock exits 70.
-Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere.";
+Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere, 78 one server
+listed twice.";
 
 /// Redlock over N independent Redis masters, from the command line.
 #[derive(Debug, Parser)]
@@ -117,6 +121,10 @@ struct RunArgs {
     /// Obtain a fencing token and pass it in QUORUM_LOCK_FENCING_TOKEN
     #[arg(long)]
     fencing: bool,
+
+    /// Fencing tokens start above N (to continue after most nodes lost their data)
+    #[arg(long, value_name = "N", requires = "fencing")]
+    fence_floor: Option<u64>,
 
     /// After a lost lock, how long the program has between SIGTERM and SIGKILL
     #[arg(long, value_name = "DURATION", default_value = DEFAULT_GRACE, value_parser = duration::parse)]
@@ -279,12 +287,16 @@ fn client(
     key_prefix: Option<String>,
     node_timeout: Duration,
     ttl: Duration,
+    fence_floor: Option<u64>,
 ) -> Result<Redlock, Failure> {
     let urls = node_urls(nodes)?;
     let mut builder = Redlock::builder()
         .nodes(urls)
         .default_ttl(ttl)
         .node_timeout(node_timeout);
+    if let Some(floor) = fence_floor {
+        builder = builder.fence_floor(floor);
+    }
     if let Some(prefix) = key_prefix {
         builder = builder.key_prefix(prefix);
     }
@@ -314,16 +326,16 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             args.resource
         )));
     }
-    let ttl = match &cli.command {
-        Command::Run(args) => args.ttl,
+    let (ttl, fence_floor) = match &cli.command {
+        Command::Run(args) => (args.ttl, args.fence_floor),
         // Only `run` locks; the others use the library's default.
-        _ => RedlockBuilder::DEFAULT_TTL,
+        _ => (RedlockBuilder::DEFAULT_TTL, None),
     };
     let command = match cli.command {
         Command::Run(args) => Ok(run_options(args)?),
         other => Err(other),
     };
-    let redlock = client(cli.nodes, cli.key_prefix, cli.node_timeout, ttl)?;
+    let redlock = client(cli.nodes, cli.key_prefix, cli.node_timeout, ttl, fence_floor)?;
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -64,6 +64,33 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
     })
 }
 
+/// [`INSPECT`](super::scripts::INSPECT)'s reply, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    /// The key's type (`none` when absent).
+    pub(crate) kind: String,
+    /// Its remaining time to live in milliseconds (negative: none, or no key).
+    pub(crate) pttl: i64,
+    /// A string key's value.
+    pub(crate) value: Option<Vec<u8>>,
+    /// The node's marker.
+    pub(crate) marker: Option<Marker>,
+    /// The ensemble record on the node, in milliseconds.
+    pub(crate) record_ms: Option<u64>,
+}
+
+/// [`INSPECT`](super::scripts::INSPECT)'s reply `{type, pttl, value, marker, record}`.
+pub(crate) fn inspect_reply(reply: Value) -> Result<Inspected, NodeOutcome> {
+    type Raw = (String, i64, Option<Vec<u8>>, Option<String>, Option<u64>);
+    decode::<Raw>(reply).map(|(kind, pttl, value, marker, record_ms)| Inspected {
+        kind,
+        pttl,
+        value,
+        marker: marker.as_deref().and_then(Marker::parse),
+        record_ms,
+    })
+}
+
 /// A reply `1` (the script did it) or anything else (it did not), as `yes` or `no`.
 pub(crate) fn one_or(reply: Value, yes: NodeOutcome, no: NodeOutcome) -> NodeOutcome {
     match decode::<i64>(reply) {

@@ -374,19 +374,28 @@ return 1
 /// Invoked directly on two keys of the caller's choosing, not through [`Lua::keys`].
 pub(crate) static FENCED_SET: Lua = Lua::new(&[], FENCED_SET_SRC);
 
-/// Reads a lock key without touching it (operators' `status`).
+/// Reads a lock key without touching it (operators' `status`), with the node's restart
+/// quarantine data.
 ///
-/// KEYS[1]: the lock key. Returns `{type, pttl, value}` where value is the string's
-/// content, or nil for other types.
+/// KEYS[1]: the lock key, then the ensemble record and the node's marker ([`Global`]).
+/// Returns `{type, pttl, value, marker, record}` where value is the string's content, or
+/// nil for other types, and marker and record are as stored (nil: absent).
 const INSPECT_SRC: &str = r"
 local kind = redis.call('TYPE', KEYS[1]).ok
 local pttl = redis.call('PTTL', KEYS[1])
+local marker = redis.call('GET', KEYS[3])
+local record = redis.call('GET', KEYS[2])
+local value = false
 if kind == 'string' then
-    return {kind, pttl, redis.call('GET', KEYS[1])}
+    value = redis.call('GET', KEYS[1])
 end
-return {kind, pttl, false}
+return {kind, pttl, value, marker, record}
 ";
-pub(crate) static INSPECT: Lua = Lua::new(&[Kind::Lock], INSPECT_SRC);
+pub(crate) static INSPECT: Lua = Lua::with_globals(
+    &[Kind::Lock],
+    &[Global::MaxTtl, Global::Marker],
+    INSPECT_SRC,
+);
 
 /// Compare-and-PEXPIRE, all or nothing.
 ///
