@@ -89,7 +89,8 @@ pub enum Error {
     /// A fencing token was asked for, but fewer than a majority of the nodes read had a
     /// counter that can be trusted (nodes that lost their memory and have not seen a
     /// commit since do not count): a larger token may exist unseen. The acquisition was
-    /// released. After a majority of nodes lost their memory, continue with
+    /// released. `lock()` retries (a trusted node may only have been slow); after a
+    /// majority of nodes lost their memory, continue with
     /// [`fence_floor`](crate::RedlockBuilder::fence_floor).
     #[error(
         "no safe fencing token: {trusted} trusted counters read, {needed} needed (nodes that \
@@ -145,11 +146,15 @@ impl Error {
         }
     }
 
-    /// Whether another attempt may succeed (contention, unavailability, spent validity).
+    /// Whether another attempt may succeed (contention, unavailability, spent validity, a
+    /// fencing token that needs a trusted counter from a node that did not answer).
     pub(crate) fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Contended { .. } | Error::Unavailable { .. } | Error::ValiditySpent { .. }
+            Error::Contended { .. }
+                | Error::Unavailable { .. }
+                | Error::ValiditySpent { .. }
+                | Error::FenceUnknown { .. }
         )
     }
 }

@@ -386,8 +386,16 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
         wait_until(Duration::from_secs(10), "node 1 up 3 s", || {
             uptime_secs(node1) >= 3
         });
-        cluster.nodes[0].pause();
     });
+    // The client's connection to node 1 broke with the restart: reconnect first, so that
+    // the attempt below hears node 1 (on the old code it then counts its empty counter).
+    loop {
+        let report = redlock.connect().await.unwrap();
+        if report.results()[1].outcome == quorum_lock::NodeOutcome::Reachable {
+            break;
+        }
+    }
+    tokio::task::block_in_place(|| cluster.nodes[0].pause());
     // Only node 1 (empty) and node 2 (the older token) answer: no token may be minted.
     let outcome = fenced().await;
     tokio::task::block_in_place(|| cluster.nodes[0].resume());
@@ -396,25 +404,27 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
             "token {:?} minted from the restarted node and the stale one (last was {t2})",
             guard.fencing_token()
         ),
-        Err(Error::Timeout { last, .. }) => match *last {
-            Error::FenceUnknown {
-                trusted: 1,
-                needed: 2,
-                ..
-            } => {}
-            Error::Unavailable { .. } => {}
-            other => panic!("{other}"),
-        },
+        Err(Error::Timeout { last, .. }) => {
+            let node1 = last.report().unwrap().results()[1].outcome.clone();
+            match *last {
+                // Node 1 votes (its quarantine is over) but its counter is not trusted.
+                Error::FenceUnknown {
+                    trusted: 1,
+                    needed: 2,
+                    ..
+                } => assert_eq!(node1, NodeOutcome::Acquired),
+                // Or node 1 is still kept out: the record was read from too few nodes.
+                Error::Unavailable { .. } if node1.is_quarantined() => {}
+                other => panic!("{other}"),
+            }
+        }
         Err(other) => panic!("{other}"),
     }
     // With node 0 back, the sequence goes on above t2.
-    let guard = loop {
-        match fenced().await {
-            Ok(guard) => break guard,
-            Err(e) if e.is_unavailable() => tokio::time::sleep(Duration::from_millis(20)).await,
-            Err(e) => panic!("{e}"),
-        }
-    };
+    let guard = (redlock.lock(&resource, ttl).fencing())
+        .wait(Duration::from_secs(5))
+        .await
+        .unwrap();
     let t3 = guard.fencing_token().unwrap();
     guard.release().await.unwrap();
     assert!(t3 > t2, "{t3} after {t2}");
@@ -549,19 +559,31 @@ async fn an_uncontended_lock_is_one_set_per_node() {
             let guard = redlock.lock(&resource, Duration::from_secs(5)).await.unwrap();
             guard.release().await.unwrap();
         }
-        let want = vec![("evalsha".to_owned(), CYCLES), ("set".to_owned(), CYCLES)];
+        // Every release is one `EVALSHA` on every node, and no acquisition sent a script
+        // (it would be one more). Each acquisition is at most one `SET` per node: a node
+        // whose `SET` was still waiting for its connection when the release came never
+        // gets it (the release's send gate), so a loaded machine may show one fewer.
+        let quorum = n / 2 + 1;
+        let mut sets = 0;
         for node in &cluster.nodes {
             let mut calls = Vec::new();
             for _ in 0..500 {
                 calls = command_calls(node);
-                calls.sort();
-                if calls == want {
+                if calls.contains(&("evalsha".to_owned(), CYCLES)) {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            assert_eq!(calls, want, "N = {n}");
+            calls.sort();
+            let [(evalsha, e), (set, s)] = &calls[..] else {
+                panic!("N = {n}: {calls:?}");
+            };
+            assert_eq!((evalsha.as_str(), *e), ("evalsha", CYCLES), "N = {n}: {calls:?}");
+            assert_eq!(set, "set");
+            assert!(*s <= CYCLES, "N = {n}: {calls:?}");
+            sets += s;
         }
+        assert!(sets >= CYCLES * quorum as u64, "N = {n}: {sets} sets");
     }
 }
 
