@@ -14,8 +14,9 @@ use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::retry::RetryPolicy;
 
-/// The highest [`RedlockBuilder::fence_floor`]: Lua numbers are doubles, exact up to 2^53.
-const MAX_FENCE_FLOOR: u64 = 1 << 53;
+/// The highest [`RedlockBuilder::fence_floor`]: tokens stay at most 2^53, the largest
+/// integer the nodes' Lua numbers hold exactly.
+const MAX_FENCE_FLOOR: u64 = (1 << 53) - 1;
 
 impl Redlock {
     /// Starts configuring a client.
@@ -203,8 +204,8 @@ impl RedlockBuilder {
     /// persistence, say): Redis then no longer knows the highest token issued, and an
     /// acquisition with fencing fails with [`Error::FenceUnknown`] rather than risk
     /// repeating one. Set it to at least the highest token ever issued (your storage keeps
-    /// it: the highest token it accepted). At most 2^53 (the largest integer the nodes'
-    /// scripts count exactly).
+    /// it: the highest token it accepted). Below 2^53: tokens stay at most 2^53, the
+    /// largest integer the nodes' scripts count exactly.
     pub fn fence_floor(mut self, floor: u64) -> Self {
         self.fence_floor = Some(floor);
         self
@@ -249,7 +250,8 @@ impl RedlockBuilder {
         check_ttl(self.default_ttl, self.drift_factor, self.node_timeout)?;
         if let Some(floor) = self.fence_floor.filter(|f| *f > MAX_FENCE_FLOOR) {
             return Err(config(format!(
-                "fence floor {floor} is above 2^53, the largest integer the nodes count exactly"
+                "fence floor {floor} is not below 2^53: tokens stay at most 2^53, the largest \
+                 integer the nodes count exactly"
             )));
         }
 

@@ -41,6 +41,7 @@ pub use doctor::{
 };
 pub use error::{Error, Result};
 pub use extend::AutoExtend;
+pub use fencing::FencingToken;
 pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};
 pub use redis;

@@ -100,7 +100,9 @@ impl NodeOutcome {
 impl fmt::Display for NodeOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            NodeOutcome::Acquired => f.write_str("acquired"),
+            // Not "acquired": the node set our key, but whether the lock was acquired is the
+            // majority's decision, and a refused attempt takes the key back.
+            NodeOutcome::Acquired => f.write_str("voted yes"),
             NodeOutcome::HeldByOther => f.write_str("held by another owner"),
             NodeOutcome::WrongType => f.write_str("wrong type (foreign key)"),
             NodeOutcome::Extended => f.write_str("extended"),
@@ -116,7 +118,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::Failed(msg) => write!(f, "error: {msg}"),
             NodeOutcome::Reachable => f.write_str("reachable"),
-            NodeOutcome::Pending => f.write_str("pending"),
+            NodeOutcome::Pending => f.write_str("no answer yet (not waited for)"),
         }
     }
 }
@@ -179,20 +181,65 @@ impl NodeReport {
 
 impl fmt::Display for NodeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Semicolons: a driver's error message may contain commas.
         for (i, r) in self.results.iter().enumerate() {
             if i > 0 {
-                f.write_str(", ")?;
+                f.write_str("; ")?;
             }
-            write!(
-                f,
-                "{} {} ({:.1} ms)",
-                r.node,
-                r.outcome,
-                r.latency.as_secs_f64() * 1e3
-            )?;
+            write!(f, "{} {}", r.node, r.outcome)?;
+            // A pending node's time is only how long it had not answered.
+            if r.outcome != NodeOutcome::Pending {
+                write!(f, " ({})", latency(r.latency))?;
+            }
         }
         Ok(())
     }
 }
 
 impl std::error::Error for NodeReport {}
+
+/// A round trip for people: `340 µs`, `1.2 ms`, `48 ms`, `1.25 s`.
+fn latency(d: Duration) -> String {
+    let us = d.as_micros();
+    if us < 1000 {
+        format!("{us} µs")
+    } else if us < 10_000 {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else if us < 1_000_000 {
+        format!("{} ms", (us + 500) / 1000)
+    } else {
+        format!("{:.2} s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(outcome: NodeOutcome, micros: u64) -> NodeResult {
+        NodeResult {
+            node: "10.0.0.1:6379".into(),
+            outcome,
+            latency: Duration::from_micros(micros),
+        }
+    }
+
+    #[test]
+    fn reports_read_as_sentences_with_rounded_times() {
+        let report = NodeReport::new(vec![
+            result(NodeOutcome::Acquired, 340),
+            result(NodeOutcome::HeldByOther, 1234),
+            result(NodeOutcome::TimedOut, 50_000),
+            result(NodeOutcome::Pending, 400),
+            result(NodeOutcome::Released, 1_250_000),
+        ]);
+        assert_eq!(
+            report.to_string(),
+            "10.0.0.1:6379 voted yes (340 µs); 10.0.0.1:6379 held by another owner (1.2 ms); \
+             10.0.0.1:6379 timed out (50 ms); 10.0.0.1:6379 no answer yet (not waited for); \
+             10.0.0.1:6379 released (1.25 s)"
+        );
+        assert_eq!(latency(Duration::from_micros(9_960)), "10.0 ms");
+        assert_eq!(latency(Duration::MAX), "18446744073709551616.00 s");
+    }
+}

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use common::proxy::{FaultProxy, Link};
 use common::{BlackHole, Cluster, RedisServer, unique, wait_until};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -375,6 +376,26 @@ fn usage_errors_exit_64_naming_the_problem() {
             vec!["run", "--wait", "1s", "--no-wait", "r", "--", "true"],
             "cannot be used with",
         ),
+        (
+            nodes.clone(),
+            vec!["run", "--ttl", "2s", "--grace", "2s", "r", "--", "true"],
+            "--grace 2s does not fit in --ttl 2s",
+        ),
+        (
+            nodes.clone(),
+            vec!["run", "--grace", "99999999999h", "r", "--", "true"],
+            "--grace 99999999999h does not fit in --ttl 30s",
+        ),
+        (
+            nodes.clone(),
+            vec!["run", "--grace", "99999999999999999999h", "r", "--", "true"],
+            "out of range",
+        ),
+        (
+            nodes.clone(),
+            vec!["run", "--ttl", "2s", "--grace", "1500ms", "r", "--", "true"],
+            "to extend the lock in",
+        ),
         (nodes.clone(), vec!["release", "r"], "--force"),
         (nodes.clone(), vec!["status", ""], "resource name is empty"),
         (nodes.clone(), vec!["frobnicate"], "frobnicate"),
@@ -704,7 +725,7 @@ fn losing_the_majority_terminates_the_program_and_exits_70() {
     let holder = hold(
         &urls,
         &scratch,
-        &["--ttl", TTL_ARG, "--grace", "2s"],
+        &["--ttl", TTL_ARG, "--grace", "1s"],
         &resource,
         &pid_file,
         "",
@@ -718,8 +739,8 @@ fn losing_the_majority_terminates_the_program_and_exits_70() {
     cluster.nodes[0].resume();
     cluster.nodes[1].resume();
     done.expect(70)
-        .stderr_has("was lost while the program ran")
-        .stderr_has("SIGTERM");
+        .stderr_has("could not be extended in time (last attempt: ")
+        .stderr_has("with 1.1s of validity left; SIGTERM ended it; release: ");
     // Within the TTL (the lock's validity) plus a little; never the grace period.
     assert!(
         paused.elapsed() < Duration::from_secs(8),
@@ -756,10 +777,257 @@ fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
     let done = holder.wait(LIMIT);
     done.expect(70)
         .stderr_has("no longer holds our token")
-        .stderr_has("SIGKILL after the 500ms grace period");
+        .stderr_has("SIGKILL after the 500ms grace period, 100ms before the lock's validity ended");
     assert!(!pid_alive(pid), "program {pid} still running");
     // The other owner's lock is untouched.
     assert!(status_json(&urls, &resource).contains("\"owner\":\"intruder\""));
+}
+
+/// Whether process `pid` has ended: gone, or a zombie waiting to be reaped.
+fn has_ended(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // After the command name in parentheses comes the state letter.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(_) => true,
+    }
+}
+
+/// The first moment `pid` is seen ended, polling every millisecond (at most [`LIMIT`]).
+fn ended_at(pid: i32) -> Instant {
+    let start = Instant::now();
+    while !has_ended(pid) {
+        assert!(start.elapsed() < LIMIT, "program {pid} still running");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Instant::now()
+}
+
+/// The latest moment the lock's validity can end, from what the nodes report: `PTTL` of
+/// the key on every node that has it (read after `Instant::now()` is taken, so each key
+/// expires no earlier than that instant plus its `PTTL`), the earliest of them, less the
+/// drift allowance the client keeps (`ttl / 100 + 2 ms`). The client's own deadline comes
+/// earlier still, by the time its last acquisition or extension took.
+fn validity_end(cluster: &Cluster, key: &str, ttl: Duration) -> Instant {
+    let before = Instant::now();
+    let ttls: Vec<u64> = cluster
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let pttl: i64 = redis::cmd("PTTL").arg(key).query(&mut node.conn()).unwrap();
+            u64::try_from(pttl).ok()
+        })
+        .collect();
+    assert!(ttls.len() >= 2, "the key is on a majority: {ttls:?}");
+    let earliest = before + Duration::from_millis(*ttls.iter().min().unwrap());
+    earliest - (ttl / 100 + Duration::from_millis(2))
+}
+
+/// `quorum-lock run` of a second holder, waiting for `resource`; its program prints the
+/// state of process `pid` (nothing once it is gone) and `taken`.
+fn second_holder(urls: &[String], scratch: &Scratch, resource: &str, pid: i32) -> Running {
+    let script = format!("cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null; echo taken");
+    start(
+        cli(
+            urls,
+            [
+                "run", "--ttl", TTL_ARG, "--wait", "30s", resource, "--", "sh", "-c", &script,
+            ],
+        ),
+        scratch,
+    )
+}
+
+/// A program that ignores SIGTERM under `args`, on `urls` (the nodes or proxies in front
+/// of them): returns its pid, the first `quorum-lock` (the lock held) and a safety net.
+fn stubborn(
+    urls: &[String],
+    scratch: &Scratch,
+    args: &[&str],
+    resource: &str,
+) -> (i32, Running, KillGroup) {
+    let pid_file = scratch.path(&unique("pid"));
+    let holder = hold(
+        urls,
+        scratch,
+        args,
+        resource,
+        &pid_file,
+        "trap '' TERM;",
+        "while :; do sleep 0.05; done",
+    );
+    (read_pid(&pid_file), holder, KillGroup(pid_file))
+}
+
+/// The second holder got the lock after the first program had ended, without a word on
+/// stderr although it waited more than a second (stderr is not a terminal).
+#[track_caller]
+fn took_over_cleanly(second: Running, first_ended: Instant) {
+    assert!(
+        second.started < first_ended,
+        "it waited while the first held the lock"
+    );
+    let done = second.wait(LIMIT);
+    done.expect(0);
+    assert_eq!(
+        done.stdout, "taken\n",
+        "the first program was still there: {done:#?}"
+    );
+    assert_eq!(
+        done.stderr, "",
+        "no progress lines without a terminal: {done:#?}"
+    );
+    assert!(done.elapsed > Duration::from_secs(1), "{done:#?}");
+}
+
+#[test]
+fn a_program_ignoring_sigterm_is_dead_before_the_validity_ends_with_no_extend() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("deadline");
+    let (pid, holder, _net) = stubborn(
+        &urls,
+        &scratch,
+        &["--ttl", TTL_ARG, "--no-extend", "--grace", "500ms"],
+        &resource,
+    );
+    let second = second_holder(&urls, &scratch, &resource, pid);
+    let end = validity_end(&cluster, &resource, TTL);
+    let ended = ended_at(pid);
+    assert!(
+        ended < end,
+        "the program ended {:?} after the lock's validity",
+        ended - end
+    );
+    println!(
+        "the program ended {:?} before the validity's latest end",
+        end - ended
+    );
+    holder
+        .wait(LIMIT)
+        .expect(70)
+        .stderr_has("the program outlived --ttl 2s with --no-extend")
+        .stderr_has("SIGKILL after the 500ms grace period, 100ms before the lock's validity ended");
+    took_over_cleanly(second, ended);
+}
+
+#[test]
+fn a_program_ignoring_sigterm_is_dead_before_the_validity_ends_when_extensions_fail() {
+    // Long enough that the first extension comes well after the partition below.
+    let ttl = Duration::from_secs(5);
+    let cluster = cluster(ttl);
+    let urls = cluster.urls();
+    let proxies: Vec<FaultProxy> = cluster
+        .nodes
+        .iter()
+        .map(|n| FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], n.port()))))
+        .collect();
+    let via: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let scratch = Scratch::new();
+    let resource = unique("at-risk");
+    let (pid, holder, _net) =
+        stubborn(&via, &scratch, &["--ttl", "5s", "--grace", "1s"], &resource);
+    // The holder's link to every node goes silent: its extensions time out, while the
+    // nodes expire its key on their own and the second holder reaches them directly.
+    for proxy in &proxies {
+        proxy.set_link(Link::Blackhole);
+    }
+    let second = second_holder(&urls, &scratch, &resource, pid);
+    let end = validity_end(&cluster, &resource, ttl);
+    let ended = ended_at(pid);
+    assert!(
+        ended < end,
+        "the program ended {:?} after the lock's validity",
+        ended - end
+    );
+    println!(
+        "the program ended {:?} before the validity's latest end",
+        end - ended
+    );
+    holder
+        .wait(LIMIT)
+        .expect(70)
+        .stderr_has("could not be extended in time (last attempt: ")
+        .stderr_has("with 1.1s of validity left")
+        .stderr_has("SIGKILL after the 1s grace period, 100ms before the lock's validity ended");
+    took_over_cleanly(second, ended);
+}
+
+#[test]
+fn a_long_wait_shows_the_holder_on_a_terminal_only() {
+    let cluster = cluster(TTL);
+    let urls = cluster.urls();
+    let scratch = Scratch::new();
+    let resource = unique("progress");
+    let (ready, go) = (scratch.path("ready"), scratch.path("go"));
+    let holder = hold(
+        &urls,
+        &scratch,
+        &["--ttl", TTL_ARG],
+        &resource,
+        &ready,
+        "",
+        &format!("while [ ! -e {} ]; do sleep 0.05; done", go.display()),
+    );
+    let json = status_json(&urls, &resource);
+    let owner = json
+        .split("\"owner\":\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap()
+        .to_owned();
+    // Two waiters: one with stderr in a file, one on a terminal (a pty from `script`).
+    let plain = start(
+        cli(
+            &urls,
+            [
+                "run", "--ttl", TTL_ARG, "--wait", "30s", &resource, "--", "true",
+            ],
+        ),
+        &scratch,
+    );
+    let inner = format!(
+        "{BIN} --node-timeout {NODE_TIMEOUT_ARG} run --ttl {TTL_ARG} --wait 30s {resource} -- true"
+    );
+    let mut on_tty = Command::new("script");
+    on_tty
+        .args(["-qefc", &inner, "/dev/null"])
+        .env("SHELL", "/bin/sh")
+        .env("QUORUM_LOCK_NODES", urls.join(","))
+        .stdin(Stdio::null());
+    let tty = start(on_tty, &scratch);
+    let shown = format!(
+        " so far): held by owner {}, its key expires in ",
+        &owner[..8]
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "a progress line on the terminal",
+        || fs::read_to_string(&tty.out).is_ok_and(|out| out.contains(" unless it is extended")),
+    );
+    fs::write(&go, "").unwrap();
+    holder.wait(LIMIT).expect(0);
+    let done = tty.wait(LIMIT);
+    done.expect(0);
+    // The first line after a second's wait, e.g. `(1.01s so far)`.
+    let first = done.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with(&format!("quorum-lock: waiting for \"{resource}\" (1")),
+        "{done:#?}"
+    );
+    assert!(first.contains(&shown), "{done:#?}");
+    assert!(first.ends_with("s unless it is extended"), "{done:#?}");
+    // It started first and ended after the terminal's line: it waited past the second too.
+    let done = plain.wait(LIMIT);
+    println!("{done:#?}");
+    done.expect(0);
+    assert!(done.elapsed > Duration::from_secs(1), "{done:#?}");
+    assert_eq!(
+        done.stderr, "",
+        "no progress lines without a terminal: {done:#?}"
+    );
 }
 
 #[test]
@@ -780,8 +1048,9 @@ fn no_extend_makes_the_ttl_a_time_limit() {
             "20",
         ],
     ));
-    done.expect(70)
-        .stderr_has(&format!("outlived --ttl {TTL_ARG} with --no-extend"));
+    done.expect(70).stderr_has(&format!(
+        "was about to expire: the program outlived --ttl {TTL_ARG} with --no-extend"
+    ));
     assert!(done.elapsed < Duration::from_secs(10), "{done:#?}");
     output(cli(
         &urls,

@@ -2,7 +2,8 @@
 //! processes, each configured to trigger one finding.
 //!
 //! The harness's servers run without persistence, so every reachable node without
-//! `appendonly` also yields a `no_persistence` warning; the expectations list it explicitly.
+//! `appendonly` also yields a `no_persistence` warning, and a majority of such nodes a
+//! `majority_memory_loss` warning; the expectations list them explicitly.
 
 mod common;
 
@@ -81,6 +82,11 @@ fn no_persistence<'a>(
         .map(|n| (K::NoPersistence, W, Some(n.clone())))
 }
 
+/// The warning that a majority of the nodes can lose their data together.
+fn memory_loss() -> (FindingKind, Severity, Option<String>) {
+    (K::MajorityMemoryLoss, W, None)
+}
+
 fn info_field(server: &RedisServer, section: &str, field: &str) -> Option<String> {
     let text: String = redis::cmd("INFO")
         .arg(section)
@@ -115,7 +121,10 @@ async fn healthy_masters_only_lack_persistence() {
         .await
         .expect("check task");
 
-    assert_eq!(summary(&report), expected(no_persistence(&names)));
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names).chain([memory_loss()]))
+    );
     assert_eq!(report.worst(), Some(W));
     assert_eq!(report.quorum, 2);
     assert_eq!(report.nodes.len(), 3);
@@ -135,6 +144,7 @@ async fn healthy_masters_only_lack_persistence() {
             (None, None)
         );
         assert_eq!(info.appendonly, Some(false));
+        assert_eq!(info.save.as_deref(), Some(""), "the harness's --save \"\"");
         assert_eq!(
             info.appendfsync.as_deref(),
             Some("everysec"),
@@ -162,7 +172,7 @@ async fn healthy_masters_only_lack_persistence() {
         3
     );
     let text = report.to_string();
-    assert!(text.starts_with("3 nodes, quorum 2: 0 error(s), 3 warning(s), 0 note(s)"));
+    assert!(text.starts_with("3 nodes, quorum 2: 0 error(s), 4 warning(s), 0 note(s)"));
     for n in &names {
         assert!(text.contains(&format!("  {n}  up ")), "{text}");
     }
@@ -178,7 +188,10 @@ async fn unreachable_nodes_warn_then_break_the_quorum() {
     let report = check(&redlock).await;
     assert_eq!(
         summary(&report),
-        expected(no_persistence(&names[..2]).chain([(K::Unreachable, W, Some(names[2].clone()))]))
+        expected(
+            no_persistence(&names[..2])
+                .chain([(K::Unreachable, W, Some(names[2].clone())), memory_loss(),])
+        )
     );
     let down = &report.nodes[2];
     assert!(!down.reachable);
@@ -218,6 +231,7 @@ async fn hung_nodes_do_not_hold_up_the_check() {
                 Some(format!("127.0.0.1:{}", hole.port()))
             ),
             (K::Unreachable, W, Some(name(&paused))),
+            memory_loss(),
         ]))
     );
     assert!(hole.accepted() >= 1, "the black hole was contacted");
@@ -271,7 +285,7 @@ async fn tls_nodes_are_checked_over_tls() {
     let report = check(&redlock).await;
     assert_eq!(
         summary(&report),
-        expected(no_persistence([&n]).chain([(K::SingleNode, I, None)]))
+        expected(no_persistence([&n]).chain([(K::SingleNode, I, None), memory_loss()]))
     );
     assert!(report.nodes[0].clock.is_some());
 }
@@ -291,11 +305,10 @@ async fn the_same_server_listed_twice_votes_twice() {
         let report = check(&redlock).await;
         assert_eq!(
             summary(&report),
-            expected(no_persistence(&names).chain([(
-                K::DuplicateServer,
-                E,
-                Some(names[1].clone())
-            )]))
+            expected(no_persistence(&names).chain([
+                (K::DuplicateServer, E, Some(names[1].clone())),
+                memory_loss(),
+            ]))
         );
         assert_eq!(report.nodes[0].run_id, report.nodes[1].run_id);
         let finding = &report.findings[0];
@@ -328,7 +341,10 @@ async fn replicas_are_not_independent_masters() {
     .await;
     assert_eq!(
         summary(&report),
-        expected(no_persistence([&m, &r, &o1]).chain([(K::Replicated, E, Some(r.clone()))]))
+        expected(
+            no_persistence([&m, &r, &o1])
+                .chain([(K::Replicated, E, Some(r.clone())), memory_loss()])
+        )
     );
     let info = &report.nodes[1];
     assert!(info.is_replica(), "{info:?}");
@@ -346,7 +362,10 @@ async fn replicas_are_not_independent_masters() {
     let report = check(&redlock).await;
     assert_eq!(
         summary(&report),
-        expected(no_persistence([&m_alias, &r, &o1]).chain([(K::Replicated, E, Some(r.clone()))]))
+        expected(
+            no_persistence([&m_alias, &r, &o1])
+                .chain([(K::Replicated, E, Some(r.clone())), memory_loss()])
+        )
     );
     assert_eq!(report.nodes[0].master_replid, report.nodes[1].master_replid);
     assert!(
@@ -364,7 +383,9 @@ async fn replicas_are_not_independent_masters() {
     .await;
     assert_eq!(
         summary(&report),
-        expected(no_persistence([&r, &o1, &o2]).chain([(K::Replica, W, Some(r.clone()))]))
+        expected(
+            no_persistence([&r, &o1, &o2]).chain([(K::Replica, W, Some(r.clone())), memory_loss()])
+        )
     );
 }
 
@@ -389,7 +410,10 @@ async fn cluster_mode_is_flagged() {
     let report = check(&client(&urls)).await;
     assert_eq!(
         summary(&report),
-        expected(no_persistence(&names).chain([(K::ClusterMode, W, Some(name(&sharded)))]))
+        expected(
+            no_persistence(&names)
+                .chain([(K::ClusterMode, W, Some(name(&sharded))), memory_loss()])
+        )
     );
     assert_eq!(report.nodes[2].cluster_enabled, Some(true));
     assert_eq!(report.nodes[0].cluster_enabled, Some(false));
@@ -408,7 +432,9 @@ async fn node_counts_even_two_and_one() {
         let report = check(&client(&urls[..n])).await;
         assert_eq!(
             summary(&report),
-            expected(no_persistence(&names[..n]).chain([(finding.0, finding.1, None)])),
+            expected(
+                no_persistence(&names[..n]).chain([(finding.0, finding.1, None), memory_loss()])
+            ),
             "{n} nodes"
         );
         assert_eq!(report.quorum, n / 2 + 1);
@@ -508,7 +534,7 @@ async fn a_ttl_eaten_by_drift_and_node_timeout() {
     let report = check(&redlock).await;
     assert_eq!(
         summary(&report),
-        expected(no_persistence(&names).chain([(K::TtlBudget, W, None)]))
+        expected(no_persistence(&names).chain([(K::TtlBudget, W, None), memory_loss()]))
     );
     let finding = report
         .findings
@@ -605,11 +631,10 @@ async fn clock_skew_beyond_drift_and_beyond_the_ttl() {
         let report = check(&redlock).await;
         assert_eq!(
             summary(&report),
-            expected(no_persistence(&names).chain([(
-                K::ClockSkew,
-                severity,
-                Some(name(&shifted))
-            )])),
+            expected(no_persistence(&names).chain([
+                (K::ClockSkew, severity, Some(name(&shifted))),
+                memory_loss(),
+            ])),
             "offset {offset_ms} ms"
         );
         let clock = report.nodes[2].clock.expect("clock sampled");
@@ -650,7 +675,10 @@ async fn nodes_show_server_kind_and_findings_are_grouped_in_the_text() {
         assert!(json.contains(&field), "{json}");
     }
     // Three per-node findings, one line of text naming the three nodes.
-    assert_eq!(summary(&report), expected(no_persistence(&names)));
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names).chain([memory_loss()]))
+    );
     let text = report.to_string();
     let line = format!("WARNING  {}: appendonly is off: ", names.join(", "));
     assert_eq!(text.matches(&line).count(), 1, "{text}");
@@ -703,15 +731,113 @@ async fn nodes_that_differ_in_persistence() {
     );
     assert!(mismatch.message.contains(&want), "{}", mismatch.message);
 
-    // Same settings everywhere (all off): no mismatch, only the per-node warnings.
+    // Same settings everywhere (all off): no mismatch, only the per-node warnings and the
+    // one about a majority that can lose its data.
     let plain = Cluster::start(2);
     let mut urls = plain.urls();
     urls.push(off.url());
     let report = check(&client(&urls)).await;
     assert!(
-        report.findings.iter().all(|f| f.kind == K::NoPersistence),
+        report
+            .findings
+            .iter()
+            .all(|f| matches!(f.kind, K::NoPersistence | K::MajorityMemoryLoss)),
         "{report}"
     );
+}
+
+#[tokio::test]
+async fn a_majority_that_can_lose_its_data_together() {
+    let durable = RedisServer::start_with(appendonly());
+    let volatile = RedisServer::start();
+    let snapshots =
+        RedisServer::start_extended(ServerOptions::default(), extras(&["--save", "3600 1"]));
+    let lazy = RedisServer::start_extended(appendonly(), extras(&["--appendfsync", "no"]));
+    let (d, v, s, l) = (
+        name(&durable),
+        name(&volatile),
+        name(&snapshots),
+        name(&lazy),
+    );
+
+    // One durable node of three: the other two, a majority, can lose their data together.
+    let report = check(&client(&[durable.url(), volatile.url(), snapshots.url()])).await;
+    assert_eq!(
+        summary(&report),
+        expected([
+            (K::NoPersistence, W, Some(v.clone())),
+            (K::NoPersistence, W, Some(s.clone())),
+            (K::PersistenceMismatch, W, None),
+            memory_loss(),
+        ])
+    );
+    assert_eq!(report.nodes[1].save.as_deref(), Some(""));
+    assert_eq!(report.nodes[2].save.as_deref(), Some("3600 1"));
+    let finding = report
+        .findings
+        .iter()
+        .find(|f| f.kind == K::MajorityMemoryLoss)
+        .expect("memory loss finding");
+    assert!(
+        finding.message.starts_with(&format!(
+            "2 of 3 nodes, a majority, can lose their data together: {v} (no persistence at \
+             all), {s} (RDB snapshots only); if fencing tokens are used"
+        )),
+        "{}",
+        finding.message
+    );
+    assert!(
+        finding.message.contains("tokens go backwards"),
+        "{}",
+        finding.message
+    );
+    assert!(
+        finding
+            .fix
+            .starts_with("give at least 2 of the 3 nodes appendonly yes with appendfsync always"),
+        "{}",
+        finding.fix
+    );
+    assert!(finding.fix.contains("token floor"), "{}", finding.fix);
+    let text = report.to_string();
+    assert!(
+        text.contains("WARNING  2 of 3 nodes, a majority, can lose"),
+        "{text}"
+    );
+    assert!(
+        report
+            .to_json()
+            .contains(r#""kind":"majority_memory_loss","severity":"warning","node":null"#),
+        "{}",
+        report.to_json()
+    );
+
+    // appendfsync no counts too: the OS decides when writes reach the disk.
+    let report = check(&client(&[durable.url(), volatile.url(), lazy.url()])).await;
+    let finding = report
+        .findings
+        .iter()
+        .find(|f| f.kind == K::MajorityMemoryLoss)
+        .expect("memory loss finding");
+    assert!(
+        finding.message.contains(&format!(
+            "{v} (no persistence at all), {l} (appendfsync no)"
+        )),
+        "{}",
+        finding.message
+    );
+
+    // A minority that can lose its data: no finding.
+    let second = RedisServer::start_with(appendonly());
+    let report = check(&client(&[durable.url(), volatile.url(), second.url()])).await;
+    assert_eq!(
+        summary(&report),
+        expected([
+            (K::NoPersistence, W, Some(v.clone())),
+            (K::PersistenceMismatch, W, None),
+        ])
+    );
+    assert_eq!(report.nodes[0].name, d);
 }
 
 /// A server of another build than the harness's, from the compatibility matrix's cache

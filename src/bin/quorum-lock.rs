@@ -4,8 +4,12 @@
 
 #[path = "quorum-lock/duration.rs"]
 mod duration;
+#[path = "quorum-lock/progress.rs"]
+mod progress;
 #[path = "quorum-lock/run.rs"]
 mod run;
+#[path = "quorum-lock/schedule.rs"]
+mod schedule;
 #[path = "quorum-lock/show.rs"]
 mod show;
 
@@ -36,8 +40,6 @@ pub(crate) const EX_TEMPFAIL: u8 = 75;
 const ENV_NODES: &str = "QUORUM_LOCK_NODES";
 /// Default of `run --wait`.
 const DEFAULT_WAIT: &str = "10s";
-/// Default of `run --grace`.
-const DEFAULT_GRACE: &str = "10s";
 /// Default of `--node-timeout`: the library's.
 const DEFAULT_NODE_TIMEOUT: &str = "50ms";
 /// Default of `run --ttl`.
@@ -51,7 +53,8 @@ Exit status of `run`: the program's own status when it ran to the end (128+N whe
 N ended it); otherwise
    64  usage or configuration error
    69  not enough nodes reachable for a majority
-   70  the lock was lost while the program ran (it was sent SIGTERM, then SIGKILL)
+   70  the lock was lost, or could not be extended, while the program ran (it was sent
+       SIGTERM, then SIGKILL before the lock's validity ended)
    75  the lock is held elsewhere (not acquired within the wait)
    78  two node URLs reach the same Redis server (it would vote twice)
   126  the program could not be started;  127  the program was not found";
@@ -59,8 +62,16 @@ N ended it); otherwise
 const RUN_AFTER_HELP: &str = "\
 PROGRAM runs without a shell, with QUORUM_LOCK_RESOURCE set (and QUORUM_LOCK_FENCING_TOKEN
 with --fencing). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.
-quorum-lock exits with its status, or 128+N if signal N ended it. If the lock is lost, the
-program is sent SIGTERM, then SIGKILL after the grace period, and quorum-lock exits 70.
+quorum-lock exits with its status, or 128+N if signal N ended it.
+
+The program is stopped before its lock's validity ends, so the next holder never overlaps
+it: if the lock is lost, or cannot be extended by the time only the grace period (plus
+100ms) of validity is left, or with --no-extend reaches that point, the program is sent
+SIGTERM, then SIGKILL after the grace period and 100ms before the validity ends, and
+quorum-lock exits 70. A --grace that does not fit in the --ttl's validity is refused.
+
+While it waits more than a second for the lock, and stderr is a terminal, quorum-lock says
+on stderr who holds the lock and when its key expires.
 Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere, 78 one server
 listed twice.";
 
@@ -126,9 +137,10 @@ struct RunArgs {
     #[arg(long, value_name = "N", requires = "fencing")]
     fence_floor: Option<u64>,
 
-    /// After a lost lock, how long the program has between SIGTERM and SIGKILL
-    #[arg(long, value_name = "DURATION", default_value = DEFAULT_GRACE, value_parser = duration::parse)]
-    grace: Duration,
+    /// How long the program has between SIGTERM and SIGKILL when the lock is lost or at
+    /// risk; taken out of the lock's validity [default: 10s, or a third of --ttl if less]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    grace: Option<Duration>,
 
     /// Name of the lock
     #[arg(value_name = "RESOURCE")]
@@ -331,11 +343,13 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         // Only `run` locks; the others use the library's default.
         _ => (RedlockBuilder::DEFAULT_TTL, None),
     };
+    let node_timeout = cli.node_timeout;
+    let redlock = client(cli.nodes, cli.key_prefix, node_timeout, ttl, fence_floor)?;
+    // After the client: its TTL check speaks first of a TTL too short for anything.
     let command = match cli.command {
-        Command::Run(args) => Ok(run_options(args)?),
+        Command::Run(args) => Ok(run_options(args, node_timeout)?),
         other => Err(other),
     };
-    let redlock = client(cli.nodes, cli.key_prefix, cli.node_timeout, ttl, fence_floor)?;
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -358,8 +372,8 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
     })
 }
 
-/// Validates `run`'s arguments.
-fn run_options(args: RunArgs) -> Result<RunOptions, Failure> {
+/// Validates `run`'s arguments, the grace period among them (see [`schedule::Plan`]).
+fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Failure> {
     let mut program = args.program.into_iter();
     let Some(name) = program.next() else {
         return Err(Failure::usage(
@@ -369,13 +383,15 @@ fn run_options(args: RunArgs) -> Result<RunOptions, Failure> {
     if name.is_empty() {
         return Err(Failure::usage("run: the program name is empty"));
     }
+    let plan = schedule::Plan::new(args.ttl, args.grace, !args.no_extend, node_timeout)
+        .map_err(|e| Failure::usage(format!("run: {e}")))?;
     Ok(RunOptions {
         resource: args.resource,
         ttl: args.ttl,
         wait: (!args.no_wait).then_some(args.wait),
-        extend: !args.no_extend,
         fencing: args.fencing,
-        grace: args.grace,
+        plan,
+        node_timeout,
         program: name,
         args: program.collect(),
     })

@@ -79,6 +79,7 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
         out.extend(known_issue(node));
     }
     out.extend(persistence_mismatch(infos));
+    out.extend(majority_memory_loss(infos, quorum));
     out.extend(ttl_budget(limits));
     // Most severe first; equal severities keep the order above.
     out.sort_by_key(|f| std::cmp::Reverse(f.severity));
@@ -493,6 +494,57 @@ fn persistence_mismatch(infos: &[NodeInfo]) -> Option<Finding> {
             without.join(", ")
         ),
         "give every node the same persistence settings: appendonly yes with appendfsync always",
+    ))
+}
+
+/// A majority of nodes that can lose their data together. Fence counters are kept only
+/// by the nodes, so after such a majority restarts (a power cut, a host crash, or a restart
+/// of nodes that keep nothing) the next token can be lower than one already handed out; the
+/// restart quarantine protects locks, not tokens. A node is counted when it keeps nothing
+/// across a restart (`appendonly no`, no RDB snapshots, or snapshots unknown), keeps only
+/// RDB snapshots (a crash loses what changed since the last one), or has `appendfsync no`
+/// (a host crash loses what the OS had not written). `everysec` loses at most a second and
+/// is left to [`persistence`]; unreachable nodes and nodes whose settings could not be read
+/// are not counted.
+fn majority_memory_loss(infos: &[NodeInfo], quorum: usize) -> Option<Finding> {
+    let at_risk: Vec<String> = infos
+        .iter()
+        .filter(|i| i.reachable)
+        .filter_map(|i| {
+            let how = match (i.appendonly, i.appendfsync.as_deref(), i.save.as_deref()) {
+                (Some(false), _, Some(points)) if !points.trim().is_empty() => "RDB snapshots only",
+                (Some(false), _, Some(_)) => "no persistence at all",
+                (Some(false), _, None) => "appendonly no",
+                (Some(true), Some("no"), _) => "appendfsync no",
+                _ => return None,
+            };
+            Some(format!("{} ({how})", i.name))
+        })
+        .collect();
+    if at_risk.len() < quorum.max(1) {
+        return None;
+    }
+    let needed = (infos.len() + 1).saturating_sub(quorum);
+    Some(finding(
+        FindingKind::MajorityMemoryLoss,
+        Severity::Warning,
+        None,
+        format!(
+            "{} of {} nodes, a majority, can lose their data together: {}; if fencing tokens \
+             are used, a restart of all of them (a power cut, a crash) starts the fence \
+             counters again below tokens already handed out, so tokens go backwards and \
+             storage that checks them accepts a stale writer (restart quarantine protects \
+             locks, not tokens)",
+            at_risk.len(),
+            infos.len(),
+            at_risk.join(", ")
+        ),
+        format!(
+            "give at least {needed} of the {} nodes appendonly yes with appendfsync always, so \
+             that no majority can lose its data together; a token floor, to restart the \
+             counters above every token already handed out, is planned for a later release",
+            infos.len()
+        ),
     ))
 }
 

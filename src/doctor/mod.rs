@@ -91,6 +91,10 @@ pub enum FindingKind {
     WeakFsync,
     /// `appendonly yes` but `appendfsync` could not be read (`CONFIG GET` refused) (info).
     FsyncUnknown,
+    /// A majority of the nodes can lose their data together (no persistence, RDB snapshots
+    /// only, or `appendfsync no`): after they all restart, fence counters start below tokens
+    /// already handed out, so fencing tokens go backwards (warning).
+    MajorityMemoryLoss,
     /// A memory limit with an eviction policy: lock keys can be evicted before their TTL
     /// (warning).
     Eviction,
@@ -125,6 +129,7 @@ impl FindingKind {
             FindingKind::NoPersistence => "no_persistence",
             FindingKind::WeakFsync => "weak_fsync",
             FindingKind::FsyncUnknown => "fsync_unknown",
+            FindingKind::MajorityMemoryLoss => "majority_memory_loss",
             FindingKind::Eviction => "eviction",
             FindingKind::TtlBudget => "ttl_budget",
             FindingKind::ClockSkew => "clock_skew",
@@ -225,6 +230,9 @@ pub struct NodeInfo {
     /// `CONFIG GET appendfsync`: `"always"`, `"everysec"` or `"no"`; `None` when `CONFIG`
     /// is refused (ACL or renamed command).
     pub appendfsync: Option<String>,
+    /// `CONFIG GET save`: the RDB snapshot points, e.g. `"3600 1 300 100"`; empty when
+    /// snapshots are off. `None` when `CONFIG` is refused.
+    pub save: Option<String>,
     /// `maxmemory` from `INFO`, in bytes; 0 means no limit.
     pub maxmemory: Option<u64>,
     /// `maxmemory_policy` from `INFO`, e.g. `"noeviction"` or `"allkeys-lru"`.
@@ -283,14 +291,16 @@ impl DeploymentReport {
 impl Redlock {
     /// Checks how the nodes are deployed and reports what weakens the lock: unreachable
     /// nodes, one server listed twice, nodes that replicate one another, cluster mode, an
-    /// even or too small number of nodes, persistence and eviction settings, a default TTL
+    /// even or too small number of nodes, persistence and eviction settings (among them a
+    /// majority of nodes that can lose their data together), a default TTL
     /// eaten up by the drift allowance and node timeout, and clocks that differ from this
     /// host's. Each [`Finding`] has a severity and a one-line fix.
     ///
     /// Never fails: a node that cannot be reached is itself a finding. Every node is
     /// probed at once on a fresh connection of its own (1 s to connect, 1 s per request,
     /// 2.5 s in all), so the check ends within about 2.5 s even when nodes hang. It reads
-    /// `INFO`, `CONFIG GET append*` (optional: an ACL may refuse it) and three `TIME`
+    /// `INFO`, `CONFIG GET append*` and `CONFIG GET save` (optional: an ACL may refuse
+    /// them) and three `TIME`
     /// samples; it writes nothing.
     ///
     /// ```no_run

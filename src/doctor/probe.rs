@@ -1,5 +1,6 @@
 //! The I/O of the check: each node is probed on a fresh connection of its own with `INFO`,
-//! `CONFIG GET append*` and a few `TIME` samples, and the answers fill a [`NodeInfo`].
+//! `CONFIG GET append*`, `CONFIG GET save` and a few `TIME` samples, and the answers fill a
+//! [`NodeInfo`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -67,12 +68,16 @@ async fn connect(node: &Node, info: &mut NodeInfo) -> Option<MultiplexedConnecti
 /// `INFO` and `CONFIG GET append*`; false when the node gave no answer at all (then the
 /// clock is not sampled either).
 async fn ask_info_and_config(conn: &MultiplexedConnection, info: &mut NodeInfo) -> bool {
-    // Both on the one multiplexed connection: one round trip.
+    // All on the one multiplexed connection: one round trip. Two `CONFIG GET`s: one
+    // pattern per call is all that Redis before 7.0 accepts.
     let mut append = redis::cmd("CONFIG");
     append.arg("GET").arg("append*");
-    let (info_reply, config_reply) = futures::join!(
+    let mut save = redis::cmd("CONFIG");
+    save.arg("GET").arg("save");
+    let (info_reply, config_reply, save_reply) = futures::join!(
         query::<String>(conn, redis::cmd("INFO")),
         query::<HashMap<String, String>>(conn, append),
+        query::<HashMap<String, String>>(conn, save),
     );
     match info_reply {
         Ok(text) => {
@@ -93,6 +98,9 @@ async fn ask_info_and_config(conn: &MultiplexedConnection, info: &mut NodeInfo) 
             info.appendonly = Some(on);
         }
         info.appendfsync = settings.get("appendfsync").cloned();
+    }
+    if let Ok(settings) = save_reply {
+        info.save = settings.get("save").cloned();
     }
     true
 }

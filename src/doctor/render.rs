@@ -206,6 +206,7 @@ fn node_json(out: &mut String, n: &NodeInfo) {
     o.num("master_port", n.master_port.map(i128::from));
     o.bool("appendonly", n.appendonly);
     o.str("appendfsync", n.appendfsync.as_deref());
+    o.str("save", n.save.as_deref());
     o.num("maxmemory", n.maxmemory.map(i128::from));
     o.str("maxmemory_policy", n.maxmemory_policy.as_deref());
     o.bool("cluster_enabled", n.cluster_enabled);

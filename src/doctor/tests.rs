@@ -36,6 +36,7 @@ fn healthy(i: usize) -> NodeInfo {
         master_port: None,
         appendonly: Some(true),
         appendfsync: Some("always".into()),
+        save: Some("3600 1 300 100 60 10000".into()),
         maxmemory: Some(0),
         maxmemory_policy: Some("noeviction".into()),
         cluster_enabled: Some(false),
@@ -597,6 +598,77 @@ fn persistence_mismatch_across_the_set() {
 }
 
 #[test]
+fn a_majority_that_can_lose_its_data_together() {
+    let found = |infos: &[NodeInfo]| {
+        findings(infos, quorum::quorum(infos.len()), &limits())
+            .into_iter()
+            .filter(|f| f.kind == K::MajorityMemoryLoss)
+            .collect::<Vec<_>>()
+    };
+    // appendonly, appendfsync, save: whether the node can lose its data.
+    let volatile = |info: &mut NodeInfo, how: u8| match how {
+        0 => (info.appendonly, info.save) = (Some(false), Some(String::new())),
+        1 => (info.appendonly, info.save) = (Some(false), Some("3600 1".into())),
+        2 => (info.appendonly, info.save) = (Some(false), None),
+        _ => (info.appendonly, info.appendfsync) = (Some(true), Some("no".into())),
+    };
+    let mut infos = set(5);
+    assert_eq!(found(&infos), vec![], "all durable");
+    volatile(&mut infos[0], 0);
+    volatile(&mut infos[3], 3);
+    assert_eq!(found(&infos), vec![], "a minority");
+    // everysec loses at most a second: not counted.
+    infos[4].appendfsync = Some("everysec".into());
+    assert_eq!(found(&infos), vec![], "everysec");
+    volatile(&mut infos[2], 1);
+    let f = found(&infos);
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].severity, f[0].node.as_deref()), (W, None));
+    assert_eq!(
+        f[0].message,
+        "3 of 5 nodes, a majority, can lose their data together: 10.0.0.0:6379 (no \
+         persistence at all), 10.0.0.2:6379 (RDB snapshots only), 10.0.0.3:6379 \
+         (appendfsync no); if fencing tokens are used, a restart of all of them (a power \
+         cut, a crash) starts the fence counters again below tokens already handed out, so \
+         tokens go backwards and storage that checks them accepts a stale writer (restart \
+         quarantine protects locks, not tokens)"
+    );
+    assert!(
+        f[0].fix
+            .starts_with("give at least 3 of the 5 nodes appendonly yes with appendfsync always"),
+        "{}",
+        f[0].fix
+    );
+    assert!(f[0].fix.contains("a token floor"), "{}", f[0].fix);
+    assert!(
+        f[0].fix.contains("planned for a later release"),
+        "{}",
+        f[0].fix
+    );
+    // Unreachable nodes and unread settings are not counted.
+    infos[2].reachable = false;
+    assert_eq!(found(&infos), vec![], "one of three unreachable");
+    infos[2].reachable = true;
+    infos[2].appendonly = None;
+    assert_eq!(found(&infos), vec![], "one of three unknown");
+    // appendonly no with snapshot settings unknown (CONFIG refused) counts.
+    volatile(&mut infos[2], 2);
+    assert!(
+        found(&infos)[0]
+            .message
+            .contains("10.0.0.2:6379 (appendonly no)")
+    );
+    // One node: it alone is the majority.
+    let mut one = set(1);
+    volatile(&mut one[0], 0);
+    assert!(
+        found(&one)[0]
+            .fix
+            .starts_with("give at least 1 of the 1 nodes")
+    );
+}
+
+#[test]
 fn same_findings_on_several_nodes_render_as_one_line() {
     let mut infos = set(5);
     for info in &mut infos {
@@ -613,10 +685,11 @@ fn same_findings_on_several_nodes_render_as_one_line() {
         findings: findings(&infos, 3, &limits()),
         nodes: infos,
     };
-    assert_eq!(report.findings.len(), 6, "still one finding per node");
+    // Five per node, one for the set (a majority can lose its data), one for maxmemory.
+    assert_eq!(report.findings.len(), 7, "still one finding per node");
     let text = report.to_string();
     assert!(
-        text.starts_with("5 nodes, quorum 3: 0 error(s), 6 warning(s), 0 note(s)\n"),
+        text.starts_with("5 nodes, quorum 3: 0 error(s), 7 warning(s), 0 note(s)\n"),
         "{text}"
     );
     let names = (0..5)
@@ -629,7 +702,11 @@ fn same_findings_on_several_nodes_render_as_one_line() {
         text.contains("WARNING  10.0.0.2:6379: maxmemory 1048576 with"),
         "{text}"
     );
-    assert_eq!(text.matches("fix: ").count(), 2, "{text}");
+    assert!(
+        text.contains("WARNING  5 of 5 nodes, a majority, can lose"),
+        "{text}"
+    );
+    assert_eq!(text.matches("fix: ").count(), 3, "{text}");
     // The version column names the server when its kind is known.
     assert!(
         text.contains("  10.0.0.3:6379  up     valkey 9.1.2  master"),

@@ -39,7 +39,8 @@ pub fn granted(report: &NodeReport, ports: &[u16]) -> String {
     }
     if let Some(pending) = nodes_where(report, ports, |o| *o == NodeOutcome::Pending) {
         parts.push(format!(
-            "{pending} had not answered yet when the majority was in (not waited for)"
+            "{pending} not waited for: a majority had already said yes, and the request \
+             still completes there"
         ));
     }
     if let Some(down) = nodes_where(report, ports, NodeOutcome::is_failure) {

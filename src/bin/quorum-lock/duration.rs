@@ -79,6 +79,34 @@ pub(crate) fn display(d: Duration) -> String {
     }
 }
 
+/// A duration for people, rounded to what matters at its size: `340µs`, `1.2ms`, `230ms`,
+/// `1.98s`, `12.4s`, `1m30s` (whole seconds from a minute on, as [`display`] writes them).
+pub(crate) fn human(d: Duration) -> String {
+    let us = d.as_micros();
+    match us {
+        0 => "0s".into(),
+        1..=999 => format!("{us}µs"),
+        1000..=9_999 => trimmed(us as f64 / 1e3, 1, "ms"),
+        10_000..=999_999 => format!("{}ms", (us + 500) / 1000),
+        1_000_000..=9_999_999 => trimmed(us as f64 / 1e6, 2, "s"),
+        10_000_000..=59_999_999 => trimmed(us as f64 / 1e6, 1, "s"),
+        _ => display(Duration::from_secs(
+            u64::try_from((us + 500_000) / 1_000_000).unwrap_or(u64::MAX),
+        )),
+    }
+}
+
+/// `value` with `decimals` places, trailing zeros (and point) removed, then `unit`.
+fn trimmed(value: f64, decimals: usize, unit: &str) -> String {
+    let text = format!("{value:.decimals$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &text
+    };
+    format!("{text}{unit}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,6 +137,34 @@ mod tests {
         assert!(err("1.2.3s").contains("not a number"));
         assert!(err("-1s").contains("not a duration"));
         assert!(err("99999999999999999999h").contains("out of range"));
+    }
+
+    #[test]
+    fn human_rounds_to_what_matters() {
+        let us = Duration::from_micros;
+        for (d, s) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_nanos(400), "0s"),
+            (us(1), "1µs"),
+            (us(340), "340µs"),
+            (us(1000), "1ms"),
+            (us(1234), "1.2ms"),
+            (us(9_960), "10ms"),
+            (us(10_400), "10ms"),
+            (us(230_600), "231ms"),
+            (us(999_700), "1000ms"),
+            (MS(1000), "1s"),
+            (MS(1978), "1.98s"),
+            (MS(1500), "1.5s"),
+            (MS(12_449), "12.4s"),
+            (MS(30_000), "30s"),
+            (MS(59_960), "60s"),
+            (MS(90_400), "1m30s"),
+            (MS(3_600_000), "1h"),
+            (Duration::MAX, "5124095576030431h0m15s"),
+        ] {
+            assert_eq!(human(d), s, "{d:?}");
+        }
     }
 
     #[test]

@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Pid, getpgrp};
-use quorum_lock::{AutoExtend, Error, LockGuard, LostReason, Redlock};
+use quorum_lock::{Error, LockGuard, LostReason, Redlock};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
-use crate::duration::display;
+use crate::duration::{display, human};
+use crate::progress;
+use crate::schedule::{KILL_MARGIN, Plan};
 use crate::{EX_CONFIG, EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure};
 
 /// What `run` was asked to do, validated.
@@ -22,9 +24,11 @@ pub(crate) struct RunOptions {
     pub(crate) ttl: Duration,
     /// `None`: `--no-wait`, one attempt.
     pub(crate) wait: Option<Duration>,
-    pub(crate) extend: bool,
     pub(crate) fencing: bool,
-    pub(crate) grace: Duration,
+    /// When to extend, SIGTERM and SIGKILL (grace period included).
+    pub(crate) plan: Plan,
+    /// The client's per-node timeout: the pause between failed extensions.
+    pub(crate) node_timeout: Duration,
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
 }
@@ -88,6 +92,12 @@ fn exit_code(status: ExitStatus) -> u8 {
         (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(EX_SOFTWARE),
         (None, None) => EX_SOFTWARE,
     }
+}
+
+/// The signal that ended the program, if one did.
+fn signal_of(status: ExitStatus) -> Option<Signal> {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().and_then(|sig| Signal::try_from(sig).ok())
 }
 
 fn describe(status: ExitStatus) -> String {
@@ -197,6 +207,40 @@ pub(crate) async fn run(
     opts: RunOptions,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
+    let guard = acquire(redlock, &opts, signals).await?;
+    let validity = guard.validity();
+    if validity <= opts.plan.stop_budget() {
+        let _ = guard.release().await;
+        return Err(Failure::new(
+            EX_UNAVAILABLE,
+            format!(
+                "{:?} was acquired with only {} of validity left, not enough to run the program \
+                 and still stop it in time ({} grace period, SIGKILL {} before the validity \
+                 ends); the nodes answer too slowly for --ttl {}; not run",
+                opts.resource,
+                human(validity),
+                display(opts.plan.grace),
+                human(KILL_MARGIN),
+                display(opts.ttl)
+            ),
+        ));
+    }
+    match spawn(&guard, &opts) {
+        Ok((child, target)) => supervise(child, target, guard, &opts, signals).await,
+        Err(failure) => {
+            let _ = guard.release().await;
+            Err(failure)
+        }
+    }
+}
+
+/// Takes the lock within the wait, saying who holds it meanwhile when stderr is a terminal
+/// (see [`progress`]); a forwarded signal ends the wait.
+async fn acquire(
+    redlock: &Redlock,
+    opts: &RunOptions,
+    signals: &mut Signals,
+) -> Result<LockGuard, Failure> {
     let acquire = async {
         let started = Instant::now();
         // A fresh process has no connections yet: open them first, within the connect
@@ -209,25 +253,29 @@ pub(crate) async fn run(
             Some(wait) => request.wait(wait.saturating_sub(started.elapsed())),
             None => request.wait(Duration::ZERO).max_attempts(1),
         };
-        if opts.extend {
-            request = request.auto_extend(AutoExtend::new());
-        }
         if opts.fencing {
             request = request.fencing();
         }
         request.await
     };
-    let guard = tokio::select! {
-        acquired = acquire => acquired.map_err(|e| acquire_failure(&e, &opts, redlock))?,
+    tokio::select! {
+        acquired = acquire => acquired.map_err(|e| acquire_failure(&e, opts, redlock)),
+        never = progress::report(redlock, &opts.resource), if io::stderr().is_terminal() => {
+            match never {}
+        }
         sig = signals.recv() => {
             // Whatever a cancelled attempt set expires with the TTL.
-            return Err(Failure::new(
+            Err(Failure::new(
                 signal_status(sig),
                 format!("{} while waiting for {:?}; not run", sig.as_str(), opts.resource),
-            ));
+            ))
         }
-    };
+    }
+}
 
+/// Starts the program with its environment, in a process group of its own unless in a
+/// terminal's foreground (see [`Target`]).
+fn spawn(guard: &LockGuard, opts: &RunOptions) -> Result<(Child, Target), Failure> {
     let mut command = Command::new(&opts.program);
     command
         .args(&opts.args)
@@ -240,49 +288,67 @@ pub(crate) async fn run(
         Target::Group
     };
     if opts.fencing {
-        match guard.fencing_token() {
-            Some(token) => {
-                command.env(ENV_FENCING, token.to_string());
-            }
-            None => {
-                let _ = guard.release().await;
-                return Err(Failure::new(
-                    EX_SOFTWARE,
-                    "--fencing: the lock came without a fencing token; not run",
-                ));
-            }
-        }
+        let Some(token) = guard.fencing_token() else {
+            return Err(Failure::new(
+                EX_SOFTWARE,
+                "--fencing: the lock came without a fencing token; not run",
+            ));
+        };
+        command.env(ENV_FENCING, token.to_string());
     } else {
         // Never pass on a token from an enclosing `quorum-lock run`.
         command.env_remove(ENV_FENCING);
     }
-    let child = match command.spawn() {
-        Ok(child) => child,
+    match command.spawn() {
+        Ok(child) => Ok((child, target)),
         Err(e) => {
-            let _ = guard.release().await;
             let code = if e.kind() == io::ErrorKind::NotFound {
                 127
             } else {
                 126
             };
-            return Err(Failure::new(
+            Err(Failure::new(
                 code,
                 format!("cannot run {:?}: {e}", opts.program),
-            ));
+            ))
         }
-    };
-    supervise(child, target, guard, &opts, signals).await
+    }
 }
 
-/// How the lock ended while the program ran.
-struct Loss {
-    reason: LostReason,
-    /// When the grace period ends and SIGKILL follows.
-    kill_at: Instant,
+/// Why the program is being stopped.
+#[derive(Debug, Clone)]
+enum Why {
+    /// The lock was lost (a majority no longer holds our token, or it expired).
+    Lost(LostReason),
+    /// With `--no-extend`: the program ran so long that the rest of the validity was only
+    /// enough to stop it.
+    TimeLimit,
+    /// Extensions kept failing until only enough validity was left to stop the program;
+    /// the last failure.
+    AtRisk(String),
+}
+
+/// The program was sent SIGTERM: when, why, and whether SIGKILL followed.
+struct Stopping {
+    why: Why,
+    termed: Instant,
     killed: bool,
 }
 
-/// Waits for the program while forwarding signals and watching the lock.
+/// What the supervisor knows about keeping the lock.
+struct Keeping {
+    /// Extension failures push the next try back to here.
+    retry_at: Option<Instant>,
+    /// The last extension failure, for the message.
+    last_error: Option<String>,
+    /// The lost signal has fired.
+    lost: bool,
+}
+
+/// Waits for the program while forwarding signals, extending the lock and stopping the
+/// program in time: SIGTERM when only `grace + KILL_MARGIN` of validity is left without an
+/// extension (or when the lock is lost), SIGKILL after the grace period and always
+/// `KILL_MARGIN` before the validity ends (see [`Plan`]).
 async fn supervise(
     mut child: Child,
     target: Target,
@@ -290,29 +356,92 @@ async fn supervise(
     opts: &RunOptions,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
+    let plan = opts.plan;
     let lost = guard.lost_signal();
-    let mut loss: Option<Loss> = None;
+    let retry_pause = opts.node_timeout.max(Duration::from_millis(1));
+    let mut keeping = Keeping {
+        retry_at: None,
+        last_error: None,
+        lost: false,
+    };
+    let mut stopping: Option<Stopping> = None;
     let waited = loop {
-        let kill_at = loss.as_ref().filter(|l| !l.killed).map(|l| l.kill_at);
+        let now = Instant::now();
+        let deadline = guard.deadline();
+        let term_at = stopping.is_none().then(|| plan.term_at(deadline, now));
+        let kill_at = stopping
+            .as_ref()
+            .filter(|s| !s.killed)
+            .map(|s| plan.kill_at(deadline, s.termed));
+        // Keep extending while the program shuts down: its clean-up runs under the lock.
+        let extend_at = plan
+            .extend_at(deadline, now)
+            .filter(|_| !keeping.lost)
+            .map(|at| keeping.retry_at.map_or(at, |r| r.max(at)));
         tokio::select! {
             // A program that has ended ran to the end, even if the lock was lost meanwhile.
             biased;
             status = child.wait() => break status,
-            reason = lost.lost(), if loss.is_none() => {
-                send(&child, target, Signal::SIGTERM);
-                loss = Some(Loss { reason, kill_at: Instant::now() + opts.grace, killed: false });
-            }
             () = sleep_until(kill_at), if kill_at.is_some() => {
                 send(&child, target, Signal::SIGKILL);
-                if let Some(l) = loss.as_mut() {
-                    l.killed = true;
+                if let Some(s) = stopping.as_mut() {
+                    s.killed = true;
+                }
+            }
+            reason = lost.lost(), if !keeping.lost => {
+                keeping.lost = true;
+                if stopping.is_none() {
+                    send(&child, target, Signal::SIGTERM);
+                    stopping = Some(Stopping { why: Why::Lost(reason), termed: Instant::now(), killed: false });
+                }
+            }
+            () = sleep_until(term_at), if term_at.is_some() => {
+                send(&child, target, Signal::SIGTERM);
+                let why = match keeping.last_error.clone() {
+                    _ if !plan.extends() => Why::TimeLimit,
+                    Some(e) => Why::AtRisk(e),
+                    None => Why::AtRisk("no extension completed in time".into()),
+                };
+                stopping = Some(Stopping { why, termed: Instant::now(), killed: false });
+            }
+            result = extend_when(&guard, opts.ttl, extend_at), if extend_at.is_some() => {
+                let now = Instant::now();
+                // Never again at once, whatever the error (no tight loop).
+                let later = now.checked_add(retry_pause).unwrap_or(now);
+                match result {
+                    Ok(_) => keeping.retry_at = None,
+                    // The lease is marked lost: the lost branch fires next.
+                    Err(Error::NotHeld { .. }) => keeping.retry_at = Some(later),
+                    Err(e) => {
+                        keeping.last_error = Some(e.to_string());
+                        keeping.retry_at = Some(later);
+                    }
                 }
             }
             sig = signals.recv() => send(&child, target, sig),
         }
     };
     let released = guard.release().await;
+    finish(waited, released, stopping, opts)
+}
 
+/// Sleeps until `at`, then tries one extension.
+async fn extend_when(
+    guard: &LockGuard,
+    ttl: Duration,
+    at: Option<Instant>,
+) -> quorum_lock::Result<Duration> {
+    sleep_until(at).await;
+    guard.extend(ttl).await
+}
+
+/// The exit status and message once the program has ended and the lock was released.
+fn finish(
+    waited: io::Result<ExitStatus>,
+    released: quorum_lock::Result<quorum_lock::NodeReport>,
+    stopping: Option<Stopping>,
+    opts: &RunOptions,
+) -> Result<u8, Failure> {
     let status = match waited {
         Ok(status) => status,
         Err(e) => {
@@ -327,24 +456,35 @@ async fn supervise(
         Ok(report) => report.to_string(),
         Err(e) => e.report().map(ToString::to_string).unwrap_or_default(),
     };
-    if let Some(loss) = loss {
-        let ending = if loss.killed {
+    if let Some(stopping) = stopping {
+        let ending = if stopping.killed {
             format!(
-                "it ignored SIGTERM and was killed with SIGKILL after the {} grace period",
-                display(opts.grace)
+                "it ignored SIGTERM and was killed with SIGKILL after the {} grace period, \
+                 {} before the lock's validity ended",
+                display(opts.plan.grace),
+                human(KILL_MARGIN)
             )
+        } else if signal_of(status) == Some(Signal::SIGTERM) {
+            "SIGTERM ended it".to_owned()
         } else {
             format!("it was sent SIGTERM and {}", describe(status))
         };
-        let why = if !opts.extend && loss.reason == LostReason::Expired {
-            format!("it outlived --ttl {} with --no-extend", display(opts.ttl))
-        } else {
-            loss.reason.to_string()
+        let what = match &stopping.why {
+            Why::Lost(reason) => format!("was lost while the program ran ({reason})"),
+            Why::TimeLimit => format!(
+                "was about to expire: the program outlived --ttl {} with --no-extend",
+                display(opts.ttl)
+            ),
+            Why::AtRisk(error) => format!(
+                "could not be extended in time (last attempt: {error}), with {} of validity \
+                 left",
+                human(opts.plan.stop_budget())
+            ),
         };
         return Err(Failure::new(
             EX_SOFTWARE,
             format!(
-                "lock on {:?} was lost while the program ran ({why}); {ending}; release: {nodes}",
+                "lock on {:?} {what}; {ending}; release: {nodes}",
                 opts.resource
             ),
         ));

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use quorum_lock::{Holder, KeyState, LockStatus, Verdict};
 
+use crate::duration::human;
+
 /// How many characters of an owner token the table shows.
 const TOKEN_PREFIX: usize = 8;
 
@@ -110,9 +112,69 @@ pub(crate) fn status_text(status: &LockStatus, quorum: usize) -> String {
     out
 }
 
-/// One line of JSON:
-/// `{"resource":…,"key":…,"quorum":…,"verdict":"held"|"free"|"split"|"unknown","owner":…,
-/// "nodes":[{"node":…,"reachable":…,"exists":…,"type":…,"ttl_ms":…,"owner":…,"error":…}]}`.
+/// How long until enough copies of `token` have expired for another owner to find a
+/// majority free, unless the holder extends it: the `k`-th shortest TTL among the nodes
+/// holding it, `k` being how many more free nodes a majority needs. `None` when unknown.
+fn frees_in(holders: &[Option<&Holder>], quorum: usize, token: &str) -> Option<Duration> {
+    let free = holders
+        .iter()
+        .filter(|h| matches!(h, Some(Holder::Free)))
+        .count();
+    let mut ttls: Vec<Duration> = holders
+        .iter()
+        .filter_map(|h| match h {
+            Some(Holder::Token { token: t, ttl }) if t == token => *ttl,
+            _ => None,
+        })
+        .collect();
+    ttls.sort_unstable();
+    let more = quorum.checked_sub(free)?.checked_sub(1)?;
+    ttls.get(more).copied()
+}
+
+/// The progress line of a wait for a lock (see `progress`), and a key that changes when the
+/// holder does.
+pub(crate) fn waiting(status: &LockStatus, waited: Duration) -> (String, String) {
+    let holders: Vec<Option<&Holder>> = status.nodes.iter().map(|n| n.holder.as_ref()).collect();
+    waiting_line(
+        &status.resource,
+        &status.verdict,
+        &holders,
+        status.quorum,
+        waited,
+    )
+}
+
+fn waiting_line(
+    resource: &str,
+    verdict: &Verdict,
+    holders: &[Option<&Holder>],
+    quorum: usize,
+    waited: Duration,
+) -> (String, String) {
+    let who = match verdict {
+        Verdict::Held { token } => {
+            let until = match frees_in(holders, quorum, token) {
+                Some(left) => format!(", its key expires in {} unless it is extended", human(left)),
+                None => String::new(),
+            };
+            format!("held by owner {}{until}", prefix(token))
+        }
+        Verdict::Free => "nobody holds it right now; trying again".to_owned(),
+        Verdict::Split => {
+            "no owner holds it on a majority right now (a lock is being taken or given up)"
+                .to_owned()
+        }
+        _ => "too few nodes answered to tell who holds it".to_owned(),
+    };
+    let key = match verdict {
+        Verdict::Held { token } => format!("held {token}"),
+        other => other.as_str().to_owned(),
+    };
+    let line = format!("waiting for {resource:?} ({} so far): {who}", human(waited));
+    (key, line)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,5 +184,82 @@ mod tests {
         assert_eq!(prefix("0123456789abcdef"), "01234567");
         assert_eq!(prefix("abc"), "abc");
         assert_eq!(prefix("ééééééééé"), "éééééééé");
+    }
+
+    #[test]
+    fn waiting_says_who_holds_it_and_until_when() {
+        let ms = Duration::from_millis;
+        let tok = |t: &str, ttl: u64| Holder::Token {
+            token: t.into(),
+            ttl: Some(ms(ttl)),
+        };
+        let (a1, a2, a3, b, free) = (
+            tok("0123456789abcdef", 9000),
+            tok("0123456789abcdef", 12_400),
+            tok("0123456789abcdef", 12_600),
+            tok("other", 30_000),
+            Holder::Free,
+        );
+        let held = Verdict::Held {
+            token: "0123456789abcdef".into(),
+        };
+        // Three copies, no free node: a majority of 3 is free once two have expired.
+        let (key, line) = waiting_line(
+            "jobs",
+            &held,
+            &[Some(&a1), Some(&a2), Some(&a3)],
+            2,
+            ms(3400),
+        );
+        assert_eq!(key, "held 0123456789abcdef");
+        assert_eq!(
+            line,
+            "waiting for \"jobs\" (3.4s so far): held by owner 01234567, its key expires in \
+             12.4s unless it is extended"
+        );
+        // One node free already: the first expiry is enough.
+        let (_, line) = waiting_line(
+            "jobs",
+            &held,
+            &[Some(&a2), Some(&free), Some(&a1)],
+            2,
+            ms(1000),
+        );
+        assert!(
+            line.ends_with("expires in 9s unless it is extended"),
+            "{line}"
+        );
+        // A copy without a TTL tells nothing.
+        let no_ttl = Holder::Token {
+            token: "0123456789abcdef".into(),
+            ttl: None,
+        };
+        let (_, line) = waiting_line(
+            "jobs",
+            &held,
+            &[Some(&no_ttl), Some(&no_ttl), None],
+            2,
+            ms(1000),
+        );
+        assert!(line.ends_with("held by owner 01234567"), "{line}");
+        let (key, line) = waiting_line(
+            "jobs",
+            &Verdict::Split,
+            &[Some(&a1), Some(&b), Some(&free)],
+            2,
+            ms(2000),
+        );
+        assert_eq!(key, "split");
+        assert!(
+            line.ends_with("(a lock is being taken or given up)"),
+            "{line}"
+        );
+        let (key, _) = waiting_line("jobs", &Verdict::Free, &[Some(&free)], 1, ms(2000));
+        assert_eq!(key, "free");
+        let (_, line) = waiting_line("jobs", &Verdict::Unknown, &[None, None, None], 2, ms(2000));
+        assert!(
+            line.ends_with("too few nodes answered to tell who holds it"),
+            "{line}"
+        );
     }
 }
