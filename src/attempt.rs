@@ -24,6 +24,10 @@ use crate::report::{NodeOutcome, QuarantineReason};
 use crate::safety::{Admission, NextToken};
 use crate::wait::Enqueue;
 
+/// The fast path's plan (see [`acquire_round`]): per node, the life (`run_id`) it was seen
+/// admitted in, and the completeness its marker said.
+type Lives = Vec<(Arc<str>, bool)>;
+
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
 #[derive(Debug)]
 pub(crate) struct Plan {
@@ -108,19 +112,16 @@ async fn attempt_inner(
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
     let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), new_token());
-    let n = ensemble.nodes.len();
     let start = Instant::now();
     let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
     let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
     // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
     // the decision (see `ballot`).
-    let admissions = decide_votes(ensemble, plan, &reads, &mut collected);
+    let ballot = decide_votes(ensemble, plan, reads, &mut collected);
     if let Some(err) = ensemble.same_server() {
         drop(round);
-        let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
-        holding.release_on(0..n, requeue).await;
         metrics::attempt("unavailable", start.elapsed());
-        return Err(record_failure(&collected, err));
+        return Err(give_back(holding, plan, enqueue, None, &collected, err).await);
     }
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
     if !quorum::has_majority(&votes) {
@@ -153,7 +154,7 @@ async fn attempt_inner(
     // the same connection, and one not yet queued is never sent.
     round.finish_in_background(ensemble.view());
     let fencing_token = match plan.fencing {
-        true => match commit_fence(ensemble, plan, holding.token(), &reads, &admissions, &collected).await {
+        true => match commit_fence(ensemble, plan, holding.token(), &ballot, &collected).await {
             Ok(fence) => Some(fence),
             Err(e) => {
                 metrics::attempt("unavailable", start.elapsed());
@@ -285,11 +286,11 @@ fn read_vote(
 fn decide_votes(
     ensemble: &Ensemble,
     plan: &Plan,
-    reads: &[Option<Read>],
+    reads: Vec<Option<Read>>,
     collected: &mut Collected,
-) -> Vec<Option<Admission>> {
+) -> Ballot {
     let quarantine = ensemble.config.quarantine;
-    let view = ballot::view(reads);
+    let view = ballot::view(&reads);
     let mut marks = Vec::new();
     let admissions = (reads.iter().zip(&ensemble.nodes).enumerate())
         .map(|(i, (read, node))| {
@@ -328,7 +329,15 @@ fn decide_votes(
         .collect();
     collected.recount(is_acquired);
     send_marks(ensemble, marks);
-    admissions
+    Ballot { reads, admissions }
+}
+
+/// What one attempt's ballot read and decided, per node (`None`: no answer).
+struct Ballot {
+    /// What each node answered.
+    reads: Vec<Option<Read>>,
+    /// Whether each node's vote counts (see [`ballot::admit`]).
+    admissions: Vec<Option<Admission>>,
 }
 
 /// Writes the markers `(node, life, complete, record)` that admissions asked for: each is
@@ -421,12 +430,12 @@ async fn commit_fence(
     ensemble: &Ensemble,
     plan: &Plan,
     token: &str,
-    reads: &[Option<Read>],
-    admissions: &[Option<Admission>],
+    ballot: &Ballot,
     acquired: &Collected,
 ) -> Result<u64> {
     ensemble.warn_unfenced();
     let config = &ensemble.config;
+    let (reads, admissions) = (&ballot.reads, &ballot.admissions);
     let fence = match ballot::token(reads, admissions, config.fence_floor, config.quarantine) {
         NextToken::Mint(fence) => fence,
         NextToken::Undecidable { trusted, needed } => {
@@ -482,11 +491,11 @@ fn acquire_round(
     plan: &Plan,
     holding: &Holding,
     enqueue: Option<Enqueue<'_>>,
-) -> (Round, Option<Vec<(Arc<str>, bool)>>) {
+) -> (Round, Option<Lives>) {
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
     let quarantine = ensemble.config.quarantine;
-    let lives: Option<Vec<(Arc<str>, bool)>> = (ensemble.nodes.iter())
+    let lives: Option<Lives> = (ensemble.nodes.iter())
         .map(|n| n.fast_path(ttl_ms, quarantine))
         .collect();
     let plain = lives.is_some();

@@ -233,10 +233,12 @@ pub(crate) fn kept_out(
     let view = view(reads);
     reads
         .iter()
-        .map(|read| match outcome(&admit(read.as_ref()?, &view, drift_factor)) {
-            NodeOutcome::Quarantined { reason, remaining } => Some((reason, remaining)),
-            _ => None,
-        })
+        .map(
+            |read| match outcome(&admit(read.as_ref()?, &view, drift_factor)) {
+                NodeOutcome::Quarantined { reason, remaining } => Some((reason, remaining)),
+                _ => None,
+            },
+        )
         .collect()
 }
 
@@ -343,10 +345,7 @@ mod tests {
             }
         );
         r.run_id = Some(Arc::from("r3"));
-        assert!(matches!(
-            admit(&r, &fresh, 0.01),
-            Admission::Unknown { .. }
-        ));
+        assert!(matches!(admit(&r, &fresh, 0.01), Admission::Unknown { .. }));
         assert_eq!(early(&r, 3, true), Early::No);
     }
 
@@ -426,7 +425,11 @@ mod tests {
             }
         );
         // A counter rewritten in the node's current life is trusted again.
-        let reads = [None, counter(false, 7, Some("r2")), counter(true, 4, Some("r1"))];
+        let reads = [
+            None,
+            counter(false, 7, Some("r2")),
+            counter(true, 4, Some("r1")),
+        ];
         assert_eq!(token(&reads, &adm, None, true), NextToken::Mint(8));
         // A floor lifts the sequence; quarantine off trusts every counter (the old rule).
         assert_eq!(token(&reads, &adm, Some(100), true), NextToken::Mint(101));

@@ -23,7 +23,11 @@ pub enum Error {
     /// Too few nodes gave a vote that counts for a majority to be possible: they failed,
     /// timed out, or restart quarantine kept them out (the report says which, why and
     /// until when).
-    #[error("no majority of {quorum} votes{}{}", no_answer(report), kept_out(report))]
+    #[error(
+        "no majority of {quorum} votes{}{}",
+        no_answer(report),
+        kept_out(report)
+    )]
     Unavailable {
         /// The majority that was needed.
         quorum: usize,

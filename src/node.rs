@@ -14,9 +14,9 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, ToRedisArgs, Value};
 use tokio::time::Instant;
 
+use crate::ballot::{self, Read};
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
-use crate::ballot::{self, Read};
 use crate::safety::{Persistence, Uptime};
 
 type ConnectResult = Result<(u64, MultiplexedConnection), String>;
@@ -349,11 +349,11 @@ impl Node {
         }
         let mut known = self.lock_facts();
         let old = known.as_ref().and_then(|f| f.run_id.clone());
-        if let (Some(old), Some(new)) = (&old, &facts.run_id) {
-            if old != new {
-                tracing::info!(node = %self.name, "node restarted (new run_id)");
-                crate::metrics::node_restarted(&self.name);
-            }
+        if let (Some(old), Some(new)) = (&old, &facts.run_id)
+            && old != new
+        {
+            tracing::info!(node = %self.name, "node restarted (new run_id)");
+            crate::metrics::node_restarted(&self.name);
         }
         // The same process reached again (a reconnect): what this client saw of its
         // admission and record still holds.

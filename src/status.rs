@@ -4,13 +4,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
+use crate::ballot::{self, Seen};
 use crate::client::Redlock;
 use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::json::JsonObject;
 use crate::node::Call;
 use crate::protocol::{reply, scripts};
-use crate::ballot::{self, Seen};
 use crate::report::{NodeOutcome, QuarantineReason};
 
 /// What one node holds for a lock key.

@@ -154,8 +154,15 @@ async fn a_short_ttl_client_waits_out_another_clients_long_lease() {
     let status = short.status(&resource).await.unwrap();
     let kept_out = status.nodes[1].kept_out.expect("node 1 kept out");
     assert_eq!(kept_out.reason, QuarantineReason::MemoryLost);
-    assert!(kept_out.remaining.is_some_and(|r| r > Duration::from_secs(50)));
-    assert_eq!((status.nodes[0].kept_out, status.nodes[2].kept_out), (None, None));
+    assert!(
+        kept_out
+            .remaining
+            .is_some_and(|r| r > Duration::from_secs(50))
+    );
+    assert_eq!(
+        (status.nodes[0].kept_out, status.nodes[2].kept_out),
+        (None, None)
+    );
     assert!(status.to_json().contains("\"kept_out\":\"memory_lost\""));
     assert!(held.is_valid(), "the 60 s holder still holds its lock");
     // Its release reaches node 0 (node 1's old connection broke with the restart).
@@ -175,7 +182,13 @@ async fn a_restarted_node_is_not_trusted_older_than_it_may_be() {
     let ttl = Duration::from_secs(1);
     let first = client(&urls, ttl);
     // Warm up the connections; leave the record at 1 s.
-    first.lock(&resource, ttl).await.unwrap().release().await.unwrap();
+    first
+        .lock(&resource, ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // Restart node 1 around the middle of a wall-clock second, so it reports uptime 1
     // about half a second after it started.
     let fraction = || {
@@ -230,7 +243,10 @@ async fn a_restarted_node_is_not_trusted_older_than_it_may_be() {
             }
             _ => tokio::time::sleep(Duration::from_millis(20)).await,
         }
-        assert!(began.elapsed() < Duration::from_secs(10), "node 1 never voted");
+        assert!(
+            began.elapsed() < Duration::from_secs(10),
+            "node 1 never voted"
+        );
     }
     eprintln!(
         "restarted node votes again {:.1?} after it was ready (record 1 s)",
@@ -326,12 +342,12 @@ async fn one_server_behind_two_urls_is_refused() {
             .lock(&resource, Duration::from_secs(5))
             .await
             .expect_err("one server must not vote twice");
-        assert!(
-            matches!(&err, Error::SameServer { .. }),
-            "{err:?}"
-        );
+        assert!(matches!(&err, Error::SameServer { .. }), "{err:?}");
         let message = err.to_string();
-        assert!(message.contains(&names[0]) && message.contains(&names[2]), "{message}");
+        assert!(
+            message.contains(&names[0]) && message.contains(&names[2]),
+            "{message}"
+        );
         eventually(Duration::from_secs(5), "no key left", || {
             cluster.keys_everywhere(&resource).is_empty()
         })
@@ -346,9 +362,7 @@ fn counter(node: &RedisServer, resource: &str) -> u64 {
         .arg(format!("quorum-lock:fence:{resource}"))
         .query(&mut node.conn())
         .unwrap();
-    raw.map_or(0, |raw| {
-        raw.split(' ').next().unwrap().parse().unwrap()
-    })
+    raw.map_or(0, |raw| raw.split(' ').next().unwrap().parse().unwrap())
 }
 
 /// Issue 14 item 3: a token committed on two of three nodes (the third held a stale key),
@@ -444,7 +458,10 @@ async fn fencing_tokens_increase_through_a_rolling_restart() {
         tokio::task::block_in_place(|| cluster.nodes[restarted].restart());
         let began = Instant::now();
         loop {
-            assert!(began.elapsed() < Duration::from_secs(15), "node never voted");
+            assert!(
+                began.elapsed() < Duration::from_secs(15),
+                "node never voted"
+            );
             let guard = match redlock.lock(&resource, ttl).fencing().max_attempts(1).await {
                 Ok(guard) => guard,
                 Err(e) if e.is_unavailable() || e.is_contended() => continue,
@@ -454,7 +471,10 @@ async fn fencing_tokens_increase_through_a_rolling_restart() {
             let voted = guard.report().results()[restarted].outcome == NodeOutcome::Acquired;
             guard.release().await.ok();
             if voted {
-                eprintln!("node {restarted} votes again {:.1?} after its restart", began.elapsed());
+                eprintln!(
+                    "node {restarted} votes again {:.1?} after its restart",
+                    began.elapsed()
+                );
                 break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -504,7 +524,12 @@ fn command_calls(node: &RedisServer) -> Vec<(String, u64)> {
     info.lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest.strip_prefix("calls=")?.split(',').next()?.parse().ok()?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
             Some((name.to_owned(), calls))
         })
         .filter(|(name, _)| name == "set" || name.starts_with("eval"))
@@ -530,7 +555,10 @@ async fn an_uncontended_lock_is_one_set_per_node() {
             }
         };
         let cycle = || async {
-            let guard = redlock.lock(&resource, Duration::from_secs(5)).await.unwrap();
+            let guard = redlock
+                .lock(&resource, Duration::from_secs(5))
+                .await
+                .unwrap();
             guard.release().await.unwrap();
         };
         // The first lock pays for the script (record, marker); the marks are acknowledged
@@ -556,7 +584,10 @@ async fn an_uncontended_lock_is_one_set_per_node() {
         eprintln!("N = {n}: steady state after {warm} locks");
         reset();
         for _ in 0..CYCLES {
-            let guard = redlock.lock(&resource, Duration::from_secs(5)).await.unwrap();
+            let guard = redlock
+                .lock(&resource, Duration::from_secs(5))
+                .await
+                .unwrap();
             guard.release().await.unwrap();
         }
         // Every release is one `EVALSHA` on every node, and no acquisition sent a script
@@ -578,7 +609,11 @@ async fn an_uncontended_lock_is_one_set_per_node() {
             let [(evalsha, e), (set, s)] = &calls[..] else {
                 panic!("N = {n}: {calls:?}");
             };
-            assert_eq!((evalsha.as_str(), *e), ("evalsha", CYCLES), "N = {n}: {calls:?}");
+            assert_eq!(
+                (evalsha.as_str(), *e),
+                ("evalsha", CYCLES),
+                "N = {n}: {calls:?}"
+            );
             assert_eq!(set, "set");
             assert!(*s <= CYCLES, "N = {n}: {calls:?}");
             sets += s;

@@ -54,7 +54,13 @@ impl Marker {
 
 /// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence, fence_life, marker, record}`.
 pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
-    type Raw = (i64, Option<u64>, Option<String>, Option<String>, Option<u64>);
+    type Raw = (
+        i64,
+        Option<u64>,
+        Option<String>,
+        Option<String>,
+        Option<u64>,
+    );
     decode::<Raw>(reply).map(|(set, fence, fence_life, marker, record_ms)| Acquired {
         set: set == 1,
         fence,

@@ -49,10 +49,7 @@ pub fn granted(report: &NodeReport, ports: &[u16]) -> String {
     if let Some(q) = nodes_where(report, ports, NodeOutcome::is_quarantined) {
         parts.push(format!("{q} kept out by restart quarantine"));
     }
-    let told = [
-        NodeOutcome::Acquired,
-        NodeOutcome::Pending,
-    ];
+    let told = [NodeOutcome::Acquired, NodeOutcome::Pending];
     parts.extend(others(report, ports, &told));
     parts.join("; ")
 }
