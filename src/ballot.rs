@@ -86,27 +86,44 @@ pub(crate) fn aged(uptime: Uptime, since: Duration) -> Uptime {
     }
 }
 
+/// The ensemble as one attempt read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct View {
+    /// What the rules of [`safety::admit`] read: the script replies and the highest record.
+    pub(crate) rules: EnsembleView,
+    /// Every configured node answered the script and none has a marker, of any life.
+    pub(crate) unmarked: bool,
+}
+
 /// The ensemble as this attempt read it: the script replies among `reads`.
-pub(crate) fn view(reads: &[Option<Read>]) -> EnsembleView {
+pub(crate) fn view(reads: &[Option<Read>]) -> View {
     let scripted = || {
         reads
             .iter()
             .flatten()
             .filter(|r| matches!(r.marker, Seen::Read(_)))
     };
-    EnsembleView {
-        nodes: reads.len(),
-        answered: scripted().count(),
-        max_ttl: scripted()
-            .filter_map(|r| r.record_ms)
-            .max()
-            .map(Duration::from_millis),
+    let answered = scripted().count();
+    View {
+        rules: EnsembleView {
+            nodes: reads.len(),
+            answered,
+            max_ttl: scripted()
+                .filter_map(|r| r.record_ms)
+                .max()
+                .map(Duration::from_millis),
+        },
+        unmarked: answered == reads.len()
+            && scripted().all(|r| matches!(r.marker, Seen::Read(None))),
     }
 }
 
 /// Whether `read`'s "yes" counts, given the attempt's `view` (restart quarantine on). A fast
 /// path answer from a node whose life changed since counts for nothing.
-pub(crate) fn admit(read: &Read, view: &EnsembleView, drift_factor: f64) -> Admission {
+///
+/// One case is decided here rather than by [`safety::admit`]: every node answered and none
+/// has a marker, yet records exist ([`admit_unmarked`]).
+pub(crate) fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
     if let Seen::Cached { life, .. } = &read.marker
         && read.run_id.as_deref() != Some(&**life)
     {
@@ -114,7 +131,40 @@ pub(crate) fn admit(read: &Read, view: &EnsembleView, drift_factor: f64) -> Admi
             reason: Reason::Restarted,
         };
     }
-    safety::admit(&read.facts(), view, drift_factor)
+    if view.unmarked
+        && let Some(max_ttl) = view.rules.max_ttl
+    {
+        return admit_unmarked(read, max_ttl, drift_factor);
+    }
+    safety::admit(&read.facts(), &view.rules, drift_factor)
+}
+
+/// Every node answered, none has a marker, yet records exist: attempts ran (two clients
+/// starting together on a new ensemble each see the record the other's attempt raised),
+/// but no node was admitted for long, or all markers were lost. Exclusion: a lease counted
+/// with its markers still in flight may have lost a node since, so a node votes once its
+/// age covers the longest record (every node answered, and under the minority-loss
+/// assumption some node of any lease's majority kept its record), as for a lost memory.
+/// Fencing: a counter is only ever written after the marker on the same connection, and a
+/// majority never loses its memory at once, so no token was ever committed: the node is
+/// marked complete. (Marking it incomplete would leave every counter untrusted forever.)
+fn admit_unmarked(read: &Read, max_ttl: Duration, drift_factor: f64) -> Admission {
+    let Some(uptime) = read.uptime.filter(|_| read.run_id.is_some()) else {
+        return Admission::Unknown {
+            reason: Reason::NoIdentity,
+        };
+    };
+    let period = safety::quarantine_period(max_ttl, drift_factor);
+    match period.checked_sub(uptime.min_age()) {
+        Some(remaining) if !remaining.is_zero() => Admission::Quarantined {
+            remaining,
+            reason: Reason::MemoryLost,
+        },
+        _ => Admission::Votes {
+            complete: true,
+            mark: true,
+        },
+    }
 }
 
 /// Where a node stands before every answer is in.
@@ -136,10 +186,13 @@ pub(crate) fn early(read: &Read, nodes: usize, quarantine: bool) -> Early {
     if !quarantine {
         return Early::Yes { trusted: true };
     }
-    let nothing = EnsembleView {
-        nodes,
-        answered: 0,
-        max_ttl: None,
+    let nothing = View {
+        rules: EnsembleView {
+            nodes,
+            answered: 0,
+            max_ttl: None,
+        },
+        unmarked: false,
     };
     match admit(read, &nothing, 0.0) {
         Admission::Votes { complete, .. } => Early::Yes {
@@ -321,12 +374,45 @@ mod tests {
         ];
         assert_eq!(
             view(&reads),
-            EnsembleView {
-                nodes: 4,
-                answered: 2,
-                max_ttl: Some(MS(60_000)),
+            View {
+                rules: EnsembleView {
+                    nodes: 4,
+                    answered: 2,
+                    max_ttl: Some(MS(60_000)),
+                },
+                unmarked: false,
             }
         );
+    }
+
+    #[test]
+    fn an_ensemble_without_markers_waits_out_its_records_then_marks_complete() {
+        // Two clients started together: records on every node, no marker anywhere.
+        let young = || Some(read(true, None, 1, Some(1_000)));
+        let old = || Some(read(true, None, 30, Some(1_000)));
+        let reads = [young(), old(), young()];
+        let v = view(&reads);
+        assert!(v.unmarked);
+        assert_eq!(
+            admit(reads[0].as_ref().unwrap(), &v, 0.01),
+            Admission::Quarantined {
+                remaining: MS(1_012),
+                reason: Reason::MemoryLost
+            }
+        );
+        assert_eq!(
+            admit(reads[1].as_ref().unwrap(), &v, 0.01),
+            Admission::Votes {
+                complete: true,
+                mark: true
+            }
+        );
+        // One node not heard: the usual rules (no fresh ensemble, no shortcut).
+        let partial = [young(), old(), None];
+        assert!(!view(&partial).unmarked);
+        // One marker anywhere: the usual rules.
+        let marked = [young(), Some(read(true, Some(("r2", true)), 30, Some(1_000))), old()];
+        assert!(!view(&marked).unmarked);
     }
 
     #[test]
