@@ -1,32 +1,52 @@
 //! The pure safety rules of restart quarantine (v2), fencing tokens, vote de-duplication and
-//! failed extensions (issue 14).
+//! failed extensions (issue 14). `docs/safety-v2.md` is the argument; this is the code.
 //!
-//! Nothing here reads a clock, talks to Redis or awaits: every input the rules need comes in
-//! as an argument, so the client can feed them from Lua replies and `INFO`, and the model
-//! checker in `tests/model.rs` calls the very same functions. The module is public only so
-//! that test can see it (`#[doc(hidden)]`); it is not part of the crate's API.
+//! Nothing here reads a clock, talks to Redis or awaits: every input comes in as an
+//! argument, so the client feeds the rules from `INFO` and its Lua replies, and the model
+//! checker in `tests/model.rs` calls the very same functions. The module depends on nothing
+//! else in the crate. It is public only so that test can see it (`#[doc(hidden)]`); it is
+//! not part of the crate's API.
 //!
-//! Node-side data the rules read (written by the client, never by the user):
-//! - the **ensemble record** `max_ttl` on every node: the longest TTL any client may count
-//!   votes for, raised atomically with (or before) the acquisition that uses it, so a
-//!   majority holds it before a vote for that TTL counts;
-//! - the node's **marker** `life=<run_id> complete=0|1`, written on the node when a client
-//!   admits it. Missing while the ensemble has a record: the node lost its memory;
-//! - each fencing counter's **life**: the marker's life when the counter was last written.
+//! Node-side data the rules read (written by the client's scripts, never by the user):
+//! - the **ensemble record** on every node: the longest TTL any client counted a vote (or
+//!   extended) for on that node, raised in the same script as the `SET NX` / `PEXPIRE`;
+//! - the node's **marker** `<run_id>:<complete>`, written when a client admits the node
+//!   ([`Admission::Votes`] with `mark`). A marker naming the current `run_id` means the
+//!   node's memory is intact since it was admitted;
+//! - each fencing counter's **life**: the marker's `run_id` when the counter was written.
+//!
+//! Entry points, in the order an attempt uses them: [`duplicate_server`] (at connect),
+//! [`EnsembleView::read`] and [`admit`] (per node, per attempt), [`counter_trusted`] and
+//! [`next_token`] (fencing), [`lease_validity`] (the decision), [`after_failed_extension`].
 
+use std::fmt;
 use std::time::Duration;
 
-use crate::quorum;
+/// The constant part of the drift allowance (Redis expires keys with millisecond
+/// granularity).
+pub const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
 
-/// Votes needed among `n` nodes (the crate's quorum rule).
-pub fn majority(n: usize) -> usize {
-    quorum::quorum(n)
+/// Votes needed among `n` nodes: a strict majority, `n / 2 + 1`. Equal to the client's
+/// quorum rule (`quorum::quorum`).
+pub const fn majority(n: usize) -> usize {
+    n / 2 + 1
 }
 
-/// The crate's validity rule: `ttl - elapsed - (ttl * drift_factor + 2 ms)`, `None` when not
-/// strictly positive.
+/// The drift allowance of a TTL: `ttl * drift_factor + 2 ms`, saturating (a factor the
+/// arithmetic cannot use gives the largest allowance). Equal to the client's
+/// `quorum::drift`.
+pub fn drift_allowance(ttl: Duration, drift_factor: f64) -> Duration {
+    let proportional =
+        Duration::try_from_secs_f64(ttl.as_secs_f64() * drift_factor).unwrap_or(Duration::MAX);
+    proportional.saturating_add(DRIFT_CONSTANT)
+}
+
+/// The crate's validity rule: `ttl - elapsed - drift_allowance(ttl)`, `None` when not
+/// strictly positive. Equal to the client's `quorum::validity`.
 pub fn lease_validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-    quorum::validity(ttl, elapsed, drift_factor)
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift_allowance(ttl, drift_factor))
+        .filter(|v| !v.is_zero())
 }
 
 /// What is known of a node's durability across a restart.
@@ -45,14 +65,14 @@ pub enum Persistence {
 pub struct Marker<'a> {
     /// The `run_id` of the process that was admitted.
     pub life: &'a str,
-    /// Whether the node has held everything the ensemble wrote to it since it first served
-    /// (`false` after it was admitted following a loss: its absent counters are unknown).
+    /// Whether the node holds everything the ensemble wrote to it since it first served
+    /// (`false` once it was admitted after a loss: its absent counters say nothing).
     pub complete: bool,
 }
 
 /// `INFO server`'s `uptime_in_seconds`: a count of whole `unit`s computed from two
 /// whole-unit wall-clock readings, so the true age is more than `whole - 1` units and may
-/// be almost a unit less than `whole` units.
+/// be almost a unit less than `whole` units (a node 0.3 s old can report 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Uptime {
     /// The reported count.
@@ -78,7 +98,9 @@ impl Uptime {
     }
 }
 
-/// What one client knows of one node when deciding whether its "yes" counts.
+/// What one client knows of one node when deciding whether its "yes" counts: `INFO`
+/// (`run_id`, `uptime_in_seconds`) read on the connection the acquire script ran on, the
+/// marker the script returned, and the persistence settings read at connect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeFacts<'a> {
     /// The node's marker; `None` when absent.
@@ -91,46 +113,135 @@ pub struct NodeFacts<'a> {
     pub persistence: Persistence,
 }
 
-/// The ensemble record as read from the nodes that answered (this one included).
+impl NodeFacts<'_> {
+    /// Whether the node's memory is known intact since a client admitted it: its marker
+    /// names its current `run_id`, or another one while every write is durable. Only such
+    /// nodes' ensemble records are trusted to hold every TTL granted through them.
+    pub fn is_intact(&self) -> bool {
+        match (self.marker, self.run_id) {
+            (Some(m), Some(run_id)) => {
+                m.life == run_id || self.persistence == Persistence::AofAlways
+            }
+            _ => false,
+        }
+    }
+}
+
+/// The ensemble record and markers as read in one attempt, from the nodes that answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnsembleView {
     /// Configured nodes.
     pub nodes: usize,
-    /// Nodes whose record was read (present or absent).
+    /// Nodes whose acquire script answered (record and marker read, present or absent).
     pub answered: usize,
-    /// The highest `max_ttl` read, as it was before this client raised it; `None` when no
-    /// answering node had a record.
+    /// Answering nodes that are [`NodeFacts::is_intact`].
+    pub intact: usize,
+    /// Whether any answering node had a marker (of any life).
+    pub marked: bool,
+    /// The highest record read, as it was before this attempt raised it; `None` when no
+    /// answering node had one.
     pub max_ttl: Option<Duration>,
 }
 
-/// Why a node is kept out.
+impl EnsembleView {
+    /// Summarises one attempt's answers: per answering node, its facts and the record it
+    /// returned.
+    pub fn read<'a, 'f: 'a>(
+        nodes: usize,
+        answers: impl IntoIterator<Item = (&'a NodeFacts<'f>, Option<Duration>)>,
+    ) -> Self {
+        let mut view = EnsembleView {
+            nodes,
+            answered: 0,
+            intact: 0,
+            marked: false,
+            max_ttl: None,
+        };
+        for (facts, record) in answers {
+            view.answered += 1;
+            view.intact += usize::from(facts.is_intact());
+            view.marked |= facts.marker.is_some();
+            view.max_ttl = view.max_ttl.max(record);
+        }
+        view
+    }
+
+    /// Whether the answers show a fresh ensemble: every configured node answered and none
+    /// has a record or a marker, so no lease was ever counted anywhere.
+    pub fn is_fresh(&self) -> bool {
+        self.answered >= self.nodes && self.max_ttl.is_none() && !self.marked
+    }
+}
+
+/// Why a node is kept out. Its `Display` is a sentence for users (lowercase, no node
+/// name: the caller adds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
-    /// Marker missing while the ensemble has served: the node lost its memory.
+    /// No marker while the ensemble has served locks: the node lost its memory (or never
+    /// was admitted).
     MemoryLost,
-    /// Marker of another process and no durable persistence: it restarted.
+    /// A marker of another process and no durable persistence: it restarted.
     Restarted,
-    /// `INFO` gave no `run_id` or uptime.
+    /// `INFO` gave no `run_id` or uptime (refused by an ACL, say).
     NoIdentity,
-    /// The record was read from fewer than a majority, so "fresh" cannot be told apart
-    /// from "lost".
-    RecordUnread,
+    /// Not every configured node answered, and none that did shows that the ensemble has
+    /// served: a fresh ensemble cannot be told from one whose records were lost.
+    FreshNeedsAll {
+        /// Nodes that answered.
+        answered: usize,
+        /// Configured nodes.
+        nodes: usize,
+    },
+    /// The ensemble record was read from too few intact nodes to know the longest TTL a
+    /// lost lease may have had.
+    RecordUnread {
+        /// Intact nodes that answered.
+        intact: usize,
+        /// Intact nodes needed (a majority of the configured nodes).
+        needed: usize,
+    },
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::MemoryLost => {
+                f.write_str("node lost its memory (no marker) and may have held lost locks")
+            }
+            Reason::Restarted => f.write_str(
+                "node restarted without durable persistence and may have held lost locks",
+            ),
+            Reason::NoIdentity => f.write_str("node's run_id or uptime is unknown (INFO refused?)"),
+            Reason::FreshNeedsAll { answered, nodes } => write!(
+                f,
+                "new ensemble: every node must answer before the first lock ({answered} of {nodes} did)"
+            ),
+            Reason::RecordUnread { intact, needed } => write!(
+                f,
+                "ensemble record read from {intact} intact nodes, {needed} needed"
+            ),
+        }
+    }
 }
 
 /// Whether a node's "yes" counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
-    /// It counts. `mark`: write the marker `life=<run_id> complete=<complete>` on the node.
+    /// It counts. When `mark`, write the marker `<run_id>:<complete>` on the node (the
+    /// `run_id` the decision was made for).
     Votes {
         /// The completeness the marker must say.
         complete: bool,
         /// Whether the marker must be (re)written.
         mark: bool,
     },
-    /// Not yet: `remaining` after the moment the `INFO` reply arrived.
+    /// Not yet: it votes once `remaining` has passed after the moment the `INFO` reply
+    /// arrived ("quarantined until ~T").
     Quarantined {
         /// Time still to wait, measured from the `INFO` reply.
         remaining: Duration,
+        /// The whole quarantine period, from the node's start.
+        period: Duration,
         /// Why.
         reason: Reason,
     },
@@ -142,61 +253,75 @@ pub enum Admission {
 }
 
 /// How long a node that lost its memory stays out: the longest TTL the ensemble ever
-/// granted plus its drift allowance (every lease from before has ended by then).
+/// granted plus its drift allowance. Every lease that may have depended on the lost
+/// memory has ended by then.
 pub fn quarantine_period(max_ttl: Duration, drift_factor: f64) -> Duration {
-    max_ttl.saturating_add(quorum::drift(max_ttl, drift_factor))
+    max_ttl.saturating_add(drift_allowance(max_ttl, drift_factor))
 }
 
-/// Restart quarantine v2: decides whether `node`'s "yes" counts, given the ensemble record.
+/// Restart quarantine v2: decides whether `node`'s "yes" counts in this attempt, given
+/// what the attempt read from every answering node (`ensemble`).
+///
+/// In order: unknown identity → [`Admission::Unknown`]; intact (marker of this process,
+/// or durable) → votes at once; a fresh ensemble ([`EnsembleView::is_fresh`]) → votes at
+/// once; otherwise the node may have lost memory: the ensemble's longest TTL must be read
+/// from a majority of intact nodes, and the node votes once its uptime (rounded down by a
+/// whole unit) covers [`quarantine_period`] of it.
 pub fn admit(node: &NodeFacts<'_>, ensemble: &EnsembleView, drift_factor: f64) -> Admission {
     let (Some(run_id), Some(uptime)) = (node.run_id, node.uptime) else {
         return Admission::Unknown {
             reason: Reason::NoIdentity,
         };
     };
-    let lost = match node.marker {
-        // Same process as when admitted: it never lost anything since.
-        Some(m) if m.life == run_id => {
-            return Admission::Votes {
-                complete: m.complete,
-                mark: false,
-            };
-        }
-        // Restarted, but every acknowledged write survived.
-        Some(m) if node.persistence == Persistence::AofAlways => {
-            return Admission::Votes {
-                complete: m.complete,
-                mark: true,
-            };
-        }
-        Some(_) => Reason::Restarted,
-        None => Reason::MemoryLost,
-    };
-    match ensemble.max_ttl {
-        Some(max_ttl) => {
-            let period = quarantine_period(max_ttl, drift_factor);
-            let age = uptime.min_age();
-            if age >= period {
-                // Every lease this node may have held before has ended; its counters
-                // stay untrusted until rewritten (complete = false).
-                Admission::Votes {
-                    complete: false,
-                    mark: true,
-                }
-            } else {
-                Admission::Quarantined {
-                    remaining: period - age,
-                    reason: lost,
-                }
-            }
-        }
-        // No record on a majority: the ensemble never served a lock; nothing was lost.
-        None if ensemble.answered >= majority(ensemble.nodes) => Admission::Votes {
+    if let Some(m) = node.marker
+        && node.is_intact()
+    {
+        return Admission::Votes {
+            complete: m.complete,
+            mark: m.life != run_id,
+        };
+    }
+    if ensemble.is_fresh() {
+        return Admission::Votes {
             complete: true,
             mark: true,
+        };
+    }
+    let needed = majority(ensemble.nodes);
+    let served = ensemble.max_ttl.is_some() || ensemble.marked;
+    if !served {
+        return Admission::Unknown {
+            reason: Reason::FreshNeedsAll {
+                answered: ensemble.answered,
+                nodes: ensemble.nodes,
+            },
+        };
+    }
+    let Some(max_ttl) = ensemble.max_ttl.filter(|_| ensemble.intact >= needed) else {
+        return Admission::Unknown {
+            reason: Reason::RecordUnread {
+                intact: ensemble.intact,
+                needed,
+            },
+        };
+    };
+    let reason = if node.marker.is_some() {
+        Reason::Restarted
+    } else {
+        Reason::MemoryLost
+    };
+    let period = quarantine_period(max_ttl, drift_factor);
+    match period.checked_sub(uptime.min_age()) {
+        Some(remaining) if !remaining.is_zero() => Admission::Quarantined {
+            remaining,
+            period,
+            reason,
         },
-        None => Admission::Unknown {
-            reason: Reason::RecordUnread,
+        // Every lease that may have used the lost memory has ended. Its counters stay
+        // untrusted until rewritten in this life (complete = false).
+        _ => Admission::Votes {
+            complete: false,
+            mark: true,
         },
     }
 }
@@ -211,8 +336,9 @@ pub struct CounterRead {
 }
 
 /// Whether a node's counter reflects every commit that reached it: the node is admitted in
-/// its current life (`marker_current`) and either never lost memory (`complete`) or the
-/// counter was written in this life (`written_this_life`).
+/// its current life (`marker_current`: [`admit`] said [`Admission::Votes`]) and either
+/// never lost memory (`complete`, from the marker) or the counter was written in this life
+/// (`written_this_life`: the counter's life tag equals the node's `run_id`).
 pub fn counter_trusted(marker_current: bool, complete: bool, written_this_life: bool) -> bool {
     marker_current && (complete || written_this_life)
 }
@@ -229,11 +355,13 @@ pub enum NextToken {
         /// Trusted reads needed.
         needed: usize,
     },
+    /// The highest trusted counter is `u64::MAX`: no larger token exists.
+    Exhausted,
 }
 
 /// The next fencing token: one above the highest trusted counter, provided a majority of
 /// the `nodes` gave trusted reads, and above `floor` (a user's floor after a majority lost
-/// its memory).
+/// its memory: every token issued before must be at most `floor`).
 pub fn next_token(reads: &[CounterRead], nodes: usize, floor: Option<u64>) -> NextToken {
     let needed = majority(nodes);
     let trusted = reads.iter().filter(|r| r.trusted).count();
@@ -247,11 +375,13 @@ pub fn next_token(reads: &[CounterRead], nodes: usize, floor: Option<u64>) -> Ne
         .chain(floor)
         .max()
         .unwrap_or(0);
-    NextToken::Mint(highest.saturating_add(1))
+    highest
+        .checked_add(1)
+        .map_or(NextToken::Exhausted, NextToken::Mint)
 }
 
 /// Vote de-duplication: the first pair of configured nodes (by index) reporting the same
-/// `run_id`, which are one server. `None` entries (unknown) are skipped.
+/// `run_id`, which are one server (any db number). `None` entries (unknown) are skipped.
 pub fn duplicate_server(run_ids: &[Option<&str>]) -> Option<(usize, usize)> {
     run_ids.iter().enumerate().find_map(|(j, b)| {
         let b = (*b)?;
@@ -291,19 +421,43 @@ mod tests {
         }
     }
 
+    /// Three nodes answered, two of them intact, the longest record `max_ttl_ms`.
     fn served(max_ttl_ms: u64) -> EnsembleView {
         EnsembleView {
             nodes: 3,
             answered: 3,
+            intact: 2,
+            marked: true,
             max_ttl: Some(MS(max_ttl_ms)),
         }
     }
 
     const FRESH: EnsembleView = EnsembleView {
         nodes: 3,
-        answered: 2,
+        answered: 3,
+        intact: 0,
+        marked: false,
         max_ttl: None,
     };
+
+    #[test]
+    fn rules_match_the_clients_quorum_arithmetic() {
+        for n in 0..9 {
+            assert_eq!(majority(n), crate::quorum::quorum(n));
+        }
+        for (ttl, elapsed, df) in [(10_000, 898, 0.01), (3, 0, 0.0), (2, 0, 0.0), (0, 0, 0.5)] {
+            assert_eq!(
+                lease_validity(MS(ttl), MS(elapsed), df),
+                crate::quorum::validity(MS(ttl), MS(elapsed), df)
+            );
+            assert_eq!(
+                drift_allowance(MS(ttl), df),
+                crate::quorum::drift(MS(ttl), df)
+            );
+        }
+        assert_eq!(lease_validity(Duration::MAX, Duration::MAX, 0.01), None);
+        assert_eq!(drift_allowance(Duration::MAX, 2.0), Duration::MAX);
+    }
 
     #[test]
     fn uptime_rounds_against_the_node() {
@@ -311,6 +465,44 @@ mod tests {
         assert_eq!(Uptime::seconds(1).min_age(), MS(0), "0.3 s old can say 1");
         assert_eq!(Uptime::seconds(2).min_age(), MS(1_000));
         assert_eq!(Uptime::seconds(61).min_age(), MS(60_000));
+        assert_eq!(
+            Uptime::seconds(u64::MAX).min_age(),
+            MS(u64::from(u32::MAX) * 1_000)
+        );
+    }
+
+    #[test]
+    fn the_view_counts_intact_nodes_and_the_longest_record() {
+        let cur = Some(Marker {
+            life: "a",
+            complete: true,
+        });
+        let old = Some(Marker {
+            life: "old",
+            complete: true,
+        });
+        let a = facts(cur, "a", 9);
+        let b = facts(old, "b", 9);
+        let c = facts(None, "c", 9);
+        let view = EnsembleView::read(5, [(&a, Some(MS(5))), (&b, Some(MS(9))), (&c, None)]);
+        assert_eq!(
+            view,
+            EnsembleView {
+                nodes: 5,
+                answered: 3,
+                intact: 1,
+                marked: true,
+                max_ttl: Some(MS(9)),
+            }
+        );
+        assert!(!view.is_fresh());
+        let durable = NodeFacts {
+            persistence: Persistence::AofAlways,
+            ..b
+        };
+        assert!(durable.is_intact() && a.is_intact() && !b.is_intact() && !c.is_intact());
+        assert!(EnsembleView::read(2, [(&c, None), (&c, None)]).is_fresh());
+        assert!(!EnsembleView::read(3, [(&c, None), (&c, None)]).is_fresh());
     }
 
     #[test]
@@ -328,8 +520,9 @@ mod tests {
             complete: true,
         });
         let votes = |complete, mark| Admission::Votes { complete, mark };
-        let q = |ms, reason| Admission::Quarantined {
+        let q = |ms, period, reason| Admission::Quarantined {
             remaining: MS(ms),
+            period: MS(period),
             reason,
         };
         // 60 s lease on the ensemble, 1 % drift: period 60.602 s.
@@ -345,23 +538,23 @@ mod tests {
             (
                 facts(None, "r2", 1),
                 served(60_000),
-                q(60_602, Reason::MemoryLost),
+                q(60_602, 60_602, Reason::MemoryLost),
             ),
             (
                 facts(None, "r2", 2),
                 served(60_000),
-                q(59_602, Reason::MemoryLost),
+                q(59_602, 60_602, Reason::MemoryLost),
             ),
             (
                 facts(None, "r2", 61),
                 served(60_000),
-                q(602, Reason::MemoryLost),
+                q(602, 60_602, Reason::MemoryLost),
             ),
             (facts(None, "r2", 62), served(60_000), votes(false, true)),
             (
                 facts(old, "r2", 10),
                 served(60_000),
-                q(51_602, Reason::Restarted),
+                q(51_602, 60_602, Reason::Restarted),
             ),
             (facts(old, "r2", 100), served(60_000), votes(false, true)),
             // A short TTL of this client does not shorten it: the record is the ensemble's.
@@ -369,7 +562,7 @@ mod tests {
             (
                 facts(None, "r2", 3),
                 served(2_000),
-                q(22, Reason::MemoryLost),
+                q(22, 2_022, Reason::MemoryLost),
             ),
         ];
         for (i, (node, view, want)) in table.into_iter().enumerate() {
@@ -388,16 +581,45 @@ mod tests {
         let mut node = facts(None, "r2", 100);
         node.uptime = None;
         assert_eq!(admit(&node, &served(1), 0.01), no_id);
-        // One answer of three cannot tell a fresh ensemble from a lost record.
-        let minority = EnsembleView {
-            nodes: 3,
-            answered: 1,
+        // Two answers of three, no record: fresh, or the third holds the only record.
+        let partial = EnsembleView {
+            answered: 2,
+            ..FRESH
+        };
+        assert_eq!(
+            admit(&facts(None, "r2", 100), &partial, 0.01),
+            Admission::Unknown {
+                reason: Reason::FreshNeedsAll {
+                    answered: 2,
+                    nodes: 3
+                }
+            }
+        );
+        // A record, but from one intact node: the other may hold a longer one.
+        let one_intact = EnsembleView {
+            intact: 1,
+            ..served(1_000)
+        };
+        assert_eq!(
+            admit(&facts(None, "r2", 100), &one_intact, 0.01),
+            Admission::Unknown {
+                reason: Reason::RecordUnread {
+                    intact: 1,
+                    needed: 2
+                }
+            }
+        );
+        // Markers but no record: served, longest TTL unknown.
+        let no_record = EnsembleView {
             max_ttl: None,
+            ..served(1)
         };
-        let unread = Admission::Unknown {
-            reason: Reason::RecordUnread,
-        };
-        assert_eq!(admit(&facts(None, "r2", 100), &minority, 0.01), unread);
+        assert!(matches!(
+            admit(&facts(None, "r2", 100), &no_record, 0.01),
+            Admission::Unknown {
+                reason: Reason::RecordUnread { .. }
+            }
+        ));
         // Unknown persistence is not durable.
         let old = Some(Marker {
             life: "r1",
@@ -417,6 +639,44 @@ mod tests {
                 mark: true
             }
         );
+        // Never a panic at the extremes.
+        let mut node = facts(None, "r2", u64::MAX);
+        assert!(matches!(
+            admit(&node, &served(u64::MAX), 0.5),
+            Admission::Quarantined { .. }
+        ));
+        node.uptime = Some(Uptime::seconds(0));
+        assert!(matches!(
+            admit(&node, &served(0), 0.0),
+            Admission::Quarantined { .. }
+        ));
+    }
+
+    #[test]
+    fn reasons_read_as_sentences() {
+        let table = [
+            (
+                Reason::FreshNeedsAll {
+                    answered: 2,
+                    nodes: 3,
+                },
+                "new ensemble: every node must answer before the first lock (2 of 3 did)",
+            ),
+            (
+                Reason::RecordUnread {
+                    intact: 1,
+                    needed: 2,
+                },
+                "ensemble record read from 1 intact nodes, 2 needed",
+            ),
+            (
+                Reason::NoIdentity,
+                "node's run_id or uptime is unknown (INFO refused?)",
+            ),
+        ];
+        for (reason, text) in table {
+            assert_eq!(reason.to_string(), text);
+        }
     }
 
     #[test]
@@ -443,7 +703,7 @@ mod tests {
             trusted: false,
         };
         let undecidable = |trusted, needed| NextToken::Undecidable { trusted, needed };
-        let table: [(&[CounterRead], usize, Option<u64>, NextToken); 8] = [
+        let table: [(&[CounterRead], usize, Option<u64>, NextToken); 9] = [
             (
                 &[t(Some(5)), t(Some(3)), t(None)],
                 3,
@@ -474,6 +734,7 @@ mod tests {
                 Some(1_000),
                 NextToken::Mint(2_001),
             ),
+            (&[t(Some(u64::MAX)), t(None)], 3, None, NextToken::Exhausted),
         ];
         for (i, (reads, n, floor, want)) in table.into_iter().enumerate() {
             assert_eq!(next_token(reads, n, floor), want, "row {i}");
@@ -511,5 +772,9 @@ mod tests {
             None
         );
         assert_eq!(after_failed_extension(MS(0), MS(30_000), MS(0), 0.0), None);
+        assert_eq!(
+            after_failed_extension(Duration::MAX, Duration::MAX, Duration::MAX, 0.01),
+            None
+        );
     }
 }
