@@ -445,6 +445,11 @@ async fn commit_fence(
                 report: acquired.report(&ensemble.nodes),
             });
         }
+        NextToken::Exhausted => {
+            return Err(Error::Config(
+                "a fencing counter is at u64::MAX: no larger token exists".into(),
+            ));
+        }
     };
     let call = Call::script(&scripts::FENCE, &plan.keys)
         .arg(token)

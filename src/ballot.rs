@@ -97,24 +97,17 @@ pub(crate) struct View {
 
 /// The ensemble as this attempt read it: the script replies among `reads`.
 pub(crate) fn view(reads: &[Option<Read>]) -> View {
-    let scripted = || {
-        reads
-            .iter()
-            .flatten()
-            .filter(|r| matches!(r.marker, Seen::Read(_)))
-    };
-    let answered = scripted().count();
+    let scripted: Vec<&Read> = (reads.iter().flatten())
+        .filter(|r| matches!(r.marker, Seen::Read(_)))
+        .collect();
+    let facts: Vec<NodeFacts<'_>> = scripted.iter().map(|r| r.facts()).collect();
+    let records = scripted
+        .iter()
+        .map(|r| r.record_ms.map(Duration::from_millis));
+    let rules = EnsembleView::read(reads.len(), facts.iter().zip(records));
     View {
-        rules: EnsembleView {
-            nodes: reads.len(),
-            answered,
-            max_ttl: scripted()
-                .filter_map(|r| r.record_ms)
-                .max()
-                .map(Duration::from_millis),
-        },
-        unmarked: answered == reads.len()
-            && scripted().all(|r| matches!(r.marker, Seen::Read(None))),
+        rules,
+        unmarked: rules.answered == reads.len() && !rules.marked,
     }
 }
 
@@ -158,6 +151,7 @@ fn admit_unmarked(read: &Read, max_ttl: Duration, drift_factor: f64) -> Admissio
     match period.checked_sub(uptime.min_age()) {
         Some(remaining) if !remaining.is_zero() => Admission::Quarantined {
             remaining,
+            period,
             reason: Reason::MemoryLost,
         },
         _ => Admission::Votes {
@@ -187,11 +181,7 @@ pub(crate) fn early(read: &Read, nodes: usize, quarantine: bool) -> Early {
         return Early::Yes { trusted: true };
     }
     let nothing = View {
-        rules: EnsembleView {
-            nodes,
-            answered: 0,
-            max_ttl: None,
-        },
+        rules: EnsembleView::read(nodes, []),
         unmarked: false,
     };
     match admit(read, &nothing, 0.0) {
@@ -219,6 +209,10 @@ fn trusted(read: &Read, complete: bool) -> bool {
 /// do the trusted counters), or once even every pending node and every vote still
 /// depending on the others could not reach it. Otherwise it waits, for the rules that
 /// need every answer (a fresh ensemble, the ensemble record), until none is pending.
+///
+/// With quarantine off every yes counts, but the markers are still kept for the other
+/// clients: such an attempt wins once its yes votes reach `quorum` and no answer is still
+/// undecided (a node to mark once the others answered).
 pub(crate) fn settled(
     reads: &[Option<Read>],
     pending: usize,
@@ -226,26 +220,38 @@ pub(crate) fn settled(
     fencing: bool,
     quarantine: bool,
 ) -> bool {
-    let (mut yes, mut maybe, mut trusted) = (0, 0, 0);
+    let (mut yes, mut maybe, mut trusted, mut set, mut undecided) = (0, 0, 0, 0, 0);
     for read in reads.iter().flatten() {
-        match early(read, reads.len(), quarantine) {
+        set += usize::from(read.set);
+        match early(read, reads.len(), true) {
             Early::Yes { trusted: t } => {
                 trusted += usize::from(t);
                 yes += usize::from(read.set);
             }
-            Early::Maybe => maybe += usize::from(read.set),
+            Early::Maybe => {
+                maybe += usize::from(read.set);
+                undecided += 1;
+            }
             Early::No => {}
         }
     }
+    if pending == 0 {
+        return true;
+    }
+    if !quarantine {
+        return (set >= quorum && undecided == 0) || set + pending < quorum;
+    }
     let won = yes >= quorum && (!fencing || trusted >= quorum);
-    won || pending == 0 || yes + maybe + pending < quorum
+    won || yes + maybe + pending < quorum
 }
 
 /// The outcome to report for a node that set our keys, given its admission.
 pub(crate) fn outcome(admission: &Admission) -> NodeOutcome {
     match admission {
         Admission::Votes { .. } => NodeOutcome::Acquired,
-        Admission::Quarantined { remaining, reason } => NodeOutcome::Quarantined {
+        Admission::Quarantined {
+            remaining, reason, ..
+        } => NodeOutcome::Quarantined {
             reason: public(*reason),
             remaining: Some(*remaining),
         },
@@ -301,7 +307,8 @@ pub(crate) fn public(reason: Reason) -> QuarantineReason {
         Reason::MemoryLost => QuarantineReason::MemoryLost,
         Reason::Restarted => QuarantineReason::Restarted,
         Reason::NoIdentity => QuarantineReason::NoIdentity,
-        Reason::RecordUnread => QuarantineReason::RecordUnread,
+        Reason::RecordUnread { .. } => QuarantineReason::RecordUnread,
+        Reason::FreshNeedsAll { .. } => QuarantineReason::FreshNeedsAll,
     }
 }
 
@@ -378,6 +385,8 @@ mod tests {
                 rules: EnsembleView {
                     nodes: 4,
                     answered: 2,
+                    intact: 1,
+                    marked: true,
                     max_ttl: Some(MS(60_000)),
                 },
                 unmarked: false,
@@ -397,6 +406,7 @@ mod tests {
             admit(reads[0].as_ref().unwrap(), &v, 0.01),
             Admission::Quarantined {
                 remaining: MS(1_012),
+                period: MS(1_012),
                 reason: Reason::MemoryLost
             }
         );
@@ -411,7 +421,11 @@ mod tests {
         let partial = [young(), old(), None];
         assert!(!view(&partial).unmarked);
         // One marker anywhere: the usual rules.
-        let marked = [young(), Some(read(true, Some(("r2", true)), 30, Some(1_000))), old()];
+        let marked = [
+            young(),
+            Some(read(true, Some(("r2", true)), 30, Some(1_000))),
+            old(),
+        ];
         assert!(!view(&marked).unmarked);
     }
 
@@ -454,14 +468,17 @@ mod tests {
         let incomplete = || Some(read(true, Some(("r2", false)), 5, Some(1_000)));
         assert!(!settled(&[yes(), incomplete(), None], 1, q, true, true));
         assert!(settled(&[yes(), incomplete(), None], 1, q, false, true));
-        // Quarantine off: every yes counts at once.
-        assert!(settled(&[maybe(), maybe(), None], 1, q, false, false));
+        // Quarantine off: every yes counts, but nodes still to mark are waited for.
+        assert!(!settled(&[maybe(), maybe(), None], 1, q, false, false));
+        assert!(settled(&[yes(), yes(), None], 1, q, false, false));
+        assert!(settled(&[held(), held(), None], 1, q, false, false));
     }
 
     #[test]
     fn outcomes_say_why_and_until_when() {
         let q = Admission::Quarantined {
             remaining: MS(1_500),
+            period: MS(60_602),
             reason: Reason::MemoryLost,
         };
         assert_eq!(

@@ -55,20 +55,24 @@ pub enum QuarantineReason {
     /// The node's `run_id` or uptime is unknown (`INFO` refused, say an ACL user without
     /// `+info`): it does not vote until they are known.
     NoIdentity,
-    /// Too few nodes answered to tell a fresh ensemble from one whose record this node
-    /// lost.
+    /// The ensemble's longest TTL was read from too few nodes whose memory is known intact
+    /// (a majority is needed) to know how long this node must stay out.
     RecordUnread,
+    /// A new ensemble: every configured node must answer before the first lock, since a
+    /// fresh ensemble cannot otherwise be told from one whose records were lost.
+    FreshNeedsAll,
 }
 
 impl QuarantineReason {
-    /// A short machine-readable name: `memory_lost`, `restarted`, `no_identity` or
-    /// `record_unread` (the metric's `reason` label).
+    /// A short machine-readable name: `memory_lost`, `restarted`, `no_identity`,
+    /// `record_unread` or `fresh_needs_all` (the metric's `reason` label).
     pub fn as_str(&self) -> &'static str {
         match self {
             QuarantineReason::MemoryLost => "memory_lost",
             QuarantineReason::Restarted => "restarted",
             QuarantineReason::NoIdentity => "no_identity",
             QuarantineReason::RecordUnread => "record_unread",
+            QuarantineReason::FreshNeedsAll => "fresh_needs_all",
         }
     }
 }
@@ -79,7 +83,8 @@ impl fmt::Display for QuarantineReason {
             QuarantineReason::MemoryLost => "lost its data while locks may depend on it",
             QuarantineReason::Restarted => "restarted without appendfsync always",
             QuarantineReason::NoIdentity => "run_id or uptime unknown (info refused?)",
-            QuarantineReason::RecordUnread => "too few nodes answered to tell a fresh ensemble",
+            QuarantineReason::RecordUnread => "the longest ttl was read from too few intact nodes",
+            QuarantineReason::FreshNeedsAll => "new ensemble: every node must answer first",
         })
     }
 }

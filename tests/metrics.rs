@@ -175,7 +175,11 @@ async fn metrics_follow_a_scripted_sequence() {
         .build()
         .unwrap();
     let refused = careful.lock(&resource, ttl).max_attempts(1).await;
-    assert!(refused.is_err_and(|e| e.is_contended()));
+    assert!(
+        refused.as_ref().is_err_and(|e| e.is_contended()),
+        "{:?}",
+        refused.map(|g| g.report().to_string())
+    );
     let s = snapshot(&snapshotter);
     let kept_out = [("node", back.as_str()), ("reason", "memory_lost")];
     assert_eq!(counter(&s, names::QUARANTINED_VOTES, &kept_out), 1);
