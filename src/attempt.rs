@@ -290,7 +290,7 @@ fn decide_votes(
     collected: &mut Collected,
 ) -> Ballot {
     let quarantine = ensemble.config.quarantine;
-    let view = ballot::view(&reads);
+    let view = ballot::view(&reads, ensemble.config.drift_factor);
     let mut marks = Vec::new();
     let admissions = (reads.iter().zip(&ensemble.nodes).enumerate())
         .map(|(i, (read, node))| {

@@ -93,10 +93,13 @@ pub(crate) struct View {
     pub(crate) rules: EnsembleView,
     /// Every configured node answered the script and none has a marker, of any life.
     pub(crate) unmarked: bool,
+    /// With `unmarked` and a record: how long until every node whose identity is known is
+    /// old enough to be admitted (see [`admit`]); zero when all are.
+    pub(crate) unmarked_wait: Duration,
 }
 
 /// The ensemble as this attempt read it: the script replies among `reads`.
-pub(crate) fn view(reads: &[Option<Read>]) -> View {
+pub(crate) fn view(reads: &[Option<Read>], drift_factor: f64) -> View {
     let scripted: Vec<&Read> = (reads.iter().flatten())
         .filter(|r| matches!(r.marker, Seen::Read(_)))
         .collect();
@@ -105,17 +108,39 @@ pub(crate) fn view(reads: &[Option<Read>]) -> View {
         .iter()
         .map(|r| r.record_ms.map(Duration::from_millis));
     let rules = EnsembleView::read(reads.len(), facts.iter().zip(records));
+    let period = safety::quarantine_period(rules.max_ttl.unwrap_or_default(), drift_factor);
+    let unmarked_wait = (scripted.iter())
+        .filter(|r| r.run_id.is_some())
+        .filter_map(|r| r.uptime)
+        .map(|u| period.saturating_sub(u.min_age()))
+        .max()
+        .unwrap_or_default();
     View {
         rules,
         unmarked: rules.answered == reads.len() && !rules.marked,
+        unmarked_wait,
     }
 }
 
 /// Whether `read`'s "yes" counts, given the attempt's `view` (restart quarantine on). A fast
 /// path answer from a node whose life changed since counts for nothing.
 ///
-/// One case is decided here rather than by [`safety::admit`]: every node answered and none
-/// has a marker, yet records exist ([`admit_unmarked`]).
+/// Two cases the rules of [`safety::admit`] leave undecided are decided here, both only
+/// when **every** configured node answered (rules of the wiring, not yet in the model):
+///
+/// - none has a marker, yet records exist (two clients starting together on a new
+///   ensemble each see the record the other's attempt raised): every node is kept out
+///   until all of them are older than the longest record plus drift, then all are marked
+///   complete together. Exclusion: a lease counted with its markers still in flight may
+///   have lost a node since; every node answered and, under the minority-loss assumption,
+///   some node of any lease's majority kept its record, so the longest record covers every
+///   live lease, as for a lost memory. Fencing: a counter is only written after the marker
+///   on the same connection, so without any marker no token was ever committed on a node
+///   that kept its memory: complete. (Marking only some would leave the others short of
+///   an intact majority, and marking them incomplete would leave new counters untrusted.)
+/// - the rules want the record from an intact majority (`RecordUnread`): with every answer
+///   in, the longest record covers every live lease by the same argument, so the node
+///   waits out its quarantine by it and is then marked incomplete.
 pub(crate) fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
     if let Seen::Cached { life, .. } = &read.marker
         && read.run_id.as_deref() != Some(&**life)
@@ -124,38 +149,49 @@ pub(crate) fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
             reason: Reason::Restarted,
         };
     }
-    if view.unmarked
-        && let Some(max_ttl) = view.rules.max_ttl
-    {
-        return admit_unmarked(read, max_ttl, drift_factor);
+    let max_ttl = view.rules.max_ttl.unwrap_or_default();
+    let identified = read.run_id.is_some() && read.uptime.is_some();
+    if view.unmarked && view.rules.max_ttl.is_some() && identified {
+        let period = safety::quarantine_period(max_ttl, drift_factor);
+        return match view.unmarked_wait {
+            wait if wait.is_zero() => Admission::Votes {
+                complete: true,
+                mark: true,
+            },
+            remaining => Admission::Quarantined {
+                remaining,
+                period,
+                reason: Reason::MemoryLost,
+            },
+        };
     }
-    safety::admit(&read.facts(), &view.rules, drift_factor)
+    match safety::admit(&read.facts(), &view.rules, drift_factor) {
+        Admission::Unknown {
+            reason: Reason::RecordUnread { .. },
+        } if view.rules.answered == view.rules.nodes && identified => {
+            by_uptime(read, max_ttl, drift_factor)
+        }
+        admission => admission,
+    }
 }
 
-/// Every node answered, none has a marker, yet records exist: attempts ran (two clients
-/// starting together on a new ensemble each see the record the other's attempt raised),
-/// but no node was admitted for long, or all markers were lost. Exclusion: a lease counted
-/// with its markers still in flight may have lost a node since, so a node votes once its
-/// age covers the longest record (every node answered, and under the minority-loss
-/// assumption some node of any lease's majority kept its record), as for a lost memory.
-/// Fencing: a counter is only ever written after the marker on the same connection, and a
-/// majority never loses its memory at once, so no token was ever committed: the node is
-/// marked complete. (Marking it incomplete would leave every counter untrusted forever.)
-fn admit_unmarked(read: &Read, max_ttl: Duration, drift_factor: f64) -> Admission {
-    let Some(uptime) = read.uptime.filter(|_| read.run_id.is_some()) else {
-        return Admission::Unknown {
-            reason: Reason::NoIdentity,
-        };
-    };
+/// A node that may have lost its memory, every node having answered: kept out until its
+/// age covers the longest record plus drift, then admitted incomplete.
+fn by_uptime(read: &Read, max_ttl: Duration, drift_factor: f64) -> Admission {
     let period = safety::quarantine_period(max_ttl, drift_factor);
-    match period.checked_sub(uptime.min_age()) {
+    let age = read.uptime.map(Uptime::min_age).unwrap_or_default();
+    let reason = match read.marker {
+        Seen::Read(None) => Reason::MemoryLost,
+        _ => Reason::Restarted,
+    };
+    match period.checked_sub(age) {
         Some(remaining) if !remaining.is_zero() => Admission::Quarantined {
             remaining,
             period,
-            reason: Reason::MemoryLost,
+            reason,
         },
         _ => Admission::Votes {
-            complete: true,
+            complete: false,
             mark: true,
         },
     }
@@ -183,6 +219,7 @@ pub(crate) fn early(read: &Read, nodes: usize, quarantine: bool) -> Early {
     let nothing = View {
         rules: EnsembleView::read(nodes, []),
         unmarked: false,
+        unmarked_wait: Duration::ZERO,
     };
     match admit(read, &nothing, 0.0) {
         Admission::Votes { complete, .. } => Early::Yes {
@@ -210,9 +247,8 @@ fn trusted(read: &Read, complete: bool) -> bool {
 /// depending on the others could not reach it. Otherwise it waits, for the rules that
 /// need every answer (a fresh ensemble, the ensemble record), until none is pending.
 ///
-/// With quarantine off every yes counts, but the markers are still kept for the other
-/// clients: such an attempt wins once its yes votes reach `quorum` and no answer is still
-/// undecided (a node to mark once the others answered).
+/// With quarantine off every yes counts at once (the markers the answers so far allow are
+/// still written, for the other clients).
 pub(crate) fn settled(
     reads: &[Option<Read>],
     pending: usize,
@@ -220,7 +256,7 @@ pub(crate) fn settled(
     fencing: bool,
     quarantine: bool,
 ) -> bool {
-    let (mut yes, mut maybe, mut trusted, mut set, mut undecided) = (0, 0, 0, 0, 0);
+    let (mut yes, mut maybe, mut trusted, mut set) = (0, 0, 0, 0);
     for read in reads.iter().flatten() {
         set += usize::from(read.set);
         match early(read, reads.len(), true) {
@@ -228,10 +264,7 @@ pub(crate) fn settled(
                 trusted += usize::from(t);
                 yes += usize::from(read.set);
             }
-            Early::Maybe => {
-                maybe += usize::from(read.set);
-                undecided += 1;
-            }
+            Early::Maybe => maybe += usize::from(read.set),
             Early::No => {}
         }
     }
@@ -239,7 +272,7 @@ pub(crate) fn settled(
         return true;
     }
     if !quarantine {
-        return (set >= quorum && undecided == 0) || set + pending < quorum;
+        return set >= quorum || set + pending < quorum;
     }
     let won = yes >= quorum && (!fencing || trusted >= quorum);
     won || yes + maybe + pending < quorum
@@ -289,7 +322,7 @@ pub(crate) fn kept_out(
     reads: &[Option<Read>],
     drift_factor: f64,
 ) -> Vec<Option<(QuarantineReason, Option<Duration>)>> {
-    let view = view(reads);
+    let view = view(reads, drift_factor);
     reads
         .iter()
         .map(
@@ -380,7 +413,7 @@ mod tests {
             Some(read(false, Some(("r2", true)), 5, Some(2_000))),
         ];
         assert_eq!(
-            view(&reads),
+            view(&reads, 0.01),
             View {
                 rules: EnsembleView {
                     nodes: 4,
@@ -390,6 +423,8 @@ mod tests {
                     max_ttl: Some(MS(60_000)),
                 },
                 unmarked: false,
+                // Uptime 5 s: 4 s old at least.
+                unmarked_wait: MS(56_602),
             }
         );
     }
@@ -400,7 +435,7 @@ mod tests {
         let young = || Some(read(true, None, 1, Some(1_000)));
         let old = || Some(read(true, None, 30, Some(1_000)));
         let reads = [young(), old(), young()];
-        let v = view(&reads);
+        let v = view(&reads, 0.01);
         assert!(v.unmarked);
         assert_eq!(
             admit(reads[0].as_ref().unwrap(), &v, 0.01),
@@ -410,23 +445,50 @@ mod tests {
                 reason: Reason::MemoryLost
             }
         );
+        // All or none: the old node waits for the young ones, then all are complete.
         assert_eq!(
             admit(reads[1].as_ref().unwrap(), &v, 0.01),
+            admit(reads[0].as_ref().unwrap(), &v, 0.01)
+        );
+        let reads = [old(), old(), old()];
+        assert_eq!(
+            admit(reads[1].as_ref().unwrap(), &view(&reads, 0.01), 0.01),
             Admission::Votes {
                 complete: true,
                 mark: true
             }
         );
+        // Some markers, too few intact, every node heard: by its age, then incomplete.
+        let lone = Some(read(true, Some(("r2", true)), 30, Some(1_000)));
+        let reads = [young(), lone.clone(), old()];
+        let v = view(&reads, 0.01);
+        assert_eq!(
+            admit(reads[2].as_ref().unwrap(), &v, 0.01),
+            Admission::Votes {
+                complete: false,
+                mark: true
+            }
+        );
+        assert!(matches!(
+            admit(reads[0].as_ref().unwrap(), &v, 0.01),
+            Admission::Quarantined { .. }
+        ));
+        // ... but not with a node unheard: the rules' `RecordUnread`.
+        let reads = [None, lone, old()];
+        assert!(matches!(
+            admit(reads[2].as_ref().unwrap(), &view(&reads, 0.01), 0.01),
+            Admission::Unknown { .. }
+        ));
         // One node not heard: the usual rules (no fresh ensemble, no shortcut).
         let partial = [young(), old(), None];
-        assert!(!view(&partial).unmarked);
+        assert!(!view(&partial, 0.01).unmarked);
         // One marker anywhere: the usual rules.
         let marked = [
             young(),
             Some(read(true, Some(("r2", true)), 30, Some(1_000))),
             old(),
         ];
-        assert!(!view(&marked).unmarked);
+        assert!(!view(&marked, 0.01).unmarked);
     }
 
     #[test]
@@ -436,7 +498,7 @@ mod tests {
             life: Arc::from("r2"),
             complete: false,
         };
-        let fresh = view(&[]);
+        let fresh = view(&[], 0.01);
         assert_eq!(
             admit(&r, &fresh, 0.01),
             Admission::Votes {
@@ -468,8 +530,8 @@ mod tests {
         let incomplete = || Some(read(true, Some(("r2", false)), 5, Some(1_000)));
         assert!(!settled(&[yes(), incomplete(), None], 1, q, true, true));
         assert!(settled(&[yes(), incomplete(), None], 1, q, false, true));
-        // Quarantine off: every yes counts, but nodes still to mark are waited for.
-        assert!(!settled(&[maybe(), maybe(), None], 1, q, false, false));
+        // Quarantine off: every yes counts at once.
+        assert!(settled(&[maybe(), maybe(), None], 1, q, false, false));
         assert!(settled(&[yes(), yes(), None], 1, q, false, false));
         assert!(settled(&[held(), held(), None], 1, q, false, false));
     }

@@ -8,8 +8,11 @@
 pub(crate) enum Kind {
     /// The lock key itself.
     Lock,
-    /// The fencing counter of a lock key (never expires).
+    /// The fencing counter of a lock key (never expires): a plain integer.
     Fence,
+    /// The life (`run_id`) the fencing counter was last written in, from the node's
+    /// marker (never expires; `''` when the node had no marker).
+    FenceLife,
     /// The waiting list of a lock key (client ids, expires after twice the TTL).
     Waiters,
     /// The client whose turn it is after a release woke it (short expiry).
@@ -21,6 +24,7 @@ pub(crate) fn derived(kind: Kind, lock: &str) -> String {
     match kind {
         Kind::Lock => lock.to_owned(),
         Kind::Fence => format!("quorum-lock:fence:{lock}"),
+        Kind::FenceLife => format!("quorum-lock:fence-life:{lock}"),
         Kind::Waiters => format!("quorum-lock:waiters:{lock}"),
         Kind::Turn => format!("quorum-lock:turn:{lock}"),
     }
@@ -73,6 +77,10 @@ mod tests {
     fn derived_keys_keep_their_names() {
         assert_eq!(derived(Kind::Lock, "app:r"), "app:r");
         assert_eq!(derived(Kind::Fence, "app:r"), "quorum-lock:fence:app:r");
+        assert_eq!(
+            derived(Kind::FenceLife, "app:r"),
+            "quorum-lock:fence-life:app:r"
+        );
         assert_eq!(derived(Kind::Waiters, "app:r"), "quorum-lock:waiters:app:r");
         assert_eq!(derived(Kind::Turn, "app:r"), "quorum-lock:turn:app:r");
         assert_eq!(lock("app:", "r"), "app:r");

@@ -94,29 +94,13 @@ end
     };
 }
 
-/// Lua source of `counter(raw)`: a fencing counter's value and the life (a node's `run_id`)
-/// it was written in, from its text `<value> <life>`; `''` for a counter written without a
-/// life (by an older client, or on a node without a marker), `0` for none.
-macro_rules! lua_counter {
-    () => {
-        r"
-local function counter(raw)
-    if not raw then
-        return 0, ''
-    end
-    local value, life = string.match(raw, '^(%d+) ?(%S*)$')
-    return tonumber(value) or 0, life or ''
-end
-"
-    };
-}
-
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
 /// bookkeeping of release notifications, the fencing counter read and the node-side data of
 /// restart quarantine.
 ///
 /// KEYS: the lock keys (sorted, distinct), then their fencing counters, then their waiting
-/// lists (see [`keys`]), then the ensemble record and the node's marker ([`Global`]).
+/// lists, then their counters' lives (see [`keys`]), then the ensemble record and the
+/// node's marker ([`Global`]).
 /// ARGV[1]: our token. ARGV[2]: TTL in milliseconds. ARGV[3]: our client id, or `''` for no
 /// bookkeeping. ARGV[4]: `'1'` when other tasks of our client still wait for these keys.
 /// ARGV[5]: `'1'` to read the fencing counters. ARGV[6]: `'1'` when this attempt follows
@@ -138,14 +122,13 @@ end
 /// renewed by a later attempt. Counters, record and marker never expire.
 const ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
-    lua_counter!(),
     r"
-local k = (#KEYS - 2) / 3
-local record = redis.call('GET', KEYS[3 * k + 1])
+local k = (#KEYS - 2) / 4
+local record = redis.call('GET', KEYS[4 * k + 1])
 if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[3 * k + 1], ARGV[2])
+    redis.call('SET', KEYS[4 * k + 1], ARGV[2])
 end
-local marker = redis.call('GET', KEYS[3 * k + 2])
+local marker = redis.call('GET', KEYS[4 * k + 2])
 local function queue(i)
     enqueue(KEYS[2 * k + i], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
 end
@@ -155,11 +138,12 @@ if ARGV[5] == '1' then
     fence = 0
     for i = 1, k do
         local raw = redis.call('GET', KEYS[k + i])
-        local f, life = counter(raw)
+        local f = tonumber(raw or '0') or 0
         if f > fence then
             fence = f
         end
-        if not raw or life == '' or (fence_life and fence_life ~= life) then
+        local life = raw and redis.call('GET', KEYS[3 * k + i]) or ''
+        if life == '' or (fence_life and fence_life ~= life) then
             fence_life = ''
         elseif not fence_life then
             fence_life = life
@@ -193,7 +177,7 @@ return {1, fence, fence_life, marker, record}
 "
 );
 pub(crate) static ACQUIRE: Lua = Lua::with_globals(
-    &[Kind::Lock, Kind::Fence, Kind::Waiters],
+    &[Kind::Lock, Kind::Fence, Kind::Waiters, Kind::FenceLife],
     &[Global::MaxTtl, Global::Marker],
     ACQUIRE_SRC,
 );
@@ -320,41 +304,37 @@ pub(crate) static GATE: Lua = Lua::new(&[Kind::Turn, Kind::Waiters], GATE_SRC);
 
 /// Commits a fencing token next to a lock we hold.
 ///
-/// KEYS: the lock keys, then their fencing counters (see [`keys`]), then the node's marker
-/// ([`Global::Marker`]). ARGV[1]: our token. ARGV[2]: the fencing token. Returns 1 after
-/// setting every counter to the larger of its value and ARGV[2] (never lowering one),
-/// tagged with the life the node's marker names (`<value> <life>`), or 0, changing
-/// nothing, when any lock key does not hold our token. The tag is what lets a later reader
-/// trust the counter on a node that lost its memory before: the value was written in this
-/// life, from a majority of trusted counters.
-const FENCE_SRC: &str = concat!(
-    lua_counter!(),
-    r"
-local k = (#KEYS - 1) / 2
+/// KEYS: the lock keys, then their fencing counters, then their counters' lives (see
+/// [`keys`]), then the node's marker ([`Global::Marker`]). ARGV[1]: our token. ARGV[2]: the
+/// fencing token. Returns 1 after raising every counter to at least ARGV[2] (never lowering
+/// one; counters stay plain integers, as older clients read them) and setting its life to
+/// the `run_id` the node's marker names (`''` without a marker), or 0, changing nothing,
+/// when any lock key does not hold our token. The life is what lets a later reader trust
+/// the counter on a node that lost its memory before: the value was written in this life,
+/// from a majority of trusted counters (a counter already above ARGV[2] was too).
+const FENCE_SRC: &str = r"
+local k = (#KEYS - 1) / 3
 for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
-local marker = redis.call('GET', KEYS[2 * k + 1])
+local marker = redis.call('GET', KEYS[3 * k + 1])
 local life = marker and string.match(marker, '^([^:]+):') or ''
 local value = tonumber(ARGV[2])
 for i = 1, k do
-    local raw = redis.call('GET', KEYS[k + i])
-    local digits = ARGV[2]
-    if counter(raw) > value then
-        digits = string.match(raw, '^(%d+)')
+    if value > (tonumber(redis.call('GET', KEYS[k + i]) or '0') or 0) then
+        redis.call('SET', KEYS[k + i], ARGV[2])
     end
-    if life ~= '' then
-        digits = digits .. ' ' .. life
-    end
-    redis.call('SET', KEYS[k + i], digits)
+    redis.call('SET', KEYS[2 * k + i], life)
 end
 return 1
-"
+";
+pub(crate) static FENCE: Lua = Lua::with_globals(
+    &[Kind::Lock, Kind::Fence, Kind::FenceLife],
+    &[Global::Marker],
+    FENCE_SRC,
 );
-pub(crate) static FENCE: Lua =
-    Lua::with_globals(&[Kind::Lock, Kind::Fence], &[Global::Marker], FENCE_SRC);
 
 /// A write guarded by a fencing token, for data kept in Redis.
 ///
