@@ -128,17 +128,7 @@ async fn attempt_inner(
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
-        // Release wherever our token may be. Nodes that answered "held by another" or
-        // "wrong type" certainly do not have it; every other node might (a timed-out SET
-        // may still have been applied).
-        let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
-            .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
-            .map(|(i, _)| i)
-            .collect();
-        let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
-        holding.release_on(maybe_ours, requeue).await;
-        let decision = quorum::decide_acquire(&votes, start.elapsed(), None);
-        return Err(failed(ensemble, &collected, decision, start));
+        return Err(no_majority(holding, plan, enqueue, &collected, &votes, start).await);
     }
     // The waiting-list node's answer, if it is still to come: it says whether the acquire
     // script took us off the list there or listed us (see `Notifier::settle`).
@@ -374,6 +364,28 @@ fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) {
         )
         .await;
     });
+}
+
+/// No majority: release wherever our token may be, then the decision's error. Nodes that
+/// answered "held by another" or "wrong type" certainly do not have it; every other node
+/// might (a timed-out SET may still have been applied).
+async fn no_majority(
+    mut holding: Holding,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+    collected: &Collected,
+    votes: &[quorum::Vote],
+    start: Instant,
+) -> Error {
+    let ensemble = Arc::clone(holding.ensemble());
+    let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
+        .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+        .map(|(i, _)| i)
+        .collect();
+    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+    holding.release_on(maybe_ours, requeue).await;
+    let decision = quorum::decide_acquire(votes, start.elapsed(), None);
+    failed(&ensemble, collected, decision, start)
 }
 
 /// A majority was won but the attempt failed after all (fencing commit failed, validity
