@@ -5,6 +5,7 @@
 //! cargo bench --bench compare            # every scenario
 //! cargo bench --bench compare -- 1 3     # scenarios 1 and 3 only
 //! QUICK=1 cargo bench --bench compare    # 10x fewer iterations, 10x shorter runs
+//! ONLY=quorum-lock cargo bench --bench compare -- 2   # one contender of 1, 2 and 6a (profiling)
 //! ```
 //!
 //! 1. uncontended lock + unlock, one task, N = 1, 3, 5: p50, p99, client CPU per cycle
@@ -12,10 +13,13 @@
 //! 3. one slow node among 5: 5 ms reply delay (proxy), and a node that never answers
 //! 4. contention: 8 tasks on one resource, N = 5, sharing one client or one client each
 //! 5. memory: RSS around 100 000 cycles, N = 3
+//! 6. scale, as curves with fitted slopes and SVG plots: N = 1-9 nodes; 1 to 100 000
+//!    resources held at once; 2 to 256 waiters on one resource
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
-//! all N nodes concurrently, then `DEL` to all N concurrently (the minimum traffic of a lock
-//! plus unlock), on multiplexed connections with `TCP_NODELAY`.
+//! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
+//! (the minimum traffic of a safe lock plus unlock), on multiplexed connections with
+//! `TCP_NODELAY`, awaited in place.
 //!
 //! The machine may be shared, so contenders are measured in interleaved rounds (rotating
 //! order) rather than one after the other: background load then hits all of them alike.
@@ -63,15 +67,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=5) => selected.push(n),
+            Ok(n @ 1..=6) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-5)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-6)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5];
+        selected = vec![1, 2, 3, 4, 5, 6];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -83,6 +87,10 @@ fn main() {
         .thread_keep_alive(Duration::from_secs(3600))
         .build()
         .expect("tokio runtime");
+    if let Ok(spec) = std::env::var(scenarios::scale::HELD_CHILD) {
+        rt.block_on(scenarios::scale::held_child(cfg, &spec));
+        return;
+    }
     let started = std::time::Instant::now();
     print_header(cfg, &selected);
     rt.block_on(async {
@@ -93,7 +101,8 @@ fn main() {
                 2 => scenarios::throughput::run(cfg).await,
                 3 => scenarios::slow_node::run(cfg).await,
                 4 => scenarios::contention::run(cfg).await,
-                _ => scenarios::memory::run(cfg).await,
+                5 => scenarios::memory::run(cfg).await,
+                _ => scenarios::scale::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

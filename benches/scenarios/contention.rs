@@ -24,22 +24,30 @@ pub struct Acq {
 /// Contention results, merged over slices.
 #[derive(Default)]
 pub struct Contention {
-    acquisitions: usize,
-    per_task: Vec<usize>,
+    pub acquisitions: usize,
+    pub per_task: Vec<usize>,
     /// Signed nanoseconds from a release returning to a different task's lock returning.
     handoffs: Vec<i128>,
     /// Consecutive acquisitions by the same task / all consecutive pairs.
     same: usize,
     pairs: usize,
-    waits: Vec<Duration>,
+    pub waits: Vec<Duration>,
     holds: Vec<Duration>,
-    errors: usize,
-    first_error: Option<String>,
-    commands: BTreeMap<String, u64>,
-    dur: Duration,
+    pub errors: usize,
+    pub first_error: Option<String>,
+    pub commands: BTreeMap<String, u64>,
+    pub dur: Duration,
+    /// How long each task still waiting at the end of a slice had waited by then (a lower
+    /// bound of its wait; not in `waits`).
+    pub pending: Vec<Duration>,
 }
 
 impl Contention {
+    /// Commands counted by `INFO commandstats` on all nodes per acquisition.
+    pub fn commands_per_acquisition(&self) -> f64 {
+        self.commands.values().sum::<u64>() as f64 / self.acquisitions.max(1) as f64
+    }
+
     pub fn absorb(&mut self, mut acqs: Vec<Acq>, tasks: usize) {
         acqs.sort_by_key(|a| a.got);
         self.per_task.resize(tasks, 0);
@@ -84,12 +92,15 @@ pub async fn contention_slice(
             let res = res.clone();
             tokio::spawn(async move {
                 let mut acqs = Vec::new();
-                let (mut errors, mut first_error) = (0, None);
+                let (mut errors, mut first_error, mut pending) = (0, None, None);
                 while Instant::now() < deadline {
                     let asked = Instant::now();
                     let held = tokio::select! {
                         held = c.acquire(&res) => held,
-                        () = tokio::time::sleep_until(deadline) => break,
+                        () = tokio::time::sleep_until(deadline) => {
+                            pending = Some(asked.elapsed());
+                            break;
+                        }
                     };
                     let held = match held {
                         Ok(h) => h,
@@ -119,14 +130,15 @@ pub async fn contention_slice(
                         released: Instant::now(),
                     });
                 }
-                (acqs, errors, first_error)
+                (acqs, errors, first_error, pending)
             })
         })
         .collect();
     let mut all = Vec::new();
     for w in workers {
-        let (acqs, errors, first_error) = w.await.expect("contention worker");
+        let (acqs, errors, first_error, pending) = w.await.expect("contention worker");
         all.extend(acqs);
+        out.pending.extend(pending);
         out.errors += errors;
         if out.first_error.is_none() {
             out.first_error = first_error;
@@ -239,7 +251,6 @@ pub async fn run(cfg: Cfg) {
                 ("wait max", Unit::Time),
             ],
         );
-        let mut rows = Vec::new();
         for &i in &group {
             let (name, _) = &contenders[i];
             let r = &mut results[i];
@@ -247,14 +258,13 @@ pub async fn run(cfg: Cfg) {
                 a.note(format!("{name}: {} errors, first: {e}", r.errors));
             }
             let acqs = r.acquisitions.max(1) as f64;
-            let total_cmds: u64 = r.commands.values().sum();
             r.handoffs.sort_unstable();
             let wait = summarize(r.waits.clone());
-            let row = a.row(
+            a.row(
                 name.as_str(),
                 vec![
                     Cell::Val(r.acquisitions as f64 / r.dur.as_secs_f64()),
-                    Cell::Val(total_cmds as f64 / acqs),
+                    Cell::Val(r.commands_per_acquisition()),
                     Cell::Val(r.same as f64 / r.pairs.max(1) as f64),
                     Cell::Val(r.per_task.iter().copied().min().unwrap_or(0) as f64),
                     Cell::Val(r.per_task.iter().copied().max().unwrap_or(0) as f64),
@@ -279,7 +289,6 @@ pub async fn run(cfg: Cfg) {
                     Cell::time(wait.max),
                 ],
             );
-            rows.push(row);
             let per_cmd: Vec<String> = r
                 .commands
                 .iter()
@@ -287,12 +296,16 @@ pub async fn run(cfg: Cfg) {
                 .collect();
             a.note(format!("  {name}: {}", per_cmd.join(", ")));
         }
-        let (floor_row, rs_row) = (rows[0], rows[3]);
-        a.ratio(0, floor_row, "rate/floor");
-        a.ratio(0, rs_row, "rate/rslock");
-        a.ratio(1, rs_row, "cmds/rslock");
-        b.ratio(3, rs_row, "wait p50/rslock");
-        b.ratio(4, rs_row, "wait p99/rslock");
+        let (floor, rs) = (
+            contenders[group[0]].0.as_str(),
+            contenders[group[3]].0.as_str(),
+        );
+        a.ratios(&[
+            (0, floor, "rate/floor"),
+            (0, rs, "rate/rslock"),
+            (1, rs, "cmds/rslock"),
+        ]);
+        b.ratios(&[(3, rs, "wait p50/rslock"), (4, rs, "wait p99/rslock")]);
         a.note("cmds/acq = INFO commandstats calls on all nodes (commands inside Lua scripts count too) / acquisitions; by command above");
         a.note("same-task = share of acquisitions that went to the task that had just released");
         b.note("handoff = one task's release() returning -> a different task's lock() returning (negative: the");

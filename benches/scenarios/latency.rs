@@ -1,14 +1,12 @@
 //! Scenario 1: uncontended lock + unlock, one task, N = 1, 3, 5: latency and CPU per cycle.
 
-use std::sync::Arc;
-
 use crate::common::Cluster;
-use crate::support::contender::{Contender, Subject, defaults, floor_nodes, quorum};
+use crate::support::contender::{Kind, Subject, lock_contenders};
 use crate::support::measure::{cpu_cells, interleaved, servers_of};
 use crate::support::probe::probe_all;
 use crate::support::stats::summarize;
 use crate::support::table::{Cell, Table, Unit};
-use crate::{Cfg, FLOOR_1RTT, FLOOR_2ROUNDS, QUORUM, REDLOCK, ROUNDS, RSLOCK};
+use crate::{Cfg, FLOOR_2ROUNDS, ROUNDS, RSLOCK};
 
 pub async fn run(cfg: Cfg) {
     let warm = cfg.n(300);
@@ -16,32 +14,17 @@ pub async fn run(cfg: Cfg) {
     for n in [1usize, 3, 5] {
         let cluster = Cluster::start(n);
         let urls = cluster.urls();
-        let nodes = floor_nodes(&urls).await;
-        let subjects = [
-            (
-                FLOOR_1RTT,
-                Subject::Async(Contender::OneTrip(Arc::clone(&nodes))),
-            ),
-            (
-                FLOOR_2ROUNDS,
-                Subject::Async(Contender::TwoRounds {
-                    need: nodes.len(),
-                    nodes: Arc::clone(&nodes),
-                }),
-            ),
-            (
-                QUORUM,
-                Subject::Async(Contender::Quorum(quorum(&urls, defaults).await)),
-            ),
-            (
-                RSLOCK,
-                Subject::Async(Contender::Rslock(rslock::LockManager::new(urls.clone()))),
-            ),
-            (
-                REDLOCK,
-                Subject::Sync(Arc::new(redlock::RedLock::new(urls.clone()))),
-            ),
-        ];
+        let subjects = lock_contenders(
+            &urls,
+            &[
+                Kind::OneTrip,
+                Kind::TwoRounds,
+                Kind::Quorum,
+                Kind::Rslock,
+                Kind::Redlock,
+            ],
+        )
+        .await;
         let probed = probe_all(&subjects, &urls).await;
         let list: Vec<Subject> = subjects.iter().map(|(_, s)| s.clone()).collect();
         let runs = interleaved(&list, warm, iters, &servers_of(&cluster)).await;
@@ -59,25 +42,25 @@ pub async fn run(cfg: Cfg) {
                 ("server cpu", Unit::Time),
             ],
         );
-        let mut rows = Vec::new();
         for ((name, _), run) in subjects.iter().zip(&runs) {
             let s = summarize(run.samples.clone());
             if let Some(note) = run.error_note(name) {
                 t.note(note);
             }
             let [cpu, server_cpu] = cpu_cells(run.cpu_per_cycle());
-            rows.push(t.row(
+            t.row(
                 *name,
                 vec![Cell::time(s.p50), Cell::time(s.p99), cpu, server_cpu],
-            ));
+            );
         }
-        let (floor, rs) = (rows[1], rows[3]);
-        t.ratio(0, floor, "p50/floor");
-        t.ratio(0, rs, "p50/rslock");
-        t.ratio(1, floor, "p99/floor");
-        t.ratio(1, rs, "p99/rslock");
-        t.ratio(2, floor, "cpu/floor");
-        t.ratio(2, rs, "cpu/rslock");
+        t.ratios(&[
+            (0, FLOOR_2ROUNDS, "p50/floor"),
+            (0, RSLOCK, "p50/rslock"),
+            (1, FLOOR_2ROUNDS, "p99/floor"),
+            (1, RSLOCK, "p99/rslock"),
+            (2, FLOOR_2ROUNDS, "cpu/floor"),
+            (2, RSLOCK, "cpu/rslock"),
+        ]);
         t.note("floor (for ratios) = floor: 2 rounds x N");
         t.note("cpu/cycle = CPU time of the whole client process / cycles; server cpu = CPU time of all redis-servers / cycles");
         t.note(probed);

@@ -4,5 +4,6 @@
 pub mod contention;
 pub mod latency;
 pub mod memory;
+pub mod scale;
 pub mod slow_node;
 pub mod throughput;

@@ -150,7 +150,6 @@ pub async fn slow_table(cfg: Cfg, setup: SlowSetup<'_>) -> std::thread::JoinHand
             fast.next().unwrap_or_default(),
         ),
     ];
-    let mut rows = Vec::new();
     for (name, run) in &named {
         if let Some(note) = run.error_note(name) {
             t.note(note);
@@ -172,11 +171,13 @@ pub async fn slow_table(cfg: Cfg, setup: SlowSetup<'_>) -> std::thread::JoinHand
         } else {
             vec![Cell::time(s.p50), Cell::time(s.p99), Cell::Val(s.n as f64)]
         };
-        rows.push(t.row(*name, cells));
+        t.row(*name, cells);
     }
-    t.ratio(0, rows[0], "p50/floor");
-    t.ratio(0, rows[3], "p50/rslock");
-    t.ratio(0, rows[5], "p50/healthy");
+    t.ratios(&[
+        (0, named[0].0, "p50/floor"),
+        (0, RSLOCK, "p50/rslock"),
+        (0, named[5].0, "p50/healthy"),
+    ]);
     t.note(
         "\"5 healthy nodes\": quorum-lock on the same servers without the slow or silent one, \
          interleaved with the rows above (the issue's target: p50 within 1.1x of it)",

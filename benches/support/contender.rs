@@ -11,7 +11,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 
 use crate::support::stats::ms;
-use crate::{NODE_TIMEOUT, TTL};
+use crate::{FLOOR_1RTT, FLOOR_2ROUNDS, NODE_TIMEOUT, QUORUM, REDLOCK, RSLOCK, TTL};
 
 /// One node as the floors see it: a multiplexed connection, or a node that never answers.
 #[derive(Clone)]
@@ -162,9 +162,14 @@ pub enum Held {
 }
 
 /// One floor acquisition: the key and token when a majority said yes.
-async fn floor_acquire(nodes: &[FloorNode], need: usize, res: &str) -> Result<Held, String> {
+async fn floor_acquire(
+    nodes: &[FloorNode],
+    need: usize,
+    res: &str,
+    ttl: Duration,
+) -> Result<Held, String> {
     let token = token();
-    let yes = round(nodes, need, &set_nx_px(res, &token, ms(TTL))).await;
+    let yes = round(nodes, need, &set_nx_px(res, &token, ms(ttl))).await;
     if yes > nodes.len() / 2 {
         Ok(Held::Key(res.to_string(), token))
     } else {
@@ -175,9 +180,14 @@ async fn floor_acquire(nodes: &[FloorNode], need: usize, res: &str) -> Result<He
 }
 
 impl Contender {
-    /// Acquires `res`, waiting (with the implementation's own retries) while it is taken;
-    /// the floors are refused instead.
+    /// Acquires `res` for [`TTL`], waiting (with the implementation's own retries) while it
+    /// is taken; the floors are refused instead.
     pub async fn acquire(&self, res: &str) -> Result<Held, String> {
+        self.acquire_for(res, TTL).await
+    }
+
+    /// [`Contender::acquire`] with a lock TTL of `ttl`.
+    pub async fn acquire_for(&self, res: &str, ttl: Duration) -> Result<Held, String> {
         match self {
             Contender::OneTrip(nodes) => {
                 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -185,22 +195,22 @@ impl Contender {
                 round(&nodes[..1], 1, &set_nx_px(&key, "1", 1000)).await;
                 Ok(Held::Nothing)
             }
-            Contender::TwoRounds { nodes, need } => floor_acquire(nodes, *need, res).await,
+            Contender::TwoRounds { nodes, need } => floor_acquire(nodes, *need, res, ttl).await,
             Contender::Fifo { nodes, queue } => {
                 let turn = Arc::clone(queue).lock_owned().await;
-                match floor_acquire(nodes, nodes.len(), res).await? {
+                match floor_acquire(nodes, nodes.len(), res, ttl).await? {
                     Held::Key(key, token) => Ok(Held::Fifo(turn, key, token)),
                     _ => unreachable!("floor_acquire returns a key"),
                 }
             }
             Contender::Quorum(rl) => rl
-                .lock(res, TTL)
+                .lock(res, ttl)
                 .await
                 .map(Held::Quorum)
                 .map_err(|e| format!("lock: {e}")),
             // rslock's own "wait until acquired" loop (`lock` with its 3 tries, repeated).
             Contender::Rslock(lm) => lm
-                .acquire_no_guard(res.as_bytes(), TTL)
+                .acquire_no_guard(res.as_bytes(), ttl)
                 .await
                 .map(Held::Rslock)
                 .map_err(|e| format!("lock: {e}")),
@@ -244,6 +254,75 @@ impl Contender {
 pub enum Subject {
     Async(Contender),
     Sync(Arc<redlock::RedLock>),
+}
+
+/// The contenders of the uncontended scenarios (1, 2 and 6), in table order.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// [`Contender::OneTrip`], named [`FLOOR_1RTT`].
+    OneTrip,
+    /// [`Contender::TwoRounds`] waiting for every node, named [`FLOOR_2ROUNDS`].
+    TwoRounds,
+    /// quorum-lock with its defaults ([`quorum`] with [`defaults`]), named [`QUORUM`].
+    Quorum,
+    /// An rslock `LockManager`, named [`RSLOCK`].
+    Rslock,
+    /// The sync redlock crate, named [`REDLOCK`].
+    Redlock,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::OneTrip => FLOOR_1RTT,
+            Kind::TwoRounds => FLOOR_2ROUNDS,
+            Kind::Quorum => QUORUM,
+            Kind::Rslock => RSLOCK,
+            Kind::Redlock => REDLOCK,
+        }
+    }
+}
+
+/// `kinds` less those whose name does not contain `$ONLY` when it is set.
+pub fn selected(kinds: &[Kind]) -> Vec<Kind> {
+    let only = std::env::var("ONLY").ok().filter(|o| !o.is_empty());
+    kinds
+        .iter()
+        .copied()
+        .filter(|k| only.as_deref().is_none_or(|o| k.name().contains(o)))
+        .collect()
+}
+
+/// One named, connected contender per kind in `kinds` (in that order) on the nodes `urls`,
+/// less those whose name does not contain `$ONLY` when it is set (e.g. `ONLY=quorum-lock`
+/// to profile one client alone).
+pub async fn lock_contenders(urls: &[String], kinds: &[Kind]) -> Vec<(&'static str, Subject)> {
+    let kinds = selected(kinds);
+    let floors = kinds
+        .iter()
+        .any(|k| matches!(k, Kind::OneTrip | Kind::TwoRounds));
+    let nodes = if floors {
+        floor_nodes(urls).await
+    } else {
+        Arc::new(Vec::new())
+    };
+    let mut out = Vec::with_capacity(kinds.len());
+    for kind in kinds {
+        let subject = match kind {
+            Kind::OneTrip => Subject::Async(Contender::OneTrip(Arc::clone(&nodes))),
+            Kind::TwoRounds => Subject::Async(Contender::TwoRounds {
+                need: nodes.len(),
+                nodes: Arc::clone(&nodes),
+            }),
+            Kind::Quorum => Subject::Async(Contender::Quorum(quorum(urls, defaults).await)),
+            Kind::Rslock => {
+                Subject::Async(Contender::Rslock(rslock::LockManager::new(urls.to_vec())))
+            }
+            Kind::Redlock => Subject::Sync(Arc::new(redlock::RedLock::new(urls.to_vec()))),
+        };
+        out.push((kind.name(), subject));
+    }
+    out
 }
 
 pub type Tune = fn(quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder;

@@ -396,6 +396,42 @@ pub async fn throughput(
     total
 }
 
+/// How long [`throughput_interleaved`] runs each subject.
+#[derive(Clone, Copy)]
+pub struct Slices {
+    /// Concurrent tasks, each cycling on its own resource.
+    pub tasks: usize,
+    /// Untimed run of every subject before the first slice.
+    pub warm: Duration,
+    /// Untimed start of every slice.
+    pub slice_warm: Duration,
+    /// Counted time of each subject, over all slices.
+    pub dur: Duration,
+    pub slices: usize,
+}
+
+/// Warms every subject up, then measures [`throughput`] of each in `slices` interleaved
+/// slices, rotating the order every slice.
+pub async fn throughput_interleaved(
+    subjects: &[Subject],
+    how: Slices,
+    servers: &Servers,
+) -> Vec<Throughput> {
+    for s in subjects {
+        throughput(s, how.tasks, how.warm, Duration::ZERO, servers).await;
+    }
+    let mut results: Vec<Throughput> = subjects.iter().map(|_| Throughput::default()).collect();
+    let slice = how.dur / how.slices.max(1) as u32;
+    for k in 0..how.slices {
+        for j in 0..subjects.len() {
+            let i = (j + k) % subjects.len();
+            let r = throughput(&subjects[i], how.tasks, how.slice_warm, slice, servers).await;
+            results[i].merge(r);
+        }
+    }
+    results
+}
+
 /// Client and server CPU-per-cycle cells.
 pub fn cpu_cells(per: Option<(Duration, Duration)>) -> [Cell; 2] {
     match per {

@@ -2,7 +2,9 @@
 //! probe, process statistics from `/proc`, percentiles and plain-text tables.
 
 pub mod contender;
+pub mod fit;
 pub mod measure;
 pub mod probe;
 pub mod stats;
+pub mod svg;
 pub mod table;

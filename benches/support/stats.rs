@@ -165,3 +165,20 @@ pub fn ms_f(d: Duration) -> f64 {
 pub fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// `used_memory` (bytes) from `INFO memory`, summed over `conns`.
+pub fn used_memory_sum(conns: &mut [redis::Connection]) -> u64 {
+    conns
+        .iter_mut()
+        .map(|conn| {
+            let text: String = redis::cmd("INFO")
+                .arg("memory")
+                .query(conn)
+                .expect("INFO memory");
+            text.lines()
+                .find_map(|l| l.strip_prefix("used_memory:"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}

@@ -43,7 +43,8 @@ impl Cell {
 
 struct RatioCol {
     col: usize,
-    reference: usize,
+    /// The name of the reference row; a column whose reference row is absent is left out.
+    reference: String,
     head: String,
 }
 
@@ -73,13 +74,35 @@ impl Table {
         self.rows.len() - 1
     }
 
-    /// Adds a ratio column: column `col` of each row divided by that of row `reference`.
-    pub fn ratio(&mut self, col: usize, reference: usize, head: impl Into<String>) {
+    /// Adds a ratio column: column `col` of each row divided by that of the row named
+    /// `reference` (left out when there is no such row, e.g. a contender filtered out).
+    pub fn ratio(&mut self, col: usize, reference: &str, head: impl Into<String>) {
         self.ratios.push(RatioCol {
             col,
-            reference,
+            reference: reference.to_string(),
             head: head.into(),
         });
+    }
+
+    /// [`Table::ratio`] for each `(col, reference, head)`.
+    pub fn ratios(&mut self, specs: &[(usize, &str, &str)]) {
+        for &(col, reference, head) in specs {
+            self.ratio(col, reference, head);
+        }
+    }
+
+    /// The ratio columns whose reference row exists, with that row's index.
+    fn ratio_cols(&self) -> Vec<(&RatioCol, usize)> {
+        self.ratios
+            .iter()
+            .filter_map(|r| {
+                let i = self
+                    .rows
+                    .iter()
+                    .position(|(name, _)| *name == r.reference)?;
+                Some((r, i))
+            })
+            .collect()
     }
 
     pub fn note(&mut self, note: impl Into<String>) {
@@ -89,7 +112,8 @@ impl Table {
     pub fn render(&self) -> String {
         let mut header: Vec<String> = vec!["implementation".to_string()];
         header.extend(self.heads.iter().map(|(h, _)| h.clone()));
-        header.extend(self.ratios.iter().map(|r| r.head.clone()));
+        let ratios = self.ratio_cols();
+        header.extend(ratios.iter().map(|(r, _)| r.head.clone()));
         let mut lines: Vec<Vec<String>> = vec![header];
         for (name, cells) in &self.rows {
             let mut line = vec![name.clone()];
@@ -101,12 +125,9 @@ impl Table {
                     Cell::Empty => "-".to_string(),
                 });
             }
-            for r in &self.ratios {
+            for &(r, reference) in &ratios {
                 let num = cells[r.col].value();
-                let den = self
-                    .rows
-                    .get(r.reference)
-                    .and_then(|(_, c)| c[r.col].value());
+                let den = self.rows[reference].1[r.col].value();
                 line.push(match (num, den) {
                     (Some(n), Some(d)) if d != 0.0 => format!("{:.2}x", n / d),
                     _ => "-".to_string(),
@@ -148,7 +169,8 @@ impl Table {
     }
 }
 
-fn fmt_value(v: f64, unit: Unit) -> String {
+/// `v` as a column of `unit` shows it.
+pub fn fmt_value(v: f64, unit: Unit) -> String {
     match unit {
         Unit::Time => fmt_ns(v),
         Unit::Rate => {
