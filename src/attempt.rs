@@ -117,10 +117,11 @@ async fn attempt_inner(
     let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
     // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
     // the decision (see `ballot`).
-    let ballot = decide_votes(ensemble, plan, reads, &mut collected);
+    let (ballot, marks) = decide_votes(ensemble, plan, reads, &mut collected);
     if let Some(err) = ensemble.same_server() {
         drop(round);
         metrics::attempt("unavailable", start.elapsed());
+        settle(marks).await;
         return Err(give_back(holding, plan, enqueue, None, &collected, err).await);
     }
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
@@ -128,6 +129,7 @@ async fn attempt_inner(
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
+        settle(marks).await;
         return Err(no_majority(holding, plan, enqueue, &collected, &votes, start).await);
     }
     // The waiting-list node's answer, if it is still to come: it says whether the acquire
@@ -148,6 +150,7 @@ async fn attempt_inner(
             Ok(fence) => Some(fence),
             Err(e) => {
                 metrics::attempt("unavailable", start.elapsed());
+                settle(marks).await;
                 return Err(give_back(holding, plan, enqueue, list_reply, &collected, e).await);
             }
         },
@@ -160,8 +163,12 @@ async fn attempt_inner(
     let Decision::Won { validity } = decision else {
         metrics::attempt(decision.label(), elapsed);
         let err = refusal(ensemble, &collected, decision);
+        settle(marks).await;
         return Err(give_back(holding, plan, enqueue, list_reply, &collected, err).await);
     };
+    if let Some(marks) = marks {
+        marks.detach(ensemble);
+    }
     holding.hold_locally();
     if let (Some((node, reply)), Some(notifier)) = (list_reply, &ensemble.notifier) {
         // Acquired before the waiting-list node answered: whether that node's list still
@@ -271,14 +278,14 @@ fn read_vote(
 /// Decides every answering node's admission once the answers are in (restart quarantine
 /// v2, [`ballot`]), sets the outcomes of the yes votes accordingly (kept out:
 /// [`NodeOutcome::Quarantined`] with why and for how long), counts them in the metrics,
-/// remembers where a node was seen admitted (the fast path), and writes the markers the
-/// rules ask for before anything else is sent to those nodes.
+/// remembers where a node was seen admitted (the fast path), and sends the markers the
+/// rules ask for before anything else is sent to those nodes (returned: in flight).
 fn decide_votes(
     ensemble: &Ensemble,
     plan: &Plan,
     reads: Vec<Option<Read>>,
     collected: &mut Collected,
-) -> Ballot {
+) -> (Ballot, Option<Marks>) {
     let quarantine = ensemble.config.quarantine;
     let view = ballot::view(&reads, ensemble.config.drift_factor);
     let mut marks = Vec::new();
@@ -318,8 +325,8 @@ fn decide_votes(
         })
         .collect();
     collected.recount(is_acquired);
-    send_marks(ensemble, marks);
-    Ballot { reads, admissions }
+    let marks = send_marks(ensemble, marks);
+    (Ballot { reads, admissions }, marks)
 }
 
 /// What one attempt's ballot read and decided, per node (`None`: no answer).
@@ -330,12 +337,19 @@ struct Ballot {
     admissions: Vec<Option<Admission>>,
 }
 
+/// Waits for the marker writes of a failed attempt (see [`Marks`]).
+async fn settle(marks: Option<Marks>) {
+    if let Some(marks) = marks {
+        marks.settle().await;
+    }
+}
+
 /// Writes the markers `(node, life, complete, record)` that admissions asked for: each is
 /// queued on its node's connection before this returns, so the fence commit that may
-/// follow finds it; once a node acknowledges, this client takes the fast path there.
-fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) {
+/// follow finds it. See [`Marks`].
+fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) -> Option<Marks> {
     if marks.is_empty() {
-        return;
+        return None;
     }
     let pending = marks.iter().filter_map(|(i, life, complete, _)| {
         let call = Call::script(&scripts::MARK, &[])
@@ -345,11 +359,30 @@ fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) {
     });
     let mut round = Round::new(pending, ensemble.config.node_timeout);
     round.start();
-    let nodes = ensemble.nodes.clone();
-    ensemble.background.spawn(async move {
+    Some(Marks {
+        round,
+        marks,
+        nodes: ensemble.nodes.clone(),
+    })
+}
+
+/// Marker writes in flight. Once a node acknowledges, this client takes the fast path
+/// there. A won attempt leaves them to the background; a failed one waits for them (within
+/// the node timeout), so that a short-lived process (the CLI) does not exit before the
+/// markers are written, leaving the next client to find records without markers.
+struct Marks {
+    round: Round,
+    marks: Vec<(usize, Arc<str>, bool, u64)>,
+    nodes: Vec<Arc<Node>>,
+}
+
+impl Marks {
+    /// Waits for the acknowledgements and records them (bounded by the round's deadline).
+    async fn settle(mut self) {
+        let (nodes, marks) = (&self.nodes, &self.marks);
         fanout::collect(
-            &nodes,
-            &mut round,
+            nodes,
+            &mut self.round,
             |i, answer| {
                 let written = reply::decode::<i64>(answer);
                 if let (Some((_, life, complete, record_ms)), Some(node), Ok(written)) =
@@ -363,7 +396,12 @@ fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) {
             Stop::AtEnd,
         )
         .await;
-    });
+    }
+
+    /// Leaves the acknowledgements to the background collector.
+    fn detach(self, ensemble: &Ensemble) {
+        ensemble.background.spawn(self.settle());
+    }
 }
 
 /// No majority: release wherever our token may be, then the decision's error. Nodes that
