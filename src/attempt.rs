@@ -9,6 +9,7 @@ use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::ballot::{self, Read, Seen};
 use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
@@ -16,12 +17,17 @@ use crate::fanout::{self, Collected, Round, Stop};
 use crate::fencing::FencingToken;
 use crate::guard::LockGuard;
 use crate::metrics;
-use crate::node::Call;
+use crate::node::{Call, Node};
 use crate::protocol::{keys, reply, scripts};
 use crate::quorum::{self, Decision};
 use crate::release::Holding;
-use crate::report::{NodeOutcome, NodeReport};
+use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
+use crate::safety::{Admission, NextToken};
 use crate::wait::Enqueue;
+
+/// The fast path's plan (see [`acquire_round`]): per node, the life (`run_id`) it was seen
+/// admitted in, and the completeness its marker said.
+type Lives = Vec<(Arc<str>, bool)>;
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
 #[derive(Debug)]
@@ -111,13 +117,23 @@ async fn attempt_inner(
     // have set is released on every node in the background.
     let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), new_token());
     let start = Instant::now();
-    let mut round = acquire_round(ensemble, plan, &holding, enqueue);
-    let (collected, counters) = collect_votes(ensemble, &mut round).await;
+    let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
+    let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
+    // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
+    // the decision (see `ballot`).
+    let (ballot, marks) = decide_votes(ensemble, plan, reads, &mut collected);
+    if let Some(err) = ensemble.same_server() {
+        drop(round);
+        metrics::attempt("unavailable", start.elapsed());
+        settle(marks).await;
+        return Err(give_back(holding, plan, enqueue, None, &collected, err).await);
+    }
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
     if !quorum::has_majority(&votes) {
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
+        settle(marks).await;
         return Err(no_majority(ensemble, plan, enqueue, holding, collected, &votes, start).await);
     }
     // The waiting-list node's answer, if it is still to come: it says whether the acquire
@@ -134,10 +150,11 @@ async fn attempt_inner(
     // the same connection, and one not yet queued is never sent.
     round.finish_in_background(ensemble.view());
     let fencing_token = match plan.fencing {
-        true => match commit_fence(ensemble, plan, holding.token(), &counters).await {
+        true => match commit_fence(ensemble, plan, holding.token(), &ballot, &collected).await {
             Ok(fence) => Some(fence),
             Err(e) => {
                 metrics::attempt("unavailable", start.elapsed());
+                settle(marks).await;
                 return Err(give_back(holding, plan, enqueue, list_reply, &collected, e).await);
             }
         },
@@ -150,11 +167,13 @@ async fn attempt_inner(
     let Decision::Won { validity } = decision else {
         metrics::attempt(decision.label(), elapsed);
         let err = refusal(ensemble, &collected, decision);
+        settle(marks).await;
         return Err(give_back(holding, plan, enqueue, list_reply, &collected, err).await);
     };
     if ensemble.is_closed() {
         // The client shut down while this attempt ran: its locks are being released, and
         // this one must not outlive it.
+        settle(marks).await;
         return Err(give_back(
             holding,
             plan,
@@ -164,6 +183,9 @@ async fn attempt_inner(
             Error::ShutDown,
         )
         .await);
+    }
+    if let Some(marks) = marks {
+        marks.detach(ensemble);
     }
     holding.hold_locally();
     if let (Some((node, reply)), Some(notifier)) = (list_reply, &ensemble.notifier) {
@@ -186,38 +208,218 @@ async fn attempt_inner(
     ))
 }
 
-/// Collects the acquire round's answers: each node's outcome, and the fencing counters
-/// the acquire script read, per node.
-async fn collect_votes(ensemble: &Ensemble, round: &mut Round) -> (Collected, Vec<Option<u64>>) {
-    let mut counters: Vec<Option<u64>> = vec![None; ensemble.nodes.len()];
-    let vote = Voter::new(ensemble);
-    let collected = fanout::collect(
+/// Waits for the acquire replies of one attempt until its outcome is certain (see
+/// [`ballot::settled`]), keeping what each node said for the ballot. `lives`: the fast
+/// path's plan, the life each node was seen admitted in and its completeness (for plain
+/// `SET NX PX` replies).
+/// Outcomes of yes votes are provisional until [`decide_votes`].
+async fn collect_votes(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    round: &mut Round,
+    lives: Option<&[(Arc<str>, bool)]>,
+) -> (Collected, Vec<Option<Read>>) {
+    let n = ensemble.nodes.len();
+    let quarantine = ensemble.config.quarantine;
+    // Shared by the two closures below, one at a time (a `Mutex` for `Sync`: the future
+    // is sent between threads).
+    let reads: std::sync::Mutex<Vec<Option<Read>>> = std::sync::Mutex::new(vec![None; n]);
+    let lock = || reads.lock().unwrap_or_else(|p| p.into_inner());
+    let collected = fanout::collect_until(
         &ensemble.nodes,
         round,
-        |i, answer| match answer {
-            // `SET NX PX`.
-            Value::Okay => vote.yes(i),
-            Value::Nil => NodeOutcome::HeldByOther,
-            // The acquire script: `{acquired, fence}`.
-            answer => match reply::acquire_reply(answer) {
-                Ok((set, fence)) => {
-                    if let Some(slot) = counters.get_mut(i) {
-                        *slot = fence;
-                    }
-                    if set {
-                        vote.yes(i)
-                    } else {
-                        NodeOutcome::HeldByOther
-                    }
-                }
-                Err(failed) => failed,
-            },
+        |i, answer| {
+            let Some(node) = ensemble.nodes.get(i) else {
+                return NodeOutcome::Failed("no such node".into());
+            };
+            let read = match read_vote(node, answer, lives.and_then(|l| l.get(i))) {
+                Ok(read) => read,
+                Err(failed) => return failed,
+            };
+            let outcome = match ballot::early(&read, n, quarantine) {
+                _ if !read.set => NodeOutcome::HeldByOther,
+                ballot::Early::Yes { .. } => NodeOutcome::Acquired,
+                // Decided once the answers are in (`decide_votes`).
+                _ => NodeOutcome::Quarantined {
+                    reason: QuarantineReason::RecordUnread,
+                    remaining: None,
+                },
+            };
+            if let Some(slot) = lock().get_mut(i) {
+                *slot = Some(read);
+            }
+            outcome
         },
         is_acquired,
-        Stop::WhenCertain,
+        |outcomes, _| {
+            let pending = outcomes
+                .iter()
+                .filter(|(o, _)| *o == NodeOutcome::Pending)
+                .count();
+            ballot::settled(&lock(), pending, ensemble.quorum, plan.fencing, quarantine)
+        },
     )
     .await;
-    (collected, counters)
+    let reads = reads.into_inner().unwrap_or_else(|p| p.into_inner());
+    (collected, reads)
+}
+
+/// What one acquire reply says for the ballot: a plain `SET NX PX` (`OK` or nil) or the
+/// acquire script's reply, with the facts the node's connect learnt.
+fn read_vote(
+    node: &Node,
+    answer: Value,
+    life: Option<&(Arc<str>, bool)>,
+) -> std::result::Result<Read, NodeOutcome> {
+    let mut read = node.blank_read();
+    if let Some((life, complete)) = life {
+        read.marker = Seen::Cached {
+            life: Arc::clone(life),
+            complete: *complete,
+        };
+    }
+    match answer {
+        Value::Okay => read.set = true,
+        Value::Nil => {}
+        answer => {
+            let got = reply::acquire_reply(answer)?;
+            read.set = got.set;
+            read.marker = Seen::Read(got.marker.map(|m| (m.life, m.complete)));
+            read.record_ms = got.record_ms;
+            read.fence = got.fence;
+            read.fence_life = got.fence_life;
+        }
+    }
+    Ok(read)
+}
+
+/// Decides every answering node's admission once the answers are in (restart quarantine
+/// v2, [`ballot`]), sets the outcomes of the yes votes accordingly (kept out:
+/// [`NodeOutcome::Quarantined`] with why and for how long), counts them in the metrics,
+/// remembers where a node was seen admitted (the fast path), and sends the markers the
+/// rules ask for before anything else is sent to those nodes (returned: in flight).
+fn decide_votes(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    reads: Vec<Option<Read>>,
+    collected: &mut Collected,
+) -> (Ballot, Option<Marks>) {
+    let quarantine = ensemble.config.quarantine;
+    let view = ballot::view(&reads, ensemble.config.drift_factor);
+    let mut marks = Vec::new();
+    let admissions = (reads.iter().zip(&ensemble.nodes).enumerate())
+        .map(|(i, (read, node))| {
+            let read = read.as_ref()?;
+            let admission = ballot::admit(read, &view, ensemble.config.drift_factor);
+            if read.set
+                && let Some(slot) = collected.outcomes.get_mut(i)
+            {
+                // With quarantine off every yes counts; the marker is still kept, so that
+                // other clients' quarantine sees the nodes this one admitted.
+                if quarantine {
+                    slot.0 = ballot::outcome(&admission);
+                }
+                node.count_vote(match &slot.0 {
+                    NodeOutcome::Quarantined { reason, .. } => Some(reason.as_str()),
+                    _ => None,
+                });
+            }
+            let (Some(life), Seen::Read(marker)) = (&read.run_id, &read.marker) else {
+                return Some(admission);
+            };
+            // The script raised the record to this TTL, atomically with its `SET NX`.
+            let record_ms = read.record_ms.unwrap_or(0).max(plan.ttl_ms());
+            match admission {
+                Admission::Votes {
+                    mark: true,
+                    complete,
+                } => marks.push((i, Arc::clone(life), complete, record_ms)),
+                Admission::Votes { complete, .. } if marker.is_some() => {
+                    node.seen(life, Some(complete), record_ms);
+                }
+                _ => node.seen(life, None, record_ms),
+            }
+            Some(admission)
+        })
+        .collect();
+    collected.recount(is_acquired);
+    let marks = send_marks(ensemble, marks);
+    (Ballot { reads, admissions }, marks)
+}
+
+/// What one attempt's ballot read and decided, per node (`None`: no answer).
+struct Ballot {
+    /// What each node answered.
+    reads: Vec<Option<Read>>,
+    /// Whether each node's vote counts (see [`ballot::admit`]).
+    admissions: Vec<Option<Admission>>,
+}
+
+/// Waits for the marker writes of a failed attempt (see [`Marks`]).
+async fn settle(marks: Option<Marks>) {
+    if let Some(marks) = marks {
+        marks.settle().await;
+    }
+}
+
+/// Writes the markers `(node, life, complete, record)` that admissions asked for: each is
+/// queued on its node's connection before this returns, so the fence commit that may
+/// follow finds it. See [`Marks`].
+fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) -> Option<Marks> {
+    if marks.is_empty() {
+        return None;
+    }
+    let pending = marks.iter().filter_map(|(i, life, complete, _)| {
+        let call = Call::script(&scripts::MARK, &ensemble.config.key_prefix, &[])
+            .arg(&**life)
+            .arg(scripts::flag(*complete));
+        Some(fanout::send(*i, ensemble.nodes.get(*i)?, &Arc::new(call)))
+    });
+    let mut round = Round::new(pending, ensemble.config.node_timeout);
+    round.start();
+    Some(Marks {
+        round,
+        marks,
+        nodes: ensemble.nodes.clone(),
+    })
+}
+
+/// Marker writes in flight. Once a node acknowledges, this client takes the fast path
+/// there. A won attempt leaves them to the background; a failed one waits for them (within
+/// the node timeout), so that a short-lived process (the CLI) does not exit before the
+/// markers are written, leaving the next client to find records without markers.
+struct Marks {
+    round: Round,
+    marks: Vec<(usize, Arc<str>, bool, u64)>,
+    nodes: Vec<Arc<Node>>,
+}
+
+impl Marks {
+    /// Waits for the acknowledgements and records them (bounded by the round's deadline).
+    async fn settle(mut self) {
+        let (nodes, marks) = (&self.nodes, &self.marks);
+        fanout::collect(
+            nodes,
+            &mut self.round,
+            |i, answer| {
+                let written = reply::decode::<i64>(answer);
+                if let (Some((_, life, complete, record_ms)), Some(node), Ok(written)) =
+                    (marks.iter().find(|m| m.0 == i), nodes.get(i), written)
+                {
+                    node.seen(life, Some(*complete && written == 1), *record_ms);
+                }
+                NodeOutcome::Reachable
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+    }
+
+    /// Leaves the acknowledgements to the background collector.
+    fn detach(self, ensemble: &Ensemble) {
+        ensemble.background.spawn(self.settle());
+    }
 }
 
 /// The clean-up and error of an attempt without a majority.
@@ -344,57 +546,53 @@ fn record_failure(collected: &Collected, err: Error) -> Error {
     err
 }
 
-/// Counts a node's yes as a vote unless the node restarted too recently: it may have lost
-/// locks it granted before (restart quarantine).
-struct Voter<'a> {
-    ensemble: &'a Ensemble,
-    /// The quarantine period, when quarantine is on.
-    period: Option<Duration>,
-}
-
-impl<'a> Voter<'a> {
-    fn new(ensemble: &'a Ensemble) -> Self {
-        Voter {
-            ensemble,
-            period: (ensemble.config.quarantine).then(|| ensemble.quarantine_period()),
-        }
-    }
-
-    fn yes(&self, i: usize) -> NodeOutcome {
-        let (Some(period), Some(node)) = (self.period, self.ensemble.nodes.get(i)) else {
-            return NodeOutcome::Acquired;
-        };
-        if node.quarantined_vote(period) {
-            NodeOutcome::Quarantined
-        } else {
-            NodeOutcome::Acquired
-        }
-    }
-}
-
 /// Second round of a fencing acquisition: the new token is one above the highest counter
-/// any node reported, and is committed next to the lock on a majority of voting nodes
-/// before the guard exists. Any two majorities share a node, so the next holder reads a
-/// counter at least this high and mints a larger token.
+/// that can be trusted ([`ballot::token`]: a majority of them is needed), and is committed
+/// next to the lock on a majority of voting nodes before the guard exists. Any two
+/// majorities share a node, so the next holder reads a counter at least this high and
+/// mints a larger one.
 async fn commit_fence(
     ensemble: &Ensemble,
     plan: &Plan,
     token: &str,
-    counters: &[Option<u64>],
+    ballot: &Ballot,
+    acquired: &Collected,
 ) -> Result<FencingToken> {
-    let highest = counters.iter().flatten().copied().max().unwrap_or(0);
-    // Past 2^53 the nodes cannot count exactly: refuse rather than risk a repeated token.
-    let fence = FencingToken::after(highest).map_err(|e| Error::Config(e.to_string()))?;
-    let call = Call::script(&scripts::FENCE, &ensemble.config.key_prefix, &plan.keys)
+    ensemble.warn_unfenced();
+    let config = &ensemble.config;
+    let (reads, admissions) = (&ballot.reads, &ballot.admissions);
+    let fence = match ballot::token(reads, admissions, config.fence_floor, config.quarantine) {
+        // Past 2^53 the nodes cannot count exactly: refuse rather than risk a repeated
+        // token.
+        NextToken::Mint(fence) => {
+            FencingToken::try_from(fence).map_err(|e| Error::Config(e.to_string()))?
+        }
+        NextToken::Undecidable { trusted, needed } => {
+            return Err(Error::FenceUnknown {
+                trusted,
+                needed,
+                report: acquired.report(&ensemble.nodes),
+            });
+        }
+        NextToken::Exhausted => {
+            return Err(Error::Config(
+                "a fencing counter is at u64::MAX: no larger token exists".into(),
+            ));
+        }
+    };
+    let call = Call::script(&scripts::FENCE, &config.key_prefix, &plan.keys)
         .arg(token)
         .arg(fence.get());
     let mut round = Round::everywhere(ensemble.view(), call);
-    let vote = Voter::new(ensemble);
     let collected = fanout::collect(
         &ensemble.nodes,
         &mut round,
         |i, answer| match reply::one_or(answer, NodeOutcome::Acquired, NodeOutcome::NotHeld) {
-            NodeOutcome::Acquired => vote.yes(i),
+            // Only where the acquisition's vote counted.
+            NodeOutcome::Acquired => match acquired.outcomes.get(i) {
+                Some((o @ NodeOutcome::Quarantined { .. }, _)) => o.clone(),
+                _ => NodeOutcome::Acquired,
+            },
             other => other,
         },
         is_acquired,
@@ -415,16 +613,28 @@ fn is_acquired(o: &NodeOutcome) -> bool {
 /// The acquire requests of one attempt: plain `SET NX PX` for one key, the all-or-nothing
 /// script for several keys, to keep the waiting list or to read fencing counters. Every
 /// node gets the same command except the one whose waiting list this client joins.
+///
+/// The plain `SET NX PX` is the fast path: only when every node's ensemble record is known
+/// to cover this TTL in its current life and, with restart quarantine on, every node was
+/// seen admitted in that life (returned: the life per node, which a reply then counts
+/// for). Otherwise every node gets the script, which raises the record and reads the
+/// marker and the record for the ballot. Clients with quarantine off raise the record
+/// too: other clients' quarantine protects their leases as well.
 fn acquire_round(
     ensemble: &Ensemble,
     plan: &Plan,
     holding: &Holding,
     enqueue: Option<Enqueue<'_>>,
-) -> Round {
+) -> (Round, Option<Lives>) {
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
+    let quarantine = ensemble.config.quarantine;
+    let lives: Option<Lives> = (ensemble.nodes.iter())
+        .map(|n| n.fast_path(ttl_ms, quarantine))
+        .collect();
+    let plain = lives.is_some();
     let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
-        ([key], None, false) => {
+        ([key], None, false) if plain => {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
             Call::new(cmd).gated(holding.gate())
@@ -442,10 +652,11 @@ fn acquire_round(
         }
     };
     let special = enqueue.map(|e| (e.node, call(enqueue)));
-    Round::broadcast_with(
+    let round = Round::broadcast_with(
         ensemble.view(),
         call(None),
         0..ensemble.nodes.len(),
         special,
-    )
+    );
+    (round, lives)
 }

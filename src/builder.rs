@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::retry::RetryPolicy;
 
+/// The highest [`RedlockBuilder::fence_floor`]: tokens stay at most 2^53, the largest
+/// integer the nodes' Lua numbers hold exactly.
+const MAX_FENCE_FLOOR: u64 = (1 << 53) - 1;
+
 impl Redlock {
     /// Starts configuring a client.
     pub fn builder() -> RedlockBuilder {
@@ -41,6 +45,7 @@ pub struct RedlockBuilder {
     notifications: bool,
     quarantine: bool,
     native_commands: bool,
+    fence_floor: Option<u64>,
 }
 
 impl Default for RedlockBuilder {
@@ -60,6 +65,7 @@ impl Default for RedlockBuilder {
             notifications: true,
             quarantine: true,
             native_commands: true,
+            fence_floor: None,
         }
     }
 }
@@ -233,14 +239,20 @@ impl RedlockBuilder {
         self
     }
 
-    /// Restart quarantine (on by default). On every (re)connect the client reads each
-    /// node's `run_id` and uptime; a node that started less than the longest TTL this
-    /// client has used so far (plus drift) ago has its votes ignored until then, because it
-    /// may have lost locks it granted before the restart (Redlock's "delayed restart", done
-    /// by the client). The report shows such votes as [`NodeOutcome::Quarantined`]. Nodes
-    /// started just before the client are quarantined too, so a fresh ensemble grants locks
-    /// one TTL after it started. Turn this off only where every node persists with
-    /// `appendfsync always`.
+    /// Restart quarantine (on by default): a node that may have lost locks still in force
+    /// does not vote until they have all ended. Every acquisition keeps, on every node, the
+    /// ensemble's longest TTL (raised with the `SET NX`), and each node carries a marker
+    /// naming the process (`run_id`) in which a client admitted it. A node whose marker is
+    /// gone or names another process (it restarted without `appendfsync always`) is kept
+    /// out until it has run for the ensemble's longest TTL plus drift, whichever client
+    /// used that TTL; its uptime is rounded down. Fresh nodes of a new ensemble (no node
+    /// has a record or marker, and all answered) and nodes that did not restart vote at
+    /// once. A node whose `run_id` or uptime is unknown (`INFO` refused) does not vote.
+    /// The report shows a vote kept out as [`NodeOutcome::Quarantined`], with why and for
+    /// how long. Cost: once every node was seen admitted with a record covering the TTL,
+    /// an acquisition is the plain `SET NX PX`; before that (per node and process, and per
+    /// larger TTL) it is a script. Turn this off only where every node persists with
+    /// `appendfsync always`; a client with it off neither raises the record nor reads it.
     ///
     /// [`NodeOutcome::Quarantined`]: crate::NodeOutcome::Quarantined
     pub fn restart_quarantine(mut self, on: bool) -> Self {
@@ -260,6 +272,18 @@ impl RedlockBuilder {
     /// round trip under such an ACL).
     pub fn native_commands(mut self, on: bool) -> Self {
         self.native_commands = on;
+        self
+    }
+
+    /// Every fencing token this client mints is above `floor` (default: none). For
+    /// continuing a token sequence after most nodes lost their memory (restarted without
+    /// persistence, say): Redis then no longer knows the highest token issued, and an
+    /// acquisition with fencing fails with [`Error::FenceUnknown`] rather than risk
+    /// repeating one. Set it to at least the highest token ever issued (your storage keeps
+    /// it: the highest token it accepted). Below 2^53: tokens stay at most 2^53, the
+    /// largest integer the nodes' scripts count exactly.
+    pub fn fence_floor(mut self, floor: u64) -> Self {
+        self.fence_floor = Some(floor);
         self
     }
 
@@ -303,6 +327,12 @@ impl RedlockBuilder {
             return Err(config("max attempts is zero; use at least 1"));
         }
         check_ttl(self.default_ttl, self.drift_factor, self.node_timeout)?;
+        if let Some(floor) = self.fence_floor.filter(|f| *f > MAX_FENCE_FLOOR) {
+            return Err(config(format!(
+                "fence floor {floor} is not below 2^53: tokens stay at most 2^53, the largest \
+                 integer the nodes count exactly"
+            )));
+        }
 
         let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
@@ -334,6 +364,7 @@ impl RedlockBuilder {
             notifications: self.notifications,
             quarantine: self.quarantine,
             native_commands: self.native_commands,
+            fence_floor: self.fence_floor,
         };
         Ok(Redlock::from_ensemble(Ensemble::new(
             nodes,

@@ -148,7 +148,7 @@ impl Redlock {
     /// # Errors
     ///
     /// [`Error::Unavailable`] when fewer than a majority of nodes answered; the report
-    /// lists every node.
+    /// lists every node. [`Error::SameServer`] when two configured nodes reach one server.
     ///
     /// # Cancel safety
     ///
@@ -172,6 +172,9 @@ impl Redlock {
         )
         .await;
         let report = collected.report(&ensemble.nodes);
+        if let Some(err) = ensemble.same_server() {
+            return Err(err);
+        }
         let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Reachable);
         quorum::decide_reach(&votes)
             .into_result(|| report.clone())

@@ -21,6 +21,8 @@ pub(crate) struct Config {
     pub(crate) quarantine: bool,
     /// Use a node's native compare-and-delete / compare-and-set where it has them.
     pub(crate) native_commands: bool,
+    /// Every fencing token is above this (see `RedlockBuilder::fence_floor`).
+    pub(crate) fence_floor: Option<u64>,
 }
 
 /// Rejects a TTL that is zero, not a whole number of milliseconds' worth, too large for

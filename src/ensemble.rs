@@ -4,7 +4,7 @@
 //! extenders keep one too. It sits above the node, fan-out and waiting modules and
 //! below acquire, release, guard and lease.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::fanout::{Background, View};
 use crate::node::{Node, SendGate};
 use crate::quorum;
+use crate::safety::{self, Persistence};
 use crate::wait::Context;
 use crate::wait::notify::Notifier;
 use crate::wait::queue::LocalQueue;
@@ -29,9 +30,8 @@ pub(crate) struct Ensemble {
     pub(crate) notifier: Option<Arc<Notifier>>,
     /// Waits for requests that rounds left behind (shared with the notifier).
     pub(crate) background: Arc<Background>,
-    /// The longest TTL this client has used, in milliseconds: the restart quarantine lasts
-    /// that long plus its drift allowance.
-    max_ttl_ms: AtomicU64,
+    /// Whether the warning about fencing without quarantine on volatile nodes was given.
+    warned_unfenced: AtomicBool,
     /// Set by `Redlock::shutdown`: no new lock, request or background work after it.
     closed: AtomicBool,
     /// The locks this client holds (their leases), for `Redlock::shutdown`.
@@ -63,9 +63,7 @@ impl Ensemble {
             nodes,
             config,
             quorum,
-            // Grows with the TTLs actually used: a fresh ensemble is usable one TTL after
-            // it started, not one `default_ttl`.
-            max_ttl_ms: AtomicU64::new(0),
+            warned_unfenced: AtomicBool::new(false),
             queue: Arc::new(LocalQueue::default()),
             notifier,
             closed: AtomicBool::new(false),
@@ -133,21 +131,47 @@ impl Ensemble {
         }
     }
 
-    /// Validates a TTL for a lock or extension and records it as in use (the restart
-    /// quarantine lasts as long as the longest one). Redis expiry has millisecond
-    /// resolution: the TTL is rounded down so the validity arithmetic never assumes more
-    /// time than the server grants.
+    /// Validates a TTL for a lock or extension. Redis expiry has millisecond resolution:
+    /// the TTL is rounded down so the validity arithmetic never assumes more time than the
+    /// server grants.
     pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
         let ttl = Duration::from_millis(whole_ms(ttl));
         check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
-        self.max_ttl_ms.fetch_max(whole_ms(ttl), Ordering::Relaxed);
         Ok(ttl)
     }
 
-    /// How long a (re)started node's vote does not count: the longest TTL this client uses
-    /// plus its drift allowance. Locks it granted before a restart have expired by then.
-    pub(crate) fn quarantine_period(&self) -> Duration {
-        let ttl = Duration::from_millis(self.max_ttl_ms.load(Ordering::Relaxed));
-        ttl.saturating_add(quorum::drift(ttl, self.config.drift_factor))
+    /// Two configured nodes that reach one server (the same `run_id`, whatever the host
+    /// name or db number, as learnt on connect): it would vote twice.
+    pub(crate) fn same_server(&self) -> Option<Error> {
+        let run_ids: Vec<Option<Arc<str>>> = self.nodes.iter().map(|n| n.run_id()).collect();
+        let refs: Vec<Option<&str>> = run_ids.iter().map(Option::as_deref).collect();
+        let (i, j) = safety::duplicate_server(&refs)?;
+        Some(Error::SameServer {
+            first: self.nodes.get(i)?.name().to_owned(),
+            second: self.nodes.get(j)?.name().to_owned(),
+        })
+    }
+
+    /// Warns once when fencing tokens are minted with quarantine off while a node may lose
+    /// its counters on a restart (no `appendfsync always`, or unknown): tokens may then
+    /// repeat.
+    pub(crate) fn warn_unfenced(&self) {
+        if self.config.quarantine || self.warned_unfenced.load(Ordering::Relaxed) {
+            return;
+        }
+        let volatile: Vec<&str> = (self.nodes.iter())
+            .filter(|n| {
+                n.facts()
+                    .is_some_and(|f| f.persistence != Persistence::AofAlways)
+            })
+            .map(|n| n.name())
+            .collect();
+        if !volatile.is_empty() && !self.warned_unfenced.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                nodes = ?volatile,
+                "fencing with restart quarantine off on nodes without appendfsync always: \
+                 a restart can make fencing tokens repeat"
+            );
+        }
     }
 }

@@ -11,8 +11,9 @@ use crate::report::{NodeOutcome, NodeReport, latency};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Another owner holds the resource on enough nodes that we cannot reach a majority.
-    #[error("resource is held by another owner")]
+    /// Another owner holds the resource on enough nodes that we cannot reach a majority
+    /// (with the votes restart quarantine kept out, which the message names).
+    #[error("resource is held by another owner{}", kept_out(report))]
     Contended {
         /// Per-node outcomes of the attempt.
         #[source]
@@ -21,8 +22,9 @@ pub enum Error {
 
     /// No majority could be confirmed, and not because a majority answered no: too many
     /// nodes failed, timed out or may not vote (a recent restart). The message says how
-    /// many answered and what; the report has every node.
-    #[error("{}", no_majority(*quorum, report))]
+    /// many answered and what, and which nodes restart quarantine kept out, why and until
+    /// when; the report has every node.
+    #[error("{}{}", no_majority(*quorum, report), kept_out(report))]
     Unavailable {
         /// The majority that was needed.
         quorum: usize,
@@ -88,6 +90,39 @@ pub enum Error {
     #[error("the client was shut down")]
     ShutDown,
 
+    /// Two configured nodes reach the same Redis server (the same `run_id`, found on
+    /// connect): it would vote twice. A configuration error; list each server once.
+    #[error(
+        "nodes {first} and {second} are the same redis server (same run_id): list each \
+         server once, or it votes twice"
+    )]
+    SameServer {
+        /// The first node, as configured (`host:port[/db]`).
+        first: String,
+        /// The second node reaching the same server.
+        second: String,
+    },
+
+    /// A fencing token was asked for, but fewer than a majority of the nodes read had a
+    /// counter that can be trusted (nodes that lost their memory and have not seen a
+    /// commit since do not count): a larger token may exist unseen. The acquisition was
+    /// released. `lock()` retries (a trusted node may only have been slow); after a
+    /// majority of nodes lost their memory, continue with
+    /// [`fence_floor`](crate::RedlockBuilder::fence_floor).
+    #[error(
+        "no safe fencing token: {trusted} trusted counters read, {needed} needed (nodes that \
+         lost their data do not count; after most nodes lost theirs, set a fence floor)"
+    )]
+    FenceUnknown {
+        /// Trusted counters read.
+        trusted: usize,
+        /// Trusted counters needed (a majority).
+        needed: usize,
+        /// Per-node outcomes of the acquisition.
+        #[source]
+        report: NodeReport,
+    },
+
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -102,9 +137,12 @@ impl Error {
             | Error::Unavailable { report, .. }
             | Error::ValiditySpent { report, .. }
             | Error::NotHeld { report }
-            | Error::Permission { report } => Some(report),
+            | Error::Permission { report }
+            | Error::FenceUnknown { report, .. } => Some(report),
             Error::Timeout { last, .. } => last.report(),
-            Error::Lost { .. } | Error::ShutDown | Error::Config(_) => None,
+            Error::Lost { .. } | Error::ShutDown | Error::Config(_) | Error::SameServer { .. } => {
+                None
+            }
         }
     }
 
@@ -138,11 +176,15 @@ impl Error {
         }
     }
 
-    /// Whether another attempt may succeed (contention, unavailability, spent validity).
+    /// Whether another attempt may succeed (contention, unavailability, spent validity, a
+    /// fencing token that needs a trusted counter from a node that did not answer).
     pub(crate) fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Contended { .. } | Error::Unavailable { .. } | Error::ValiditySpent { .. }
+            Error::Contended { .. }
+                | Error::Unavailable { .. }
+                | Error::ValiditySpent { .. }
+                | Error::FenceUnknown { .. }
         )
     }
 }
@@ -196,6 +238,22 @@ fn no_majority(quorum: usize, report: &NodeReport) -> String {
     msg
 }
 
+/// Which nodes of `report` restart quarantine kept out, why and until when.
+fn kept_out(report: &NodeReport) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    for r in report.results() {
+        if let crate::NodeOutcome::Quarantined { reason, remaining } = &r.outcome {
+            let _ = write!(out, "; {} kept out by restart quarantine ({reason}", r.node);
+            if let Some(d) = remaining {
+                let _ = write!(out, ", votes again in {:.1} s", d.as_secs_f64());
+            }
+            out.push(')');
+        }
+    }
+    out
+}
+
 /// Shorthand for `Result<T, quorum_lock::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -223,7 +281,11 @@ mod tests {
 
     #[test]
     fn unavailable_says_who_answered() {
-        use NodeOutcome::{Failed, NotHeld, Pending, Quarantined, Released, TimedOut};
+        use NodeOutcome::{Failed, NotHeld, Pending, Released, TimedOut};
+        let q = || NodeOutcome::Quarantined {
+            reason: crate::report::QuarantineReason::MemoryLost,
+            remaining: None,
+        };
         let table: [(&[NodeOutcome], &str); 4] = [
             (
                 &[
@@ -242,7 +304,7 @@ mod tests {
                  2 did not (2 timed out)",
             ),
             (
-                &[Quarantined, Quarantined, Pending],
+                &[q(), q(), Pending],
                 "no majority of 3 could be confirmed: 2 of 3 nodes answered \
                  (2 restarted recently, vote not counted), 1 not waited for",
             ),

@@ -224,6 +224,18 @@ pub(crate) fn report(nodes: &[Arc<Node>], outcomes: &[(NodeOutcome, Duration)]) 
 }
 
 impl Collected {
+    /// Recounts the tally from the outcomes, after some were decided again (the ballot of
+    /// restart quarantine decides some votes only once the answers are in).
+    pub(crate) fn recount(&mut self, is_yes: impl Fn(&NodeOutcome) -> bool) {
+        let mut tally = Tally::new(self.outcomes.len());
+        for (outcome, _) in &self.outcomes {
+            if *outcome != NodeOutcome::Pending {
+                tally.record(is_yes(outcome));
+            }
+        }
+        self.tally = tally;
+    }
+
     pub(crate) fn report(&self, nodes: &[Arc<Node>]) -> NodeReport {
         report(nodes, &self.outcomes)
     }
@@ -260,9 +272,33 @@ fn failed(node: &Node, failure: NodeFailure) -> NodeOutcome {
 pub(crate) async fn collect(
     nodes: &[Arc<Node>],
     round: &mut Round,
-    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    interpret: impl FnMut(usize, Value) -> NodeOutcome,
     is_yes: impl Fn(&NodeOutcome) -> bool,
     stop: Stop,
+) -> Collected {
+    collect_until(nodes, round, interpret, is_yes, |outcomes, verdict| {
+        let heard = |i: usize| {
+            outcomes
+                .get(i)
+                .is_none_or(|(o, _)| *o != NodeOutcome::Pending)
+        };
+        match stop {
+            Stop::AtEnd => false,
+            Stop::WhenCertain => verdict != Verdict::Pending,
+            Stop::WhenReached(i) => verdict == Verdict::Reached && i.is_none_or(heard),
+        }
+    })
+    .await
+}
+
+/// [`collect`] with its own stopping rule: `done` sees the outcomes so far (unanswered
+/// nodes [`NodeOutcome::Pending`]) and the tally's verdict after each answer.
+pub(crate) async fn collect_until(
+    nodes: &[Arc<Node>],
+    round: &mut Round,
+    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+    mut done: impl FnMut(&[(NodeOutcome, Duration)], Verdict) -> bool,
 ) -> Collected {
     let n = nodes.len();
     let start = Instant::now();
@@ -298,17 +334,7 @@ pub(crate) async fn collect(
         if let Some(slot) = outcomes.get_mut(index) {
             *slot = (outcome, latency);
         }
-        let heard = |i: usize| {
-            outcomes
-                .get(i)
-                .is_none_or(|(o, _)| *o != NodeOutcome::Pending)
-        };
-        let done = match stop {
-            Stop::AtEnd => false,
-            Stop::WhenCertain => verdict != Verdict::Pending,
-            Stop::WhenReached(i) => verdict == Verdict::Reached && i.is_none_or(heard),
-        };
-        if done {
+        if done(&outcomes, verdict) {
             break;
         }
     }

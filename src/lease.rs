@@ -72,6 +72,10 @@ pub(crate) struct Lease {
     gate: Arc<SendGate>,
     /// The auto-extender, aborted when the client shuts down.
     extender: std::sync::Mutex<Option<AbortHandle>>,
+    /// The TTL the lock was acquired with: every node holding its key has an ensemble
+    /// record at least this long (the acquisition raised it, or the fast path knew it), so
+    /// an extension up to it needs no record raise and may go native.
+    acquired_ttl: Duration,
     state: watch::Sender<State>,
 }
 
@@ -98,6 +102,7 @@ impl Lease {
             token,
             gate,
             extender: std::sync::Mutex::new(None),
+            acquired_ttl: ttl,
             state,
         }
     }
@@ -200,9 +205,11 @@ impl Lease {
             .arg(&*self.token)
             .arg(whole_ms(ttl));
         // One key: `SET ... IFEQ ... PX` on the nodes that have it, the same effect as the
-        // script (see `protocol::native`); several keys need the script's all or nothing.
+        // script (see `protocol::native`) as long as the ensemble record needs no raise (a
+        // TTL up to the acquisition's, see `acquired_ttl`); several keys need the script's
+        // all or nothing, and a longer TTL the script's record raise (restart quarantine).
         let call = match &*self.keys {
-            [key] if ensemble.config.native_commands => {
+            [key] if ensemble.config.native_commands && ttl <= self.acquired_ttl => {
                 call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
             }
             _ => call,

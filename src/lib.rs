@@ -6,6 +6,7 @@
 // imports one above it (scripts/check-layers.sh checks there are no import cycles).
 mod acquire;
 mod attempt;
+mod ballot;
 mod builder;
 mod client;
 mod config;
@@ -32,9 +33,8 @@ mod scoped;
 mod shutdown;
 mod status;
 mod wait;
-// Pure rules of issue 14, public only for tests/model.rs; the client calls some of them.
+// Pure rules of issue 14 (called through `ballot`), public only for tests/model.rs.
 #[doc(hidden)]
-#[allow(dead_code)]
 pub mod safety;
 
 pub use builder::RedlockBuilder;
@@ -49,6 +49,6 @@ pub use fencing::FencingToken;
 pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};
 pub use redis;
-pub use report::{NodeOutcome, NodeReport, NodeResult};
+pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
 pub use retry::RetryPolicy;
-pub use status::{Holder, KeyState, LockStatus, Verdict};
+pub use status::{Holder, KeptOut, KeyState, LockStatus, Verdict};

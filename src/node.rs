@@ -14,9 +14,11 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, ToRedisArgs, Value};
 use tokio::time::Instant;
 
+use crate::ballot::{self, Read};
 use crate::protocol::native::{Capabilities, Native};
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
+use crate::safety::{Persistence, Uptime};
 
 type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
 
@@ -385,13 +387,12 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     slot: Mutex<Slot>,
     generation: AtomicU64,
-    /// The server instance behind the current connection, learnt on every (re)connect.
-    identity: Mutex<Option<Identity>>,
+    /// What the client knows of the server behind the current connection, learnt on every
+    /// (re)connect (see [`Facts`]).
+    facts: Mutex<Option<Facts>>,
     /// The native commands of the server behind the current connection, learnt on every
     /// (re)connect (none until then: the scripts work everywhere).
     capabilities: Mutex<Capabilities>,
-    /// The server's kind and version (`"valkey 9.1.2"`), learnt on every (re)connect.
-    server: Mutex<Option<String>>,
     /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
     /// quarantined.
     published: AtomicU8,
@@ -399,13 +400,92 @@ pub(crate) struct Node {
     closed: AtomicBool,
 }
 
-/// Which Redis process a node is, and since when it runs.
-#[derive(Debug)]
-pub(crate) struct Identity {
-    pub(crate) run_id: String,
-    /// When the process started, on our monotonic clock (rounded towards later: uptime is
-    /// reported in whole seconds, so the estimate errs on the quarantining side).
-    pub(crate) started: Instant,
+/// What a connect learnt about the Redis process behind a node, for restart quarantine
+/// (safety v2): its identity and age from `INFO`, its durability, and what this client has
+/// since seen of the node's admission in that life.
+#[derive(Debug, Clone)]
+pub(crate) struct Facts {
+    /// `run_id`: one per process, so a new one means a restart. `None` when `INFO` was
+    /// refused or lacks it: the node then does not vote.
+    pub(crate) run_id: Option<Arc<str>>,
+    /// `uptime_in_seconds` from the same reply.
+    pub(crate) uptime: Option<Uptime>,
+    /// When that reply arrived (the uptime was measured before).
+    pub(crate) at: Instant,
+    /// Whether acknowledged writes survive a restart (`aof_enabled`, `appendfsync`).
+    pub(crate) persistence: Persistence,
+    /// Why `INFO` gave no identity (say, an ACL user without `+info`).
+    pub(crate) refused: Option<String>,
+    /// This client saw the node's marker name this life (the node votes without asking
+    /// the ensemble), with the completeness it says. Lets an acquisition send a plain
+    /// `SET NX PX`, with [`Facts::record_ms`].
+    pub(crate) admitted: Option<bool>,
+    /// The ensemble record is known to be at least this on the node in this life
+    /// (milliseconds; 0: not known).
+    pub(crate) record_ms: u64,
+    /// The server's kind and version (`"valkey 9.1.2"`), from the same `INFO`.
+    pub(crate) server: Option<String>,
+}
+
+impl Facts {
+    /// Reads `INFO` (every default section: `server` and `persistence` are needed) and, only
+    /// with AOF on, `CONFIG GET appendfsync`. A refused `INFO` leaves the identity unknown,
+    /// a refused `CONFIG` the persistence: both fall to the safe side (see
+    /// [`safety::admit`](crate::safety::admit)). Only I/O errors fail.
+    async fn learn(conn: &mut MultiplexedConnection) -> RedisResult<Facts> {
+        let text = match redis::cmd("INFO").query_async::<String>(conn).await {
+            Ok(text) => text,
+            Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
+            Err(e) => {
+                return Ok(Facts {
+                    run_id: None,
+                    uptime: None,
+                    at: Instant::now(),
+                    persistence: Persistence::Unknown,
+                    refused: Some(format!("info refused: {e}")),
+                    admitted: None,
+                    record_ms: 0,
+                    server: None,
+                });
+            }
+        };
+        let at = Instant::now();
+        let info = crate::info::parse(&text);
+        let persistence = match info.aof_enabled() {
+            Some(false) => Persistence::Volatile,
+            None => Persistence::Unknown,
+            Some(true) => match redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("appendfsync")
+                .query_async::<Vec<String>>(conn)
+                .await
+            {
+                Ok(pair) if pair.get(1).is_some_and(|v| v == "always") => Persistence::AofAlways,
+                Ok(pair) if pair.len() == 2 => Persistence::Volatile,
+                Ok(_) => Persistence::Unknown,
+                Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
+                Err(_) => Persistence::Unknown,
+            },
+        };
+        let run_id = info.run_id().map(Arc::from);
+        let uptime = info
+            .get("uptime_in_seconds")
+            .and_then(|v| v.parse().ok())
+            .map(Uptime::seconds);
+        let refused = (run_id.is_none() || uptime.is_none())
+            .then(|| "info gave no run_id or uptime_in_seconds".to_owned());
+        let server = info.server().map(|s| format!("{} {}", s.kind, s.version));
+        Ok(Facts {
+            run_id,
+            uptime,
+            at,
+            persistence,
+            refused,
+            admitted: None,
+            record_ms: 0,
+            server,
+        })
+    }
 }
 
 impl std::fmt::Debug for Node {
@@ -431,59 +511,46 @@ impl Node {
             connect_timeout,
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
-            identity: Mutex::new(None),
+            facts: Mutex::new(None),
             capabilities: Mutex::new(Capabilities::default()),
-            server: Mutex::new(None),
             published: AtomicU8::new(0),
             closed: AtomicBool::new(false),
         }
     }
 
-    /// Reads `run_id` and uptime from `INFO server`. A refusal (say, an ACL without
-    /// `INFO`) leaves the identity unknown, which disables quarantine for this node.
-    async fn learn_identity(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
-        let asked = Instant::now();
-        let info = match redis::cmd("INFO")
-            .arg("server")
-            .query_async::<String>(conn)
-            .await
-        {
-            Ok(info) => info,
-            Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
-            Err(_) => return Ok(()),
-        };
-        let info = crate::info::parse(&info);
-        self.set_server(info.server());
-        let identity = match (info.run_id(), info.uptime()) {
-            (Some(run_id), Some(uptime)) => Some(Identity {
-                run_id: run_id.to_owned(),
-                started: asked.checked_sub(uptime).unwrap_or(asked),
-            }),
-            _ => None,
-        };
-        let mut known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(old), Some(new)) = (&*known, &identity)
-            && old.run_id != new.run_id
+    /// Learns the facts of the server behind a new connection (see [`Facts::learn`]); a new
+    /// `run_id` is logged and counted as a restart.
+    async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let facts = Facts::learn(conn).await?;
+        if let Some(why) = &facts.refused {
+            tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
+        }
+        let mut known = self.lock_facts();
+        let old = known.as_ref().and_then(|f| f.run_id.clone());
+        if let (Some(old), Some(new)) = (&old, &facts.run_id)
+            && old != new
         {
             tracing::info!(node = %self.name, "node restarted (new run_id)");
             crate::metrics::node_restarted(&self.name);
         }
-        *known = identity;
+        // The same process reached again (a reconnect): what this client saw of its
+        // admission and record still holds.
+        let (admitted, record_ms) = known
+            .as_ref()
+            .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id)
+            .map_or((None, 0), |f| (f.admitted, f.record_ms));
+        *known = Some(Facts {
+            admitted,
+            record_ms,
+            ..facts
+        });
         Ok(())
-    }
-
-    fn set_server(&self, server: Option<crate::info::Server<'_>>) {
-        let server = server.map(|s| format!("{} {}", s.kind, s.version));
-        *self.server.lock().unwrap_or_else(|p| p.into_inner()) = server;
     }
 
     /// The server's kind and version as last learnt (`"valkey 9.1.2"`); `None` before the
     /// first connect or when `INFO` was refused.
     pub(crate) fn server(&self) -> Option<String> {
-        self.server
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.lock_facts().as_ref().and_then(|f| f.server.clone())
     }
 
     /// Asks which native commands the server has (see [`Capabilities`]), both probes in
@@ -512,27 +579,69 @@ impl Node {
         *self.capabilities.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether this node's vote must not count yet: it (re)started less than `period` ago,
-    /// so it may have lost locks granted before. Unknown identity: not quarantined.
-    pub(crate) fn is_quarantined(&self, period: Duration) -> bool {
-        let known = self.identity.lock().unwrap_or_else(|p| p.into_inner());
-        known
-            .as_ref()
-            .is_some_and(|id| id.started.elapsed() < period)
+    fn lock_facts(&self) -> MutexGuard<'_, Option<Facts>> {
+        self.facts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// [`is_quarantined`](Self::is_quarantined) for a yes vote, with its metrics: every
-    /// vote not counted, and the node's quarantine gauge when its state changed.
-    pub(crate) fn quarantined_vote(&self, period: Duration) -> bool {
-        let quarantined = self.is_quarantined(period);
-        if quarantined {
-            crate::metrics::vote_quarantined(&self.name);
+    /// The facts learnt on the last connect; `None` before the first one.
+    pub(crate) fn facts(&self) -> Option<Facts> {
+        self.lock_facts().clone()
+    }
+
+    /// What the ballot of an acquisition knows of this node before its reply: its
+    /// `run_id`, its age now (rounded down) and its durability.
+    pub(crate) fn blank_read(&self) -> Read {
+        let known = self.lock_facts();
+        let Some(facts) = known.as_ref() else {
+            return Read::blank(None, None, Persistence::Unknown);
+        };
+        let uptime = facts.uptime.map(|u| ballot::aged(u, facts.at.elapsed()));
+        Read::blank(facts.run_id.clone(), uptime, facts.persistence)
+    }
+
+    /// The node's `run_id`, when known.
+    pub(crate) fn run_id(&self) -> Option<Arc<str>> {
+        self.lock_facts().as_ref().and_then(|f| f.run_id.clone())
+    }
+
+    /// The life (`run_id`) in which this node may take a plain `SET NX PX` for `ttl_ms`, and
+    /// the completeness its marker said (`false` when not `admitted`): its ensemble record
+    /// is known to cover `ttl_ms` in its current life and, when `admitted` is asked for, it
+    /// was seen admitted in that life.
+    pub(crate) fn fast_path(&self, ttl_ms: u64, admitted: bool) -> Option<(Arc<str>, bool)> {
+        let known = self.lock_facts();
+        let facts = known.as_ref()?;
+        if facts.record_ms < ttl_ms || (admitted && facts.admitted.is_none()) {
+            return None;
         }
-        let state = if quarantined { 2 } else { 1 };
+        Some((facts.run_id.clone()?, facts.admitted.unwrap_or(false)))
+    }
+
+    /// Records what this client saw in the node's life `life` (ignored when that is no
+    /// longer its current life): its ensemble record is at least `record_ms`, and, with
+    /// `complete`, its marker names that life with that completeness.
+    pub(crate) fn seen(&self, life: &str, complete: Option<bool>, record_ms: u64) {
+        let mut known = self.lock_facts();
+        if let Some(facts) = known.as_mut()
+            && facts.run_id.as_deref() == Some(life)
+        {
+            facts.record_ms = facts.record_ms.max(record_ms);
+            if complete.is_some() {
+                facts.admitted = complete;
+            }
+        }
+    }
+
+    /// Counts a yes vote that was kept out (`reason`, a metric label) or counted (`None`),
+    /// and publishes the node's quarantine gauge when its state changed.
+    pub(crate) fn count_vote(&self, kept_out: Option<&'static str>) {
+        if let Some(reason) = kept_out {
+            crate::metrics::vote_quarantined(&self.name, reason);
+        }
+        let state = if kept_out.is_some() { 2 } else { 1 };
         if self.published.swap(state, Ordering::Relaxed) != state {
-            crate::metrics::node_quarantined(&self.name, quarantined);
+            crate::metrics::node_quarantined(&self.name, kept_out.is_some());
         }
-        quarantined
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -629,11 +738,11 @@ impl Node {
                     .await?;
                 preload_scripts(&mut conn).await?;
                 let mut probe = conn.clone();
-                let (identity, capabilities) = futures::join!(
-                    node.learn_identity(&mut conn),
+                let (facts, capabilities) = futures::join!(
+                    node.learn_facts(&mut conn),
                     node.learn_capabilities(&mut probe)
                 );
-                identity?;
+                facts?;
                 capabilities?;
                 Ok::<_, RedisError>(conn)
             })

@@ -119,7 +119,7 @@ pub(crate) fn vote(outcome: &NodeOutcome, yes: &NodeOutcome) -> Vote {
     match outcome {
         o if o == yes => Vote::Yes,
         NodeOutcome::HeldByOther | NodeOutcome::NotHeld | NodeOutcome::WrongType => Vote::No,
-        NodeOutcome::Quarantined => Vote::Missing,
+        NodeOutcome::Quarantined { .. } => Vote::Missing,
         NodeOutcome::PermissionDenied(_) => Vote::Denied,
         o if o.is_failure() => Vote::Missing,
         _ => Vote::Open,
@@ -415,7 +415,13 @@ mod tests {
             (NodeOutcome::HeldByOther, Vote::No),
             (NodeOutcome::NotHeld, Vote::No),
             (NodeOutcome::WrongType, Vote::No),
-            (NodeOutcome::Quarantined, Vote::Missing),
+            (
+                NodeOutcome::Quarantined {
+                    reason: crate::report::QuarantineReason::MemoryLost,
+                    remaining: Some(MS(5)),
+                },
+                Vote::Missing,
+            ),
             (NodeOutcome::TimedOut, Vote::Missing),
             (NodeOutcome::Failed("x".into()), Vote::Missing),
             (NodeOutcome::PermissionDenied("NOPERM".into()), Vote::Denied),

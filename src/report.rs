@@ -19,9 +19,15 @@ pub enum NodeOutcome {
     Extended,
     /// Our token was found and deleted (release).
     Released,
-    /// The node stored our token but restarted too recently for its vote to count (restart
-    /// quarantine): it may have lost locks granted before the restart.
-    Quarantined,
+    /// The node stored our token but restart quarantine keeps its vote out: it may have
+    /// lost locks that are still in force, or what is needed to tell is unknown.
+    Quarantined {
+        /// Why.
+        reason: QuarantineReason,
+        /// How long until it votes again, measured when this outcome was decided; `None`
+        /// when that depends on something unknown (see the reason).
+        remaining: Option<Duration>,
+    },
     /// The key is absent or holds another token: we do not hold it here (extend, release).
     NotHeld,
     /// No answer within the per-node timeout. The request may still have been applied.
@@ -38,6 +44,55 @@ pub enum NodeOutcome {
     Pending,
 }
 
+/// Why restart quarantine keeps a node's vote out (see
+/// [`RedlockBuilder::restart_quarantine`](crate::RedlockBuilder::restart_quarantine)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QuarantineReason {
+    /// The node lost its memory (its marker is gone) while locks granted before may still
+    /// be in force: it votes again once the longest TTL of the ensemble has passed since
+    /// it started.
+    MemoryLost,
+    /// The node runs a new process (another `run_id` than the one it was admitted in)
+    /// without `appendfsync always`, so it may have lost writes: as for `MemoryLost`.
+    Restarted,
+    /// The node's `run_id` or uptime is unknown (`INFO` refused, say an ACL user without
+    /// `+info`): it does not vote until they are known.
+    NoIdentity,
+    /// The ensemble's longest TTL was read from too few nodes whose memory is known intact
+    /// (a majority is needed) to know how long this node must stay out.
+    RecordUnread,
+    /// A new ensemble: every configured node must answer before the first lock, since a
+    /// fresh ensemble cannot otherwise be told from one whose records were lost.
+    FreshNeedsAll,
+}
+
+impl QuarantineReason {
+    /// A short machine-readable name: `memory_lost`, `restarted`, `no_identity`,
+    /// `record_unread` or `fresh_needs_all` (the metric's `reason` label).
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            QuarantineReason::MemoryLost => "memory_lost",
+            QuarantineReason::Restarted => "restarted",
+            QuarantineReason::NoIdentity => "no_identity",
+            QuarantineReason::RecordUnread => "record_unread",
+            QuarantineReason::FreshNeedsAll => "fresh_needs_all",
+        }
+    }
+}
+
+impl fmt::Display for QuarantineReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            QuarantineReason::MemoryLost => "lost its data while locks may depend on it",
+            QuarantineReason::Restarted => "restarted without appendfsync always",
+            QuarantineReason::NoIdentity => "run_id or uptime unknown (info refused?)",
+            QuarantineReason::RecordUnread => "the longest ttl was read from too few intact nodes",
+            QuarantineReason::FreshNeedsAll => "new ensemble: every node must answer first",
+        })
+    }
+}
+
 impl NodeOutcome {
     /// True when the node could not give an answer (timeout or error), as opposed to a
     /// definite answer from a working node.
@@ -46,6 +101,11 @@ impl NodeOutcome {
             self,
             NodeOutcome::TimedOut | NodeOutcome::Failed(_) | NodeOutcome::PermissionDenied(_)
         )
+    }
+
+    /// True when restart quarantine kept the node's vote out.
+    pub fn is_quarantined(&self) -> bool {
+        matches!(self, NodeOutcome::Quarantined { .. })
     }
 }
 
@@ -60,7 +120,13 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::NotHeld => f.write_str("not held"),
-            NodeOutcome::Quarantined => f.write_str("restarted recently, vote not counted"),
+            NodeOutcome::Quarantined { reason, remaining } => {
+                write!(f, "kept out by restart quarantine: {reason}")?;
+                match remaining {
+                    Some(d) => write!(f, ", votes again in {:.1} s", d.as_secs_f64()),
+                    None => Ok(()),
+                }
+            }
             NodeOutcome::TimedOut => f.write_str("timed out"),
             NodeOutcome::Failed(msg) => write!(f, "error: {msg}"),
             NodeOutcome::PermissionDenied(msg) => write!(f, "permission denied: {msg}"),
@@ -136,6 +202,14 @@ impl NodeReport {
         }
         let parts: Vec<String> = counts.iter().map(|(w, n)| format!("{n} {w}")).collect();
         parts.join(", ")
+    }
+
+    /// How many nodes restart quarantine kept out.
+    pub fn quarantined(&self) -> usize {
+        self.results
+            .iter()
+            .filter(|r| r.outcome.is_quarantined())
+            .count()
     }
 
     /// How many nodes failed to answer (timeouts, errors and permission refusals).
@@ -242,7 +316,13 @@ mod tests {
             result(NodeOutcome::HeldByOther, 1),
             result(NodeOutcome::TimedOut, 1),
             result(NodeOutcome::HeldByOther, 1),
-            result(NodeOutcome::Quarantined, 1),
+            result(
+                NodeOutcome::Quarantined {
+                    reason: QuarantineReason::MemoryLost,
+                    remaining: None,
+                },
+                1,
+            ),
         ]);
         assert_eq!(
             report.summary(),

@@ -4,13 +4,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::Duration;
 
+use crate::ballot::{self, Seen};
 use crate::client::Redlock;
 use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::json::JsonObject;
 use crate::node::Call;
 use crate::protocol::{reply, scripts};
-use crate::report::NodeOutcome;
+use crate::report::{NodeOutcome, QuarantineReason};
 
 /// What one node holds for a lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +23,20 @@ pub struct KeyState {
     pub holder: Option<Holder>,
     /// Why the node could not be read.
     pub error: Option<String>,
+    /// Restart quarantine would keep this node's vote out of an acquisition now (judged
+    /// from what every node answered, as an acquisition judges it).
+    pub kept_out: Option<KeptOut>,
+}
+
+/// Why and how long restart quarantine keeps a node's vote out (see
+/// [`NodeOutcome::Quarantined`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeptOut {
+    /// Why.
+    pub reason: QuarantineReason,
+    /// How long until it votes again; `None` when that depends on something unknown.
+    pub remaining: Option<Duration>,
 }
 
 /// The content of a lock key on one node.
@@ -74,7 +89,9 @@ impl Verdict {
 impl LockStatus {
     /// The status as one JSON object:
     /// `{"resource","key","quorum","verdict","owner","nodes":[{"node","reachable",
-    /// "exists","type","ttl_ms","owner","error"}]}`; unknown values are `null`.
+    /// "exists","type","ttl_ms","owner","error","kept_out","votes_in_ms"}]}`; unknown
+    /// values are `null`, and `kept_out` (a [`QuarantineReason::as_str`]) is `null` for a
+    /// node that votes.
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(128 + 160 * self.nodes.len());
         let mut o = JsonObject::new(&mut out);
@@ -104,6 +121,13 @@ impl LockStatus {
             node.num("ttl_ms", ttl.map(|d| d.as_millis() as i128));
             node.str("owner", token);
             node.str("error", n.error.as_deref());
+            node.str("kept_out", n.kept_out.map(|k| k.reason.as_str()));
+            node.num(
+                "votes_in_ms",
+                (n.kept_out)
+                    .and_then(|k| k.remaining)
+                    .map(|d| d.as_millis() as i128),
+            );
             node.end();
         });
         o.end();
@@ -204,13 +228,21 @@ impl Redlock {
         );
         let mut round = Round::everywhere(ensemble.view(), call);
         let mut holders = vec![None; ensemble.nodes.len()];
+        let mut reads = vec![None; ensemble.nodes.len()];
         let collected = fanout::collect(
             &ensemble.nodes,
             &mut round,
-            |i, answer| match reply::decode::<(String, i64, Option<Vec<u8>>)>(answer) {
-                Ok((kind, pttl, value)) => {
-                    if let Some(slot) = holders.get_mut(i) {
-                        *slot = Some(holder(&kind, pttl, value));
+            |i, answer| match reply::inspect_reply(answer) {
+                Ok(inspected) => {
+                    if let (Some(slot), Some(read), Some(node)) =
+                        (holders.get_mut(i), reads.get_mut(i), ensemble.nodes.get(i))
+                    {
+                        let value = inspected.value;
+                        *slot = Some(holder(&inspected.kind, inspected.pttl, value));
+                        let mut seen = node.blank_read();
+                        seen.marker = Seen::Read(inspected.marker.map(|m| (m.life, m.complete)));
+                        seen.record_ms = inspected.record_ms;
+                        *read = Some(seen);
                     }
                     NodeOutcome::Reachable
                 }
@@ -224,12 +256,18 @@ impl Redlock {
         if report.denials() > 0 {
             return Err(Error::Permission { report });
         }
+        let kept_out = ballot::kept_out(&reads, ensemble.config.drift_factor);
         let nodes: Vec<KeyState> = (ensemble.nodes.iter().zip(holders))
             .zip(collected.outcomes)
-            .map(|((node, holder), (outcome, _))| KeyState {
+            .zip(kept_out)
+            .map(|(((node, holder), (outcome, _)), kept_out)| KeyState {
                 node: node.name().to_owned(),
                 error: holder.is_none().then(|| outcome.to_string()),
                 holder,
+                kept_out: (ensemble.config.quarantine)
+                    .then_some(kept_out)
+                    .flatten()
+                    .map(|(reason, remaining)| KeptOut { reason, remaining }),
             })
             .collect();
         let holders: Vec<Option<&Holder>> = nodes.iter().map(|s| s.holder.as_ref()).collect();

@@ -15,7 +15,7 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 
 fn client(urls: &[String]) -> Redlock {
     Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(NODE_TIMEOUT)
@@ -112,7 +112,7 @@ async fn key_is_the_resource_name_unless_prefixed() {
     guard.release().await.unwrap();
 
     let prefixed = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .node(server.url())
         .node_timeout(NODE_TIMEOUT)
@@ -335,7 +335,7 @@ async fn a_hung_node_does_not_slow_the_majority() {
     let mut urls = cluster.urls();
     urls.push(hole.url());
     let redlock = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .nodes(&urls)
         .node_timeout(Duration::from_secs(5))
@@ -648,7 +648,7 @@ async fn tls_node_with_private_ca() {
     });
     assert!(server.url().starts_with("rediss://"));
     let redlock = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .node(server.url())
         .node_timeout(Duration::from_secs(2))
@@ -662,7 +662,7 @@ async fn tls_node_with_private_ca() {
 
     // Without the CA the certificate is rejected: a clear per-node error, no panic.
     let untrusted = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .node(server.url())
         .node_timeout(Duration::from_secs(2))
@@ -761,7 +761,7 @@ async fn invalid_configuration_is_rejected_with_a_clear_message() {
 async fn unreachable_nodes_never_fail_build_or_hang() {
     // Nothing listens on these ports (below the ephemeral range, unused by the harness).
     let redlock = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .nodes([
             "redis://127.0.0.1:1",
@@ -790,7 +790,7 @@ async fn unreachable_nodes_never_fail_build_or_hang() {
 async fn odd_but_valid_configurations_work() {
     let server = RedisServer::start();
     let redlock = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .node(server.url())
         .retry_delay(Duration::ZERO)

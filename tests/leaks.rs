@@ -22,7 +22,7 @@ const SETTLE: Duration = Duration::from_secs(3);
 
 fn client(urls: &[String]) -> Redlock {
     Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(NODE_TIMEOUT)

@@ -158,6 +158,34 @@ async fn metrics_follow_a_scripted_sequence() {
         },
     )
     .await;
+    // The dead node comes back empty: restart quarantine keeps its vote out, and says why
+    // in the metrics. Node 0 holds a foreign value, so node 2's answer is waited for.
+    let back = dead;
+    tokio::task::block_in_place(|| cluster.nodes[2].restart());
+    redis::cmd("SET")
+        .arg(&resource)
+        .arg("foreign")
+        .arg("PX")
+        .arg(60_000)
+        .query::<()>(&mut cluster.nodes[0].conn())
+        .unwrap();
+    let careful = Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let refused = careful.lock(&resource, ttl).max_attempts(1).await;
+    let report = refused.as_ref().err().and_then(|e| e.report()).unwrap();
+    assert!(report.results()[2].outcome.is_quarantined(), "{report}");
+    let s = snapshot(&snapshotter);
+    let kept_out = [("node", back.as_str()), ("reason", "memory_lost")];
+    assert_eq!(counter(&s, names::QUARANTINED_VOTES, &kept_out), 1);
+    let gauge = s.get(&(
+        names::NODE_QUARANTINED.to_owned(),
+        vec![("node".to_owned(), back.clone())],
+    ));
+    assert_eq!(gauge, Some(&DebugValue::Gauge(1.0.into())));
+
     let s = snapshot(&snapshotter);
     for (name, labels) in s.keys() {
         assert!(name.starts_with("quorum_lock_"), "{name}");

@@ -21,7 +21,7 @@ fn client(urls: &[String]) -> Redlock {
 /// A client whose retries start `first` apart and grow to at most `at_most`.
 fn polling(urls: &[String], first: Duration, at_most: Duration) -> Redlock {
     Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .nodes(urls)
         .node_timeout(NODE_TIMEOUT)
@@ -733,7 +733,7 @@ async fn without_a_notification_the_poll_still_acquires() {
         .unwrap();
     std::mem::forget(holder);
     let waiter = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .nodes(cluster.urls())
         .node_timeout(NODE_TIMEOUT)
@@ -750,7 +750,7 @@ async fn without_a_notification_the_poll_still_acquires() {
 
     // Notifications off on both sides: polling alone.
     let quiet = Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
+        // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
         .nodes(cluster.urls())
         .node_timeout(NODE_TIMEOUT)

@@ -31,6 +31,8 @@ pub(crate) const EX_UNAVAILABLE: u8 = 69;
 pub(crate) const EX_SOFTWARE: u8 = 70;
 /// The operating system refused something (`EX_OSERR`): runtime, signal handlers.
 pub(crate) const EX_OSERR: u8 = 71;
+/// The nodes are misconfigured (`EX_CONFIG`): two URLs reach one server.
+pub(crate) const EX_CONFIG: u8 = 78;
 /// The lock is held elsewhere (`EX_TEMPFAIL`).
 pub(crate) const EX_TEMPFAIL: u8 = 75;
 /// A node's ACL refused a command, key or channel (`EX_NOPERM`).
@@ -57,6 +59,7 @@ N ended it); otherwise
        SIGTERM, then SIGKILL before the lock's validity ended)
    75  the lock is held elsewhere (not acquired within the wait)
    77  permission denied: a node's ACL refused a command, key or channel
+   78  two node URLs reach the same Redis server (it would vote twice)
   126  the program could not be started;  127  the program was not found";
 
 const RUN_AFTER_HELP: &str = "\
@@ -73,7 +76,8 @@ quorum-lock exits 70. A --grace that does not fit in the --ttl's validity is ref
 While it waits more than a second for the lock, and stderr is a terminal, quorum-lock says
 on stderr who holds the lock and when its key expires.
 Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere, 77 permission
-denied by a node's ACL (also when the release after the program was refused).";
+denied by a node's ACL (also when the release after the program was refused), 78 one server
+listed twice.";
 
 /// Redlock over N independent Redis masters, from the command line.
 #[derive(Debug, Parser)]
@@ -132,6 +136,10 @@ struct RunArgs {
     /// Obtain a fencing token and pass it in QUORUM_LOCK_FENCING_TOKEN
     #[arg(long)]
     fencing: bool,
+
+    /// Fencing tokens start above N (to continue after most nodes lost their data)
+    #[arg(long, value_name = "N", requires = "fencing")]
+    fence_floor: Option<u64>,
 
     /// How long the program has between SIGTERM and SIGKILL when the lock is lost or at
     /// risk; taken out of the lock's validity [default: 10s, or a third of --ttl if less]
@@ -298,12 +306,16 @@ fn client(
     key_prefix: Option<String>,
     node_timeout: Duration,
     ttl: Duration,
+    fence_floor: Option<u64>,
 ) -> Result<Redlock, Failure> {
     let urls = node_urls(nodes)?;
     let mut builder = Redlock::builder()
         .nodes(urls)
         .default_ttl(ttl)
         .node_timeout(node_timeout);
+    if let Some(floor) = fence_floor {
+        builder = builder.fence_floor(floor);
+    }
     if let Some(prefix) = key_prefix {
         builder = builder.key_prefix(prefix);
     }
@@ -333,13 +345,13 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             args.resource
         )));
     }
-    let ttl = match &cli.command {
-        Command::Run(args) => args.ttl,
+    let (ttl, fence_floor) = match &cli.command {
+        Command::Run(args) => (args.ttl, args.fence_floor),
         // Only `run` locks; the others use the library's default.
-        _ => RedlockBuilder::DEFAULT_TTL,
+        _ => (RedlockBuilder::DEFAULT_TTL, None),
     };
     let node_timeout = cli.node_timeout;
-    let redlock = client(cli.nodes, cli.key_prefix, node_timeout, ttl)?;
+    let redlock = client(cli.nodes, cli.key_prefix, node_timeout, ttl, fence_floor)?;
     // After the client: its TTL check speaks first of a TTL too short for anything.
     let command = match cli.command {
         Command::Run(args) => Ok(run_options(args, node_timeout)?),

@@ -12,8 +12,11 @@
 pub(crate) enum Kind {
     /// The lock key itself.
     Lock,
-    /// The fencing counter of a lock key (never expires).
+    /// The fencing counter of a lock key (never expires): a plain integer.
     Fence,
+    /// The life (`run_id`) the fencing counter was last written in, from the node's
+    /// marker (never expires; `''` when the node had no marker).
+    FenceLife,
     /// The waiting list of a lock key (client ids, expires after twice the TTL).
     Waiters,
     /// The client whose turn it is after a release woke it (short expiry).
@@ -33,8 +36,31 @@ pub(crate) fn derived(kind: Kind, prefix: &str, lock: &str) -> String {
     match kind {
         Kind::Lock => lock.to_owned(),
         Kind::Fence => internal(prefix, "fence", resource),
+        Kind::FenceLife => internal(prefix, "fence-life", resource),
         Kind::Waiters => internal(prefix, "waiters", resource),
         Kind::Turn => internal(prefix, "turn", resource),
+    }
+}
+
+/// The node-wide keys of restart quarantine (safety v2): one of each per node and key
+/// prefix (clients of one prefix share them: their leases are on the same keys), never
+/// expiring. A script gets them after its per-lock
+/// blocks, in the order of its layout's globals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Global {
+    /// The ensemble record: the longest TTL in milliseconds any client may count votes
+    /// for, raised with (before or atomically with) every acquisition and extension.
+    MaxTtl,
+    /// The node's marker `<run_id>:<0|1>`: the life in which a client admitted the node,
+    /// and whether it held everything since it first served (`1`).
+    Marker,
+}
+
+/// The name of the node-wide key `global` under `prefix`.
+pub(crate) fn global(prefix: &str, global: Global) -> String {
+    match global {
+        Global::MaxTtl => internal(prefix, "node", "max-ttl"),
+        Global::Marker => internal(prefix, "node", "marker"),
     }
 }
 
@@ -72,6 +98,12 @@ mod tests {
         assert_eq!(derived(Kind::Turn, "", "r"), "quorum-lock:turn:r");
         assert_eq!(wake_channel("", "c1"), "quorum-lock:wake:c1");
         assert_eq!(wake_channel_prefix(""), "quorum-lock:wake:");
+        assert_eq!(
+            derived(Kind::FenceLife, "", "r"),
+            "quorum-lock:fence-life:r"
+        );
+        assert_eq!(global("", Global::MaxTtl), "quorum-lock:node:max-ttl");
+        assert_eq!(global("", Global::Marker), "quorum-lock:node:marker");
         assert_eq!(fence_seen("r"), "quorum-lock:fence-seen:r");
     }
 
@@ -94,10 +126,22 @@ mod tests {
         );
         assert_eq!(wake_channel(prefix, "c1"), "app:quorum-lock:wake:c1");
         assert!(wake_channel(prefix, "c1").starts_with(&wake_channel_prefix(prefix)));
-        for kind in [Kind::Lock, Kind::Fence, Kind::Waiters, Kind::Turn] {
+        for g in [Global::MaxTtl, Global::Marker] {
+            match g {
+                Global::MaxTtl | Global::Marker => {}
+            }
+            assert!(global(prefix, g).starts_with(prefix), "{g:?}");
+        }
+        for kind in [
+            Kind::Lock,
+            Kind::Fence,
+            Kind::FenceLife,
+            Kind::Waiters,
+            Kind::Turn,
+        ] {
             // Exhaustive on purpose: a new kind must be added to the list above.
             match kind {
-                Kind::Lock | Kind::Fence | Kind::Waiters | Kind::Turn => {}
+                Kind::Lock | Kind::Fence | Kind::FenceLife | Kind::Waiters | Kind::Turn => {}
             }
             assert!(
                 derived(kind, prefix, &lock_key).starts_with(prefix),

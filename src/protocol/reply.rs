@@ -14,14 +14,60 @@ pub(crate) fn decode<T: redis::FromRedisValue>(value: Value) -> Result<T, NodeOu
     redis::from_redis_value(value).map_err(|e| NodeOutcome::Failed(e.to_string()))
 }
 
-/// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence}`: whether it set the
-/// keys, and the fencing counter it read (with fencing on). A key of another type in the
-/// way is [`NodeOutcome::WrongType`].
-pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOutcome> {
-    // Read as a signed number: the driver turns -1 into `u64::MAX` when asked for a `u64`,
-    // and a counter at the top would make every later token equal. `-1` in the first
-    // place: the key holds another type.
-    let (set, fence) = decode::<(i64, Option<i64>)>(reply)?;
+/// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Acquired {
+    /// Whether it set the keys.
+    pub(crate) set: bool,
+    /// The highest fencing counter of the keys (with fencing on).
+    pub(crate) fence: Option<u64>,
+    /// The life every counter was written in; `None` when one is absent or they differ.
+    pub(crate) fence_life: Option<String>,
+    /// The node's marker as it was.
+    pub(crate) marker: Option<Marker>,
+    /// The ensemble record before the script raised it, in milliseconds.
+    pub(crate) record_ms: Option<u64>,
+}
+
+/// A node's marker, as [`MARK`](super::scripts::MARK) writes it: `<life>:<0|1>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Marker {
+    /// The `run_id` of the life the node was admitted in.
+    pub(crate) life: String,
+    /// Whether the node held everything since it first served.
+    pub(crate) complete: bool,
+}
+
+impl Marker {
+    /// Reads the marker's text; anything else reads as no marker at all (the safe side:
+    /// the node is treated as having lost its memory).
+    pub(crate) fn parse(text: &str) -> Option<Marker> {
+        let (life, complete) = text.rsplit_once(':')?;
+        let complete = match complete {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        };
+        (!life.is_empty()).then(|| Marker {
+            life: life.to_owned(),
+            complete,
+        })
+    }
+}
+
+/// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence, fence_life, marker, record}`.
+/// A key of another type in the way (`acquired` = -1) is [`NodeOutcome::WrongType`].
+pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
+    // The counter is read as a signed number: the driver turns -1 into `u64::MAX` when
+    // asked for a `u64`, and a counter at the top would make every later token equal.
+    type Raw = (
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<u64>,
+    );
+    let (set, fence, fence_life, marker, record_ms) = decode::<Raw>(reply)?;
     if set == -1 {
         return Err(NodeOutcome::WrongType);
     }
@@ -29,13 +75,46 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<(bool, Option<u64>), NodeOut
         .map(u64::try_from)
         .transpose()
         .map_err(|_| NodeOutcome::Failed(format!("negative fencing counter {fence:?}")))?;
-    Ok((set == 1, fence))
+    Ok(Acquired {
+        set: set == 1,
+        fence,
+        fence_life,
+        marker: marker.as_deref().and_then(Marker::parse),
+        record_ms,
+    })
 }
 
 /// A `TYPE` reply: whether the key holds something other than a string (a foreign list,
 /// hash, ...), as opposed to a string or nothing.
 pub(crate) fn is_other_type(reply: Value) -> bool {
     decode::<String>(reply).is_ok_and(|kind| kind != "string" && kind != "none")
+}
+
+/// [`INSPECT`](super::scripts::INSPECT)'s reply, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    /// The key's type (`none` when absent).
+    pub(crate) kind: String,
+    /// Its remaining time to live in milliseconds (negative: none, or no key).
+    pub(crate) pttl: i64,
+    /// A string key's value.
+    pub(crate) value: Option<Vec<u8>>,
+    /// The node's marker.
+    pub(crate) marker: Option<Marker>,
+    /// The ensemble record on the node, in milliseconds.
+    pub(crate) record_ms: Option<u64>,
+}
+
+/// [`INSPECT`](super::scripts::INSPECT)'s reply `{type, pttl, value, marker, record}`.
+pub(crate) fn inspect_reply(reply: Value) -> Result<Inspected, NodeOutcome> {
+    type Raw = (String, i64, Option<Vec<u8>>, Option<String>, Option<u64>);
+    decode::<Raw>(reply).map(|(kind, pttl, value, marker, record_ms)| Inspected {
+        kind,
+        pttl,
+        value,
+        marker: marker.as_deref().and_then(Marker::parse),
+        record_ms,
+    })
 }
 
 /// A reply `1` (the script did it) or anything else (it did not), as `yes` or `no`.
@@ -119,18 +198,21 @@ mod tests {
     #[test]
     fn well_formed_replies_decode() {
         use Value::{Array, Int, Nil};
+        let acquired = acquire_reply(Array(vec![Int(1), Int(7), Nil, Nil, Nil])).unwrap();
+        assert_eq!((acquired.set, acquired.fence), (true, Some(7)));
+        let refused = acquire_reply(Array(vec![Int(0), Nil, Nil, Nil, Nil])).unwrap();
+        assert_eq!((refused.set, refused.fence), (false, None));
         assert_eq!(
-            acquire_reply(Array(vec![Int(1), Int(7)])),
-            Ok((true, Some(7)))
+            acquire_reply(Array(vec![Int(-1), Nil, Nil, Nil, Nil])),
+            Err(NodeOutcome::WrongType)
         );
-        assert_eq!(acquire_reply(Array(vec![Int(0), Nil])), Ok((false, None)));
         let (yes, no) = (NodeOutcome::Extended, NodeOutcome::NotHeld);
         assert_eq!(one_or(Int(1), yes.clone(), no.clone()), yes);
         assert_eq!(one_or(Int(0), yes.clone(), no.clone()), no);
         // Malformed: errors, not panics or defaults.
         assert!(acquire_reply(Int(1)).is_err());
         assert!(
-            acquire_reply(Array(vec![Int(1), Int(-1)])).is_err(),
+            acquire_reply(Array(vec![Int(1), Int(-1), Nil, Nil, Nil])).is_err(),
             "a negative counter"
         );
         assert!(one_or(Nil, yes, no).is_failure());

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use redis::Script;
 
-use crate::protocol::keys::{self, Kind};
+use crate::protocol::keys::{self, Global, Kind};
 
 /// A Lua script: its source, the layout of its `KEYS` and, built once (hashing the
 /// source), the driver's [`Script`] with the SHA1 that `EVALSHA` names it by.
@@ -27,15 +27,26 @@ pub(crate) struct Lua {
     /// connection before it was written (see `node::Call`): running it twice changes
     /// nothing that running it once did not (a read, a compare-and-delete, an expiry reset).
     repeatable: bool,
+    /// Node-wide keys after the blocks, in this order (see [`Global`]).
+    globals: &'static [Global],
     script: OnceLock<Script>,
 }
 
 impl Lua {
     const fn new(layout: &'static [Kind], source: &'static str) -> Self {
+        Lua::with_globals(layout, &[], source)
+    }
+
+    const fn with_globals(
+        layout: &'static [Kind],
+        globals: &'static [Global],
+        source: &'static str,
+    ) -> Self {
         Lua {
             source,
             layout,
             repeatable: false,
+            globals,
             script: OnceLock::new(),
         }
     }
@@ -52,15 +63,18 @@ impl Lua {
     }
 
     /// The script's `KEYS` for the lock keys `locks` under key prefix `prefix`, block by
-    /// block.
+    /// block, then its node-wide keys (under the same prefix).
     pub(crate) fn keys<'a>(
         &'static self,
         prefix: &'a str,
         locks: &'a [String],
     ) -> impl Iterator<Item = String> + 'a {
-        self.layout.iter().flat_map(move |&kind| {
-            (locks.iter()).map(move |lock| keys::derived(kind, prefix, lock))
-        })
+        self.layout
+            .iter()
+            .flat_map(move |&kind| {
+                (locks.iter()).map(move |lock| keys::derived(kind, prefix, lock))
+            })
+            .chain(self.globals.iter().map(move |&g| keys::global(prefix, g)))
     }
 
     /// The SHA1 digest `EVALSHA` names the script by.
@@ -100,41 +114,63 @@ end
 }
 
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
-/// bookkeeping of release notifications and the fencing counter read.
+/// bookkeeping of release notifications, the fencing counter read and the node-side data of
+/// restart quarantine.
 ///
 /// KEYS: the lock keys (sorted, distinct), then their fencing counters, then their waiting
-/// lists (see [`keys`]). ARGV[1]: our token. ARGV[2]: TTL in
-/// milliseconds. ARGV[3]: our client id, or `''` for no bookkeeping. ARGV[4]: `'1'` when
-/// other tasks of our client still wait for these keys. ARGV[5]: `'1'` to read the fencing
-/// counters. ARGV[6]: `'1'` when this attempt follows our wake-up, so a failure puts us back
-/// at the head of the waiting list (the release chose us; whoever overtook us must not cost
-/// us our place).
+/// lists, then their counters' lives (see [`keys`]), then the ensemble record and the
+/// node's marker ([`Global`]).
+/// ARGV[1]: our token. ARGV[2]: TTL in milliseconds. ARGV[3]: our client id, or `''` for no
+/// bookkeeping. ARGV[4]: `'1'` when other tasks of our client still wait for these keys.
+/// ARGV[5]: `'1'` to read the fencing counters. ARGV[6]: `'1'` when this attempt follows
+/// our wake-up, so a failure puts us back at the head of the waiting list (the release
+/// chose us; whoever overtook us must not cost us our place).
 ///
-/// Returns `{acquired, fence}`. `acquired` is 1 after setting every key to the token with
-/// the TTL, or (nothing set) when a key already exists: 0 when the first one found holds
-/// a string (a lock), -1 when it holds another type (a list, a hash, ...: foreign data, whose
-/// type is read only on this failure path). `fence`
-/// is, with ARGV[5], the highest fencing counter of the keys (0 when none exists), else
-/// nil. With a client id, a failed attempt appends the id (once) to each key's waiting
-/// list, so the next release wakes this
-/// client; a successful one removes it again unless other tasks of the client still wait
-/// (ARGV[4]), in which case it stays queued. Lists expire after twice the TTL unless renewed
-/// by a later attempt. Counters never expire.
+/// First raises the ensemble record to the TTL (never lowers it), whatever follows: a vote
+/// for this TTL then comes from a node whose record covers it.
+///
+/// Returns `{acquired, fence, fence_life, marker, record}`. `acquired` is 1 after setting
+/// every key to the token with the TTL, or (nothing set) when a key already exists: 0 when the first one found
+/// holds a string (a lock), -1 when it holds another type (a list, a hash, ...: foreign
+/// data, whose type is read only on this failure path). `fence` is, with ARGV[5], the highest fencing counter of the keys (0
+/// when none exists), else nil; `fence_life` the life every counter was written in, or nil
+/// when one is absent or they differ. `marker` is the node's marker as it was, `record` the
+/// ensemble record before this call raised it (nil: none). With a client id, a failed
+/// attempt appends the id (once) to each key's waiting list, so the next release wakes
+/// this client; a successful one removes it again unless other tasks of the client still
+/// wait (ARGV[4]), in which case it stays queued. Lists expire after twice the TTL unless
+/// renewed by a later attempt. Counters, record and marker never expire.
 const ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
     r"
-local k = #KEYS / 3
+local k = (#KEYS - 2) / 4
+local record = redis.call('GET', KEYS[4 * k + 1])
+if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[4 * k + 1], ARGV[2])
+end
+local marker = redis.call('GET', KEYS[4 * k + 2])
 local function queue(i)
     enqueue(KEYS[2 * k + i], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
 end
 local fence = false
+local fence_life = false
 if ARGV[5] == '1' then
     fence = 0
     for i = 1, k do
-        local f = tonumber(redis.call('GET', KEYS[k + i]) or '0') or 0
+        local raw = redis.call('GET', KEYS[k + i])
+        local f = tonumber(raw or '0') or 0
         if f > fence then
             fence = f
         end
+        local life = raw and redis.call('GET', KEYS[3 * k + i]) or ''
+        if life == '' or (fence_life and fence_life ~= life) then
+            fence_life = ''
+        elseif not fence_life then
+            fence_life = life
+        end
+    end
+    if fence_life == '' then
+        fence_life = false
     end
 end
 for i = 1, k do
@@ -145,9 +181,9 @@ for i = 1, k do
             end
         end
         if redis.call('TYPE', KEYS[i]).ok ~= 'string' then
-            return {-1, fence}
+            return {-1, fence, fence_life, marker, record}
         end
-        return {0, fence}
+        return {0, fence, fence_life, marker, record}
     end
 end
 for i = 1, k do
@@ -160,10 +196,29 @@ for i = 1, k do
         end
     end
 end
-return {1, fence}
+return {1, fence, fence_life, marker, record}
 "
 );
-pub(crate) static ACQUIRE: Lua = Lua::new(&[Kind::Lock, Kind::Fence, Kind::Waiters], ACQUIRE_SRC);
+pub(crate) static ACQUIRE: Lua = Lua::with_globals(
+    &[Kind::Lock, Kind::Fence, Kind::Waiters, Kind::FenceLife],
+    &[Global::MaxTtl, Global::Marker],
+    ACQUIRE_SRC,
+);
+
+/// Writes a node's marker: its life (`run_id`) and completeness.
+///
+/// KEYS: the marker ([`Global::Marker`]). ARGV[1]: the life. ARGV[2]: `'1'` complete, `'0'`
+/// not. Returns 1 after writing `<life>:<complete>`, or 0 when asked to write a complete
+/// marker over an incomplete one of the same life (completeness is never restored).
+const MARK_SRC: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current and ARGV[2] == '1' and current == ARGV[1] .. ':0' then
+    return 0
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
+return 1
+";
+pub(crate) static MARK: Lua = Lua::with_globals(&[], &[Global::Marker], MARK_SRC);
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
@@ -273,27 +328,38 @@ pub(crate) static GATE: Lua = Lua::new(&[Kind::Turn, Kind::Waiters], GATE_SRC);
 
 /// Commits a fencing token next to a lock we hold.
 ///
-/// KEYS: the lock keys, then their fencing counters (see [`keys`]). ARGV[1]: our token.
-/// ARGV[2]: the fencing token. Returns 1 after raising every counter to at least ARGV[2]
-/// (never lowering one), or 0, changing nothing, when any lock key does not hold our
-/// token.
+/// KEYS: the lock keys, then their fencing counters, then their counters' lives (see
+/// [`keys`]), then the node's marker ([`Global::Marker`]). ARGV[1]: our token. ARGV[2]: the
+/// fencing token. Returns 1 after raising every counter to at least ARGV[2] (never lowering
+/// one; counters stay plain integers, as older clients read them) and setting its life to
+/// the `run_id` the node's marker names (`''` without a marker), or 0, changing nothing,
+/// when any lock key does not hold our token. The life is what lets a later reader trust
+/// the counter on a node that lost its memory before: the value was written in this life,
+/// from a majority of trusted counters (a counter already above ARGV[2] was too).
 const FENCE_SRC: &str = r"
-local k = #KEYS / 2
+local k = (#KEYS - 1) / 3
 for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
+local marker = redis.call('GET', KEYS[3 * k + 1])
+local life = marker and string.match(marker, '^([^:]+):') or ''
 local value = tonumber(ARGV[2])
 for i = 1, k do
-    local counter = KEYS[k + i]
-    if value > (tonumber(redis.call('GET', counter) or '0') or 0) then
-        redis.call('SET', counter, ARGV[2])
+    if value > (tonumber(redis.call('GET', KEYS[k + i]) or '0') or 0) then
+        redis.call('SET', KEYS[k + i], ARGV[2])
     end
+    redis.call('SET', KEYS[2 * k + i], life)
 end
 return 1
 ";
-pub(crate) static FENCE: Lua = Lua::new(&[Kind::Lock, Kind::Fence], FENCE_SRC).repeatable();
+pub(crate) static FENCE: Lua = Lua::with_globals(
+    &[Kind::Lock, Kind::Fence, Kind::FenceLife],
+    &[Global::Marker],
+    FENCE_SRC,
+)
+.repeatable();
 
 /// A write guarded by a fencing token, for data kept in Redis.
 ///
@@ -313,41 +379,58 @@ return 1
 /// Invoked directly on two keys of the caller's choosing, not through [`Lua::keys`].
 pub(crate) static FENCED_SET: Lua = Lua::new(&[], FENCED_SET_SRC);
 
-/// Reads a lock key without touching it (operators' `status`).
+/// Reads a lock key without touching it (operators' `status`), with the node's restart
+/// quarantine data.
 ///
-/// KEYS[1]: the lock key. Returns `{type, pttl, value}` where value is the string's
-/// content, or nil for other types.
+/// KEYS[1]: the lock key, then the ensemble record and the node's marker ([`Global`]).
+/// Returns `{type, pttl, value, marker, record}` where value is the string's content, or
+/// nil for other types, and marker and record are as stored (nil: absent).
 const INSPECT_SRC: &str = r"
 local kind = redis.call('TYPE', KEYS[1]).ok
 local pttl = redis.call('PTTL', KEYS[1])
+local marker = redis.call('GET', KEYS[3])
+local record = redis.call('GET', KEYS[2])
+local value = false
 if kind == 'string' then
-    return {kind, pttl, redis.call('GET', KEYS[1])}
+    value = redis.call('GET', KEYS[1])
 end
-return {kind, pttl, false}
+return {kind, pttl, value, marker, record}
 ";
-pub(crate) static INSPECT: Lua = Lua::new(&[Kind::Lock], INSPECT_SRC).repeatable();
+pub(crate) static INSPECT: Lua = Lua::with_globals(
+    &[Kind::Lock],
+    &[Global::MaxTtl, Global::Marker],
+    INSPECT_SRC,
+)
+.repeatable();
 
 /// Compare-and-PEXPIRE, all or nothing.
 ///
-/// KEYS: the lock keys. ARGV[1]: our token. ARGV[2]: new TTL in milliseconds.
-/// Returns 1 after resetting the expiry of every key when all of them hold our token,
-/// 0 (and changes nothing) when any of them does not.
+/// KEYS: the lock keys, then the ensemble record ([`Global::MaxTtl`]). ARGV[1]: our token.
+/// ARGV[2]: new TTL in milliseconds. Returns 1 after raising the record to the new TTL
+/// (never lowering it) and resetting the expiry of every key when all of them hold our
+/// token, 0 (and changes nothing) when any of them does not.
 const EXTEND_SRC: &str = r"
-for i = 1, #KEYS do
+local k = #KEYS - 1
+for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
-for i = 1, #KEYS do
+if (tonumber(redis.call('GET', KEYS[k + 1]) or '0') or 0) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[k + 1], ARGV[2])
+end
+for i = 1, k do
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 return 1
 ";
-pub(crate) static EXTEND: Lua = Lua::new(&[Kind::Lock], EXTEND_SRC).repeatable();
+pub(crate) static EXTEND: Lua =
+    Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl], EXTEND_SRC).repeatable();
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 8] = [
+pub(crate) const SOURCES: [&str; 9] = [
     ACQUIRE_SRC,
+    MARK_SRC,
     GATE_SRC,
     RELEASE_SRC,
     EXTEND_SRC,

@@ -203,7 +203,7 @@ impl Notifier {
                 &notifier.nodes,
                 &mut reply,
                 |_, value| match reply::acquire_reply(value) {
-                    Ok((true, _)) => NodeOutcome::Acquired,
+                    Ok(acquired) if acquired.set => NodeOutcome::Acquired,
                     Ok(_) => NodeOutcome::HeldByOther,
                     Err(failed) => failed,
                 },

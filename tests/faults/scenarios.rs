@@ -17,7 +17,7 @@
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
-use quorum_lock::{NodeOutcome, Redlock};
+use quorum_lock::Redlock;
 use tokio::runtime::Runtime;
 
 use crate::common::{RedisServer, unique};
@@ -236,7 +236,7 @@ pub fn bare_majority(
         }
         Err(e) => {
             let report = e.report().map(ToString::to_string).unwrap_or_default();
-            let quarantined = e.report().map_or(0, |r| r.count(&NodeOutcome::Quarantined));
+            let quarantined = e.report().map_or(0, |r| r.quarantined());
             notes.push(if quarantined > 0 {
                 format!("B refused ({quarantined} vote quarantined)")
             } else {

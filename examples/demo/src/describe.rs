@@ -46,16 +46,10 @@ pub fn granted(report: &NodeReport, ports: &[u16]) -> String {
     if let Some(down) = nodes_where(report, ports, NodeOutcome::is_failure) {
         parts.push(format!("{down} down"));
     }
-    if let Some(q) = nodes_where(report, ports, |o| *o == NodeOutcome::Quarantined) {
-        parts.push(format!(
-            "{q} started too recently to vote yet (restart quarantine)"
-        ));
+    if let Some(q) = nodes_where(report, ports, NodeOutcome::is_quarantined) {
+        parts.push(format!("{q} kept out by restart quarantine"));
     }
-    let told = [
-        NodeOutcome::Acquired,
-        NodeOutcome::Pending,
-        NodeOutcome::Quarantined,
-    ];
+    let told = [NodeOutcome::Acquired, NodeOutcome::Pending];
     parts.extend(others(report, ports, &told));
     parts.join("; ")
 }
@@ -71,10 +65,8 @@ pub fn refused(report: &NodeReport, ports: &[u16]) -> Vec<String> {
     if let Some(held) = nodes_where(report, ports, |o| *o == NodeOutcome::HeldByOther) {
         lines.push(format!("{held} already held by another client"));
     }
-    if let Some(q) = nodes_where(report, ports, |o| *o == NodeOutcome::Quarantined) {
-        lines.push(format!(
-            "{q} started too recently to vote yet (restart quarantine)"
-        ));
+    if let Some(q) = nodes_where(report, ports, NodeOutcome::is_quarantined) {
+        lines.push(format!("{q} kept out by restart quarantine"));
     }
     if let Some(down) = nodes_where(report, ports, NodeOutcome::is_failure) {
         lines.push(format!("{down} did not answer (down)"));
@@ -87,7 +79,6 @@ pub fn refused(report: &NodeReport, ports: &[u16]) -> Vec<String> {
     let told = [
         NodeOutcome::Acquired,
         NodeOutcome::HeldByOther,
-        NodeOutcome::Quarantined,
         NodeOutcome::Pending,
     ];
     lines.extend(others(report, ports, &told));
@@ -100,7 +91,9 @@ fn others(report: &NodeReport, ports: &[u16], told: &[NodeOutcome]) -> Vec<Strin
     report
         .results()
         .iter()
-        .filter(|r| !told.contains(&r.outcome) && !r.outcome.is_failure())
+        .filter(|r| {
+            !told.contains(&r.outcome) && !r.outcome.is_failure() && !r.outcome.is_quarantined()
+        })
         .map(|r| format!("node {}: {}", node_name(&r.node, ports), r.outcome))
         .collect()
 }

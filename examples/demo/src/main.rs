@@ -104,11 +104,6 @@ async fn demo(slot: &mut Option<Ensemble>) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     println!("a lock needs a majority: {} of 5 nodes", redlock.quorum());
-    println!(
-        "the nodes just started, so restart quarantine keeps their votes from counting until \
-         they have run for one TTL ({}): the first lock waits about that long",
-        describe::ms(TTL)
-    );
     round(&redlock, &ports, "all five nodes up", 4, 3).await;
 
     nodes.kill(2);

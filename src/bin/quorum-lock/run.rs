@@ -15,7 +15,9 @@ use tokio::time::Instant;
 use crate::duration::{display, human};
 use crate::progress;
 use crate::schedule::{KILL_MARGIN, Plan};
-use crate::{EX_NOPERM, EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure};
+use crate::{
+    EX_CONFIG, EX_NOPERM, EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure,
+};
 
 /// What `run` was asked to do, validated.
 #[derive(Debug)]
@@ -176,16 +178,22 @@ fn acquire_failure(err: &Error, opts: &RunOptions, redlock: &Redlock) -> Failure
             ),
         )
     } else if err.is_unavailable() {
+        // Restart quarantine keeps reachable nodes out: say so, not "unreachable".
+        let why = match err.report().map_or(0, |r| r.quarantined()) {
+            0 => "not enough nodes reachable for a majority",
+            _ => "not enough votes for a majority (restart quarantine keeps nodes out)",
+        };
         Failure::new(
             EX_UNAVAILABLE,
             format!(
-                "not enough nodes reachable for a majority ({} of {total} needed) {within}{report}",
+                "{why} ({} of {total} needed) {within}{report}",
                 redlock.quorum()
             ),
         )
     } else {
         match err {
             Error::Config(msg) => Failure::new(EX_USAGE, msg.clone()),
+            Error::SameServer { .. } => Failure::new(EX_CONFIG, err.to_string()),
             // Spent validity: the nodes answered, but too slowly for the TTL.
             _ => Failure::new(
                 EX_UNAVAILABLE,
