@@ -305,8 +305,11 @@ mod tests {
             ),
             (
                 &[q(), q(), Pending],
-                "no majority of 3 could be confirmed: 2 of 3 nodes answered \
-                 (2 restarted recently, vote not counted), 1 not waited for",
+                "no majority of 3 could be confirmed: 2 of 3 nodes answered (2 kept out by \
+                 restart quarantine: lost its data while locks may depend on it), 1 not waited \
+                 for; n0:6379 kept out by restart quarantine (lost its data while locks may \
+                 depend on it); n1:6379 kept out by restart quarantine (lost its data while \
+                 locks may depend on it)",
             ),
             (&[], "no majority of 3 could be confirmed"),
         ];

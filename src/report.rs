@@ -326,7 +326,8 @@ mod tests {
         ]);
         assert_eq!(
             report.summary(),
-            "2 held by another owner, 1 timed out, 1 restarted recently, vote not counted"
+            "2 held by another owner, 1 timed out, 1 kept out by restart quarantine: lost its data \
+             while locks may depend on it"
         );
         assert_eq!(NodeReport::default().summary(), "no node answered");
     }

@@ -459,7 +459,7 @@ async fn wrong_type_key_counts_as_a_foreign_lock() {
     assert!(
         matches!(
             guard.report().results()[0].outcome,
-            NodeOutcome::HeldByOther | NodeOutcome::Pending
+            NodeOutcome::WrongType | NodeOutcome::HeldByOther | NodeOutcome::Pending
         ),
         "{}",
         guard.report()
