@@ -65,9 +65,15 @@ fn get(server: &RedisServer, key: &str) -> Option<String> {
         .unwrap()
 }
 
-/// Every key on every node, as `(node, key)`.
+/// Every key on every node, as `(node, key)`, but the node-wide keys of restart quarantine
+/// (the ensemble record and the node's marker, kept for the node's lifetime).
 fn all_keys(cluster: &Cluster) -> Vec<(usize, String)> {
-    cluster.keys_everywhere("*")
+    let node_wide = format!("{PREFIX}quorum-lock:node:");
+    cluster
+        .keys_everywhere("*")
+        .into_iter()
+        .filter(|(_, k)| !k.starts_with(&node_wide))
+        .collect()
 }
 
 #[tokio::test]

@@ -165,9 +165,17 @@ async fn a_short_ttl_client_waits_out_another_clients_long_lease() {
     );
     assert!(status.to_json().contains("\"kept_out\":\"memory_lost\""));
     assert!(held.is_valid(), "the 60 s holder still holds its lock");
-    // Its release reaches node 0 (node 1's old connection broke with the restart).
+    // Its release reaches node 0; node 1 (restarted empty) answers on a fresh connection
+    // that it does not hold the key, or its old connection fails: no majority confirmed
+    // either way unless the third node held a copy.
     let released = held.release().await;
-    assert!(released.is_ok() || released.as_ref().is_err_and(Error::is_unavailable));
+    assert!(
+        released.is_ok()
+            || released
+                .as_ref()
+                .is_err_and(|e| e.is_unavailable() || matches!(e, Error::NotHeld { .. })),
+        "{released:?}"
+    );
 }
 
 /// Issue 14 item 1: `uptime_in_seconds` is the difference of two whole-second readings, so
@@ -305,7 +313,7 @@ async fn a_node_that_refuses_info_does_not_vote() {
         ),
         "{report}"
     );
-    assert!(!err.to_string().contains("answer"), "{err}");
+    assert!(!err.to_string().contains("did not answer"), "{err}");
     eventually(Duration::from_secs(5), "refused attempt cleaned up", || {
         cluster.keys_everywhere(&resource).is_empty()
     })
