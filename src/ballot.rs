@@ -178,23 +178,12 @@ pub(crate) fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
 /// A node that may have lost its memory, every node having answered: kept out until its
 /// age covers the longest record plus drift, then admitted incomplete.
 fn by_uptime(read: &Read, max_ttl: Duration, drift_factor: f64) -> Admission {
-    let period = safety::quarantine_period(max_ttl, drift_factor);
     let age = read.uptime.map(Uptime::min_age).unwrap_or_default();
     let reason = match read.marker {
         Seen::Read(None) => Reason::MemoryLost,
         _ => Reason::Restarted,
     };
-    match period.checked_sub(age) {
-        Some(remaining) if !remaining.is_zero() => Admission::Quarantined {
-            remaining,
-            period,
-            reason,
-        },
-        _ => Admission::Votes {
-            complete: false,
-            mark: true,
-        },
-    }
+    safety::wait_out(max_ttl, age, reason, drift_factor)
 }
 
 /// Where a node stands before every answer is in.

@@ -310,8 +310,14 @@ pub fn admit(node: &NodeFacts<'_>, ensemble: &EnsembleView, drift_factor: f64) -
     } else {
         Reason::MemoryLost
     };
+    wait_out(max_ttl, uptime.min_age(), reason, drift_factor)
+}
+
+/// A node that may have lost memory (`reason`) and is at least `age` old: quarantined until
+/// `age` reaches the quarantine period of `max_ttl`, then admitted with `complete = false`.
+pub fn wait_out(max_ttl: Duration, age: Duration, reason: Reason, drift_factor: f64) -> Admission {
     let period = quarantine_period(max_ttl, drift_factor);
-    match period.checked_sub(uptime.min_age()) {
+    match period.checked_sub(age) {
         Some(remaining) if !remaining.is_zero() => Admission::Quarantined {
             remaining,
             period,
