@@ -5,24 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, eventually, unique};
+use common::{Cluster, NODE_TIMEOUT, client, eventually, unique};
 use quorum_lock::{AutoExtend, Error, FencingToken, LostReason, Redlock, RedlockBuilder};
 
 const TTL: Duration = Duration::from_secs(10);
-/// Generous per-node timeout: tests share two cores with many servers.
-const NODE_TIMEOUT: Duration = Duration::from_millis(500);
-
-fn client(urls: &[String]) -> Redlock {
-    Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
-        .restart_quarantine(false)
-        .nodes(urls)
-        .node_timeout(NODE_TIMEOUT)
-        .retry_delay(Duration::from_millis(2))
-        .max_retry_delay(Duration::from_millis(20))
-        .build()
-        .expect("valid configuration")
-}
 
 /// Every way to hold a fenced lock gives a `FencingToken` (no `Option`), and the tokens of
 /// successive holders of one resource are 1, 2, 3, ... in holding order, whichever form

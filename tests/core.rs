@@ -5,25 +5,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{BlackHole, Cluster, RedisServer, ServerOptions, eventually, unique};
+use common::{
+    BlackHole, Cluster, RedisServer, ServerOptions, builder, client, eventually, lock_and_release,
+    unique,
+};
 use quorum_lock::{Error, NodeOutcome, Redlock};
 use redis::AsyncCommands;
 
 const TTL: Duration = Duration::from_secs(10);
-/// Generous per-node timeout: tests share two cores with many servers.
-const NODE_TIMEOUT: Duration = Duration::from_millis(500);
-
-fn client(urls: &[String]) -> Redlock {
-    Redlock::builder()
-        // Quarantine off: these tests count every vote (quarantine has its own tests).
-        .restart_quarantine(false)
-        .nodes(urls)
-        .node_timeout(NODE_TIMEOUT)
-        .retry_delay(Duration::from_millis(2))
-        .max_retry_delay(Duration::from_millis(20))
-        .build()
-        .expect("valid configuration")
-}
 
 fn get(server: &RedisServer, key: &str) -> Option<String> {
     redis::cmd("GET")
@@ -111,11 +100,7 @@ async fn key_is_the_resource_name_unless_prefixed() {
     assert_eq!(get(&server, &resource).as_deref(), Some(guard.token()));
     guard.release().await.unwrap();
 
-    let prefixed = Redlock::builder()
-        // Quarantine off: these tests count every vote (quarantine has its own tests).
-        .restart_quarantine(false)
-        .node(server.url())
-        .node_timeout(NODE_TIMEOUT)
+    let prefixed = builder([server.url()])
         .key_prefix("locks:")
         .build()
         .unwrap();
@@ -177,11 +162,8 @@ async fn mutual_exclusion_tasks_total_is_exact() {
     for t in tasks {
         t.await.unwrap();
     }
-    let total: i64 = redis::cmd("GET")
-        .arg(&counter_key)
-        .query(&mut store.conn())
-        .unwrap();
-    assert_eq!(total, (TASKS * INCREMENTS) as i64);
+    let total = (TASKS * INCREMENTS).to_string();
+    assert_eq!(get(&store, &counter_key), Some(total));
 }
 
 /// Entry point of the child processes of `mutual_exclusion_across_processes`; does nothing
@@ -247,11 +229,8 @@ fn mutual_exclusion_across_processes() {
         }
     }
     assert_eq!(failed, 0, "every worker process succeeded");
-    let total: i64 = redis::cmd("GET")
-        .arg(&counter_key)
-        .query(&mut store.conn())
-        .unwrap();
-    assert_eq!(total, (PROCESSES * INCREMENTS) as i64);
+    let total = (PROCESSES * INCREMENTS).to_string();
+    assert_eq!(get(&store, &counter_key), Some(total));
 }
 
 #[tokio::test]
@@ -309,13 +288,7 @@ async fn restarted_node_is_used_again() {
     let mut server = RedisServer::start();
     let redlock = client(&[server.url()]);
     let resource = unique("restart");
-    redlock
-        .lock(&resource, TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&redlock, &resource, TTL).await;
     server.kill();
     let err = redlock.try_lock(&resource, TTL).await.unwrap_err();
     assert!(err.is_unavailable(), "{err:?}");
@@ -617,13 +590,7 @@ async fn password_and_tls_nodes() {
     });
     let redlock = client(&[password.url()]);
     let resource = unique("auth");
-    redlock
-        .lock(&resource, TTL)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&redlock, &resource, TTL).await;
 
     let wrong = format!("redis://:wrong@127.0.0.1:{}", password.port());
     let redlock = client(&[wrong]);

@@ -10,24 +10,18 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, unique};
+use common::{Cluster, builder, unique};
 use quorum_lock::Redlock;
 
 /// Long enough that a leaked key outlives the wait below by far.
 const TTL: Duration = Duration::from_secs(30);
-const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// A release returns at a majority; the other nodes' deletes are on their connections and
 /// answered within the node timeout. Keys still there after this are leaks.
 const SETTLE: Duration = Duration::from_secs(3);
 
+/// The shared test client with the library's default retry delays.
 fn client(urls: &[String]) -> Redlock {
-    Redlock::builder()
-        // Quarantine off: these tests count every vote (quarantine has its own tests).
-        .restart_quarantine(false)
-        .nodes(urls)
-        .node_timeout(NODE_TIMEOUT)
-        .build()
-        .expect("valid configuration")
+    builder(urls).build().expect("valid configuration")
 }
 
 /// Keeps the runtime's workers busy with short polls, as an application's other tasks do.

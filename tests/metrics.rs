@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::{Cluster, eventually, unique};
+use common::{Cluster, eventually, lock_and_release, unique};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use quorum_lock::{Redlock, metrics as names};
 
@@ -136,13 +136,7 @@ async fn metrics_follow_a_scripted_sequence() {
         .trim_start_matches("redis://")
         .to_owned();
     cluster.nodes[2].kill();
-    redlock
-        .lock(&resource, ttl)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&redlock, &resource, ttl).await;
     // The dead node's failure may be counted by the background collector, after the
     // release returned at a majority.
     eventually(

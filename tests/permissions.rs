@@ -7,12 +7,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Cluster, RedisServer, eventually, unique};
+use common::{Cluster, RedisServer, builder, eventually, unique};
 use quorum_lock::{Error, NodeOutcome, Redlock, Verdict};
 
 const TTL: Duration = Duration::from_secs(10);
-/// Generous per-node timeout: tests share two cores with many servers.
-const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The prefix and password of the README's line.
 const PREFIX: &str = "myapp:locks:";
 const PASSWORD: &str = "CHANGE-ME";
@@ -47,11 +45,8 @@ fn client_as_user(cluster: &Cluster) -> Redlock {
     let urls: Vec<String> = (cluster.nodes.iter())
         .map(|n| format!("redis://locker:{PASSWORD}@127.0.0.1:{}", n.port()))
         .collect();
-    Redlock::builder()
-        .restart_quarantine(false)
-        .nodes(urls)
+    builder(urls)
         .key_prefix(PREFIX)
-        .node_timeout(NODE_TIMEOUT)
         .retry_delay(Duration::from_millis(2))
         .max_retry_delay(Duration::from_millis(20))
         .build()
@@ -257,12 +252,7 @@ async fn a_refused_read_is_a_permission_error() {
 #[tokio::test]
 async fn a_list_at_the_lock_key_is_a_wrong_type_not_another_holder() {
     let cluster = Cluster::start(3);
-    let redlock = Redlock::builder()
-        .restart_quarantine(false)
-        .nodes(cluster.urls())
-        .node_timeout(NODE_TIMEOUT)
-        .build()
-        .unwrap();
+    let redlock = builder(cluster.urls()).build().unwrap();
     let resource = unique("list");
     // Foreign data on every node.
     for node in &cluster.nodes {

@@ -1,12 +1,17 @@
 //! Integration-test harness: throw-away `redis-server` processes, a TCP black
-//! hole, a fault-injecting TCP proxy ([`proxy`]), unique key names and polling helpers.
+//! hole, a fault-injecting TCP proxy ([`proxy`]), the client set-up most tests share
+//! ([`clients`]), unique key names and polling helpers.
 //!
 //! Every process started here is held as a [`std::process::Child`] and is
 //! SIGKILLed and reaped when its owner is dropped (also during a panic), so a
 //! test run leaves no `redis-server` behind.
 #![allow(dead_code)]
 
+pub mod clients;
 pub mod proxy;
+
+#[allow(unused_imports)] // Each test target uses what it needs.
+pub use clients::{NODE_TIMEOUT, builder, client, lock_and_release};
 
 use std::fs;
 use std::io::{self, Read, Write};

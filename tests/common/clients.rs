@@ -1,0 +1,43 @@
+//! The client set-up most tests share: one place for the settings that suit throw-away
+//! test servers on a loaded machine.
+
+use std::time::Duration;
+
+use quorum_lock::{Redlock, RedlockBuilder};
+
+/// Generous per-node timeout: tests share two cores with many servers.
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// A builder on `urls` with restart quarantine off (fresh test servers would hold every
+/// vote for one TTL, and these tests count every vote; quarantine has its own tests) and
+/// [`NODE_TIMEOUT`].
+pub fn builder<I, S>(urls: I) -> RedlockBuilder
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    Redlock::builder()
+        .restart_quarantine(false)
+        .nodes(urls)
+        .node_timeout(NODE_TIMEOUT)
+}
+
+/// [`builder`] retrying every 2 ms, backing off to 20 ms, built.
+pub fn client<I, S>(urls: I) -> Redlock
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    builder(urls)
+        .retry_delay(Duration::from_millis(2))
+        .max_retry_delay(Duration::from_millis(20))
+        .build()
+        .expect("valid configuration")
+}
+
+/// Locks `resource` for `ttl` on `redlock` and releases it, panicking on any error: a
+/// warm-up, or a check that the client works.
+pub async fn lock_and_release(redlock: &Redlock, resource: &str, ttl: Duration) {
+    let guard = redlock.lock(resource, ttl).await.unwrap();
+    guard.release().await.unwrap();
+}
