@@ -11,20 +11,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::proxy::{FaultProxy, Link};
-use common::{Cluster, RedisServer, unique, wait_until};
-use quorum_lock::{Error, NodeOutcome, Redlock};
+use common::{Cluster, RedisServer, builder, unique, wait_until};
+use quorum_lock::{Error, LockGuard, NodeOutcome, Redlock};
 
 const TTL: Duration = Duration::from_secs(30);
-/// Generous against a loaded machine; a fresh connection takes three round trips.
-const NODE_TIMEOUT: Duration = Duration::from_millis(500);
-
-fn builder(urls: &[String]) -> quorum_lock::RedlockBuilder {
-    Redlock::builder()
-        // Fresh test servers: quarantine would hold every vote for one TTL.
-        .restart_quarantine(false)
-        .nodes(urls)
-        .node_timeout(NODE_TIMEOUT)
-}
 
 fn current_thread() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -65,6 +55,74 @@ fn kill_clients(server: &RedisServer, kind: &str) -> i64 {
         .arg(kind)
         .query(&mut server.conn())
         .expect("CLIENT KILL")
+}
+
+/// A client on a fresh server behind a fault proxy, with `node_timeout`.
+fn proxied_client(node_timeout: Duration) -> (RedisServer, FaultProxy, Redlock) {
+    let server = RedisServer::start();
+    let proxy = FaultProxy::start(addr(&server));
+    let client = builder(&[proxy.url()])
+        .node_timeout(node_timeout)
+        .build()
+        .unwrap();
+    (server, proxy, client)
+}
+
+/// Locks `resource` and waits until every node of `cluster` holds its key.
+async fn lock_everywhere(cluster: &Cluster, client: &Redlock, resource: &str) -> LockGuard {
+    let guard = client.lock(resource, TTL).await.expect("locked");
+    let everywhere = || cluster.keys_everywhere(resource).len() == cluster.nodes.len();
+    tokio::task::block_in_place(|| wait_until(Duration::from_secs(10), "set on all", everywhere));
+    guard
+}
+
+/// The message of a release that four of five nodes answered: two not held, two released.
+#[track_caller]
+fn assert_four_of_five_answered(err: &Error) {
+    let text = err.to_string();
+    assert!(
+        text.starts_with(
+            "no majority of 3 could be confirmed: 4 of 5 nodes answered (2 not held; \
+             2 released), 1 did not (1 "
+        ),
+        "{text}"
+    );
+}
+
+/// A client whose polls are so rare that only a wake-up can end its waits in time.
+fn slow_poller(cluster: &Cluster) -> Redlock {
+    builder(&cluster.urls())
+        .retry_delay(Duration::from_secs(600))
+        .max_retry_delay(Duration::from_secs(600))
+        .build()
+        .unwrap()
+}
+
+/// `holder` locks `resource`, and `client` waits for it in vain for 300 ms (which starts
+/// its subscriptions); returns the holder's guard.
+async fn hold_while_waited_for(holder: &Redlock, client: &Redlock, resource: &str) -> LockGuard {
+    let held = holder.lock(resource, TTL).await.expect("held");
+    let waited = client
+        .lock(resource, TTL)
+        .wait(Duration::from_millis(300))
+        .await;
+    assert!(waited.is_err(), "still held: {waited:?}");
+    held
+}
+
+/// `client` waits up to 20 s for `resource`, on a task of its own.
+fn spawn_waiter(
+    client: &Redlock,
+    resource: &str,
+) -> tokio::task::JoinHandle<quorum_lock::Result<LockGuard>> {
+    let client = client.clone();
+    let resource = resource.to_owned();
+    tokio::spawn(async move {
+        client
+            .lock(&resource, TTL)
+            .wait(Duration::from_secs(20))
+            .await
+    })
 }
 
 /// A connect still running when its runtime shut down must not leave the node's slot
@@ -180,9 +238,7 @@ async fn release_after_restarts_reports_what_each_node_said() {
     let mut cluster = Cluster::start(5);
     let client = builder(&cluster.urls()).build().unwrap();
     let resource = unique("recovery-restart");
-    let guard = client.lock(&resource, TTL).await.expect("locked");
-    let everywhere = || cluster.keys_everywhere(&resource).len() == 5;
-    tokio::task::block_in_place(|| wait_until(Duration::from_secs(10), "set on all", everywhere));
+    let guard = lock_everywhere(&cluster, &client, &resource).await;
 
     cluster.nodes[0].restart();
     cluster.nodes[1].restart();
@@ -206,14 +262,7 @@ async fn release_after_restarts_reports_what_each_node_said() {
         ]
     );
     assert!(outcomes[4].is_failure(), "{report}");
-    let text = err.to_string();
-    assert!(
-        text.starts_with(
-            "no majority of 3 could be confirmed: 4 of 5 nodes answered (2 not held; \
-             2 released), 1 did not (1 "
-        ),
-        "{text}"
-    );
+    assert_four_of_five_answered(&err);
 }
 
 /// The message of the issue's release: two released, two not held, one failed. It said
@@ -223,9 +272,7 @@ async fn unavailable_release_says_who_answered() {
     let mut cluster = Cluster::start(5);
     let client = builder(&cluster.urls()).build().unwrap();
     let resource = unique("recovery-message");
-    let guard = client.lock(&resource, TTL).await.expect("locked");
-    let everywhere = || cluster.keys_everywhere(&resource).len() == 5;
-    tokio::task::block_in_place(|| wait_until(Duration::from_secs(10), "set on all", everywhere));
+    let guard = lock_everywhere(&cluster, &client, &resource).await;
     for node in &cluster.nodes[..2] {
         let deleted: i64 = redis::cmd("DEL")
             .arg(guard.resource())
@@ -237,14 +284,7 @@ async fn unavailable_release_says_who_answered() {
     let_io_settle().await;
     let err = guard.release().await.expect_err("no majority confirmed");
     assert!(err.is_unavailable(), "{err:?}");
-    let text = err.to_string();
-    assert!(
-        text.starts_with(
-            "no majority of 3 could be confirmed: 4 of 5 nodes answered (2 not held; \
-             2 released), 1 did not (1 "
-        ),
-        "{text}"
-    );
+    assert_four_of_five_answered(&err);
 }
 
 /// Subscriber tasks that died with their runtime leave no subscription marked active: in
@@ -253,24 +293,14 @@ async fn unavailable_release_says_who_answered() {
 #[test]
 fn waiter_is_woken_after_its_subscribers_died_with_their_runtime() {
     let cluster = Cluster::start(3);
-    // Polls so rare that only a wake-up can end the wait in time.
-    let client = builder(&cluster.urls())
-        .retry_delay(Duration::from_secs(600))
-        .max_retry_delay(Duration::from_secs(600))
-        .build()
-        .unwrap();
+    let client = slow_poller(&cluster);
     let holder = builder(&cluster.urls()).build().unwrap();
     let resource = unique("recovery-subscriber");
 
     // A contended wait in the first runtime starts the subscriptions.
     let first = current_thread();
     first.block_on(async {
-        let held = holder.lock(&resource, TTL).await.expect("held");
-        let waited = client
-            .lock(&resource, TTL)
-            .wait(Duration::from_millis(300))
-            .await;
-        assert!(waited.is_err(), "still held: {waited:?}");
+        let held = hold_while_waited_for(&holder, &client, &resource).await;
         held.release().await.expect("released");
     });
     drop(first);
@@ -282,16 +312,7 @@ fn waiter_is_woken_after_its_subscribers_died_with_their_runtime() {
         .unwrap();
     second.block_on(async {
         let held = holder.lock(&resource, TTL).await.expect("held");
-        let waiter = {
-            let client = client.clone();
-            let resource = resource.clone();
-            tokio::spawn(async move {
-                client
-                    .lock(&resource, TTL)
-                    .wait(Duration::from_secs(20))
-                    .await
-            })
-        };
+        let waiter = spawn_waiter(&client, &resource);
         // Release once the waiter is in a waiting list.
         tokio::task::block_in_place(|| {
             wait_until(Duration::from_secs(10), "the waiter is listed", || {
@@ -315,34 +336,16 @@ fn waiter_is_woken_after_its_subscribers_died_with_their_runtime() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_is_woken_after_its_subscriptions_were_killed() {
     let cluster = Cluster::start(3);
-    let client = builder(&cluster.urls())
-        .retry_delay(Duration::from_secs(600))
-        .max_retry_delay(Duration::from_secs(600))
-        .build()
-        .unwrap();
+    let client = slow_poller(&cluster);
     let holder = builder(&cluster.urls()).build().unwrap();
     let resource = unique("recovery-pubsub");
 
-    let held = holder.lock(&resource, TTL).await.expect("held");
-    let waited = client
-        .lock(&resource, TTL)
-        .wait(Duration::from_millis(300))
-        .await;
-    assert!(waited.is_err(), "still held: {waited:?}");
+    let held = hold_while_waited_for(&holder, &client, &resource).await;
     for node in &cluster.nodes {
         assert_eq!(kill_clients(node, "pubsub"), 1, "one subscription per node");
     }
 
-    let waiter = {
-        let client = client.clone();
-        let resource = resource.clone();
-        tokio::spawn(async move {
-            client
-                .lock(&resource, TTL)
-                .wait(Duration::from_secs(20))
-                .await
-        })
-    };
+    let waiter = spawn_waiter(&client, &resource);
     tokio::task::block_in_place(|| {
         wait_until(
             Duration::from_secs(10),
@@ -371,14 +374,7 @@ async fn waiter_is_woken_after_its_subscriptions_were_killed() {
 /// old, longer one (issue 14, item 5).
 #[tokio::test]
 async fn failed_extension_to_a_shorter_ttl_lowers_the_validity() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(addr(&server));
-    let client = Redlock::builder()
-        .restart_quarantine(false)
-        .node(proxy.url())
-        .node_timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let (server, proxy, client) = proxied_client(Duration::from_millis(100));
     let resource = unique("recovery-extend");
     let guard = client.lock(&resource, TTL).await.expect("locked");
     assert!(guard.validity() > Duration::from_secs(29));
@@ -418,14 +414,7 @@ async fn failed_extension_to_a_shorter_ttl_lowers_the_validity() {
 /// The same when the `extend` future is dropped after it was sent.
 #[tokio::test]
 async fn cancelled_extension_to_a_shorter_ttl_lowers_the_validity() {
-    let server = RedisServer::start();
-    let proxy = FaultProxy::start(addr(&server));
-    let client = Redlock::builder()
-        .restart_quarantine(false)
-        .node(proxy.url())
-        .node_timeout(Duration::from_secs(1))
-        .build()
-        .unwrap();
+    let (_server, proxy, client) = proxied_client(Duration::from_secs(1));
     let resource = unique("recovery-extend-cancel");
     let guard = client.lock(&resource, TTL).await.expect("locked");
     proxy.set_delay(Duration::from_millis(400));
