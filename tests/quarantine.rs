@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Cluster, RedisServer, eventually, unique, wait_until};
+use common::{Cluster, RedisServer, eventually, lock_and_release, unique, wait_until};
 use quorum_lock::{Error, NodeOutcome, QuarantineReason, Redlock};
 
 fn client(urls: &[String], ttl: Duration) -> Redlock {
@@ -52,6 +52,24 @@ fn exists(node: &RedisServer, key: &str) -> bool {
         .query::<i64>(&mut node.conn())
         .unwrap()
         == 1
+}
+
+/// Waits until the key [`stale_key`] put at `key` on `node` has expired.
+async fn stale_key_expired(node: &RedisServer, key: &str) {
+    eventually(Duration::from_secs(5), "stale key expired", || {
+        !exists(node, key)
+    })
+    .await;
+}
+
+/// Restarts `node` empty and waits (blocking this worker thread) until it reports an
+/// uptime of `secs` seconds.
+fn restart_and_age(node: &mut RedisServer, secs: u64) {
+    tokio::task::block_in_place(|| {
+        node.restart();
+        let what = format!("restarted node up {secs} s");
+        wait_until(Duration::from_secs(10), &what, || uptime_secs(node) >= secs);
+    });
 }
 
 /// Issue 14 item 8: a fresh ensemble grants the first lock at once (the old quarantine
@@ -99,21 +117,11 @@ async fn a_short_ttl_client_waits_out_another_clients_long_lease() {
         .await
         .unwrap_or_else(|e| panic!("{e}: {:?}", e.report()));
     assert_eq!(held.report().count(&NodeOutcome::HeldByOther), 1);
-    let node2 = &cluster.nodes[2];
-    eventually(Duration::from_secs(5), "stale key expired", || {
-        !exists(node2, &resource)
-    })
-    .await;
+    stale_key_expired(&cluster.nodes[2], &resource).await;
 
     // Node 1 loses its memory, then runs longer than the short client's TTL plus drift
     // (rounded: uptime 4 means more than 3 s).
-    tokio::task::block_in_place(|| {
-        cluster.nodes[1].restart();
-        let node1 = &cluster.nodes[1];
-        wait_until(Duration::from_secs(10), "node 1 up 4 s", || {
-            uptime_secs(node1) >= 4
-        });
-    });
+    restart_and_age(&mut cluster.nodes[1], 4);
 
     let short = client(&urls, Duration::from_secs(2));
     let refused = short
@@ -190,13 +198,7 @@ async fn a_restarted_node_is_not_trusted_older_than_it_may_be() {
     let ttl = Duration::from_secs(1);
     let first = client(&urls, ttl);
     // Warm up the connections; leave the record at 1 s.
-    first
-        .lock(&resource, ttl)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    lock_and_release(&first, &resource, ttl).await;
     // Restart node 1 around the middle of a wall-clock second, so it reports uptime 1
     // about half a second after it started.
     let fraction = || {
@@ -394,21 +396,11 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
     second.release().await.unwrap();
     assert!(t2 > t1);
     assert_eq!(counter(&cluster.nodes[2], &resource), t1);
-    let node2 = &cluster.nodes[2];
-    eventually(Duration::from_secs(5), "stale key expired", || {
-        !exists(node2, &resource)
-    })
-    .await;
+    stale_key_expired(&cluster.nodes[2], &resource).await;
 
     // Node 1 loses its memory and runs past its quarantine (1 s record; uptime 3 means
     // more than 2 s).
-    tokio::task::block_in_place(|| {
-        cluster.nodes[1].restart();
-        let node1 = &cluster.nodes[1];
-        wait_until(Duration::from_secs(10), "node 1 up 3 s", || {
-            uptime_secs(node1) >= 3
-        });
-    });
+    restart_and_age(&mut cluster.nodes[1], 3);
     // The client's connection to node 1 broke with the restart: reconnect first, so that
     // the attempt below hears node 1 (on the old code it then counts its empty counter).
     loop {
