@@ -212,16 +212,26 @@ fn hold(
     body: &str,
 ) -> Running {
     let script = format!("{prelude} echo $$ > {}; {body}", pid_file.display());
-    let mut all = vec!["run"];
-    all.extend_from_slice(args);
-    all.extend([resource, "--", "sh", "-c", &script]);
-    let holder = start(cli(urls, all), scratch);
+    let program = ["sh", "-c", &script];
+    let holder = start(run_cmd(urls, args, resource, &program), scratch);
     wait_until(
         Duration::from_secs(40),
         "the holder's program to start",
         || fs::read_to_string(pid_file).is_ok_and(|s| s.ends_with('\n')),
     );
     holder
+}
+
+/// [`hold`] with a program that only sleeps (30 s, `exec`ed: the pid is the sleep's).
+#[track_caller]
+fn hold_sleeping(
+    urls: &[String],
+    scratch: &Scratch,
+    args: &[&str],
+    resource: &str,
+    pid_file: &Path,
+) -> Running {
+    hold(urls, scratch, args, resource, pid_file, "", "exec sleep 30")
 }
 
 /// Runs to the end (at most [`LIMIT`]).
@@ -242,6 +252,13 @@ where
     cmd
 }
 
+/// `quorum-lock run OPTS RESOURCE -- PROGRAM...` on `urls`.
+fn run_cmd(urls: &[String], opts: &[&str], resource: &str, program: &[&str]) -> Command {
+    let mut cmd = cli(urls, ["run"]);
+    cmd.args(opts).arg(resource).arg("--").args(program);
+    cmd
+}
+
 /// Fresh servers do not vote until they have been up for one TTL (the library's restart
 /// quarantine; every CLI invocation is a new client). Waits that out for `ttl`.
 fn settle(started: Instant, ttl: Duration) {
@@ -250,6 +267,14 @@ fn settle(started: Instant, ttl: Duration) {
     if let Some(left) = until.checked_duration_since(Instant::now()) {
         std::thread::sleep(left);
     }
+}
+
+/// What most tests start from: a [`cluster`] for `ttl`, its URLs, a scratch directory and
+/// a fresh resource name from `name`.
+fn setup(ttl: Duration, name: &str) -> (Cluster, Vec<String>, Scratch, String) {
+    let cluster = cluster(ttl);
+    let urls = cluster.urls();
+    (cluster, urls, Scratch::new(), unique(name))
 }
 
 /// A three-node cluster whose votes count for TTLs up to `ttl`.
@@ -490,10 +515,7 @@ fn unreachable_nodes_exit_69_within_the_wait() {
 
 #[test]
 fn concurrent_runs_never_overlap() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("overlap");
+    let (_cluster, urls, scratch, resource) = setup(TTL, "overlap");
     // Each program claims a marker directory and fails if it is already there.
     let script = format!(
         "mkdir {d} || exit 99; echo \"$QUORUM_LOCK_RESOURCE\" >> {log}; sleep 0.4; rmdir {d}",
@@ -502,16 +524,8 @@ fn concurrent_runs_never_overlap() {
     );
     let runs: Vec<Running> = (0..3)
         .map(|_| {
-            start(
-                cli(
-                    &urls,
-                    [
-                        "run", "--ttl", TTL_ARG, "--wait", "30s", &resource, "--", "sh", "-c",
-                        &script,
-                    ],
-                ),
-                &scratch,
-            )
+            let (wait, program) = (["--ttl", TTL_ARG, "--wait", "30s"], ["sh", "-c", &script]);
+            start(run_cmd(&urls, &wait, &resource, &program), &scratch)
         })
         .collect();
     for run in runs {
@@ -524,35 +538,14 @@ fn concurrent_runs_never_overlap() {
 
 #[test]
 fn no_wait_against_a_held_lock_exits_75_at_once() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("held");
+    let (_cluster, urls, scratch, resource) = setup(TTL, "held");
     let ready = scratch.path("ready");
-    let holder = hold(
-        &urls,
-        &scratch,
-        &["--ttl", TTL_ARG],
-        &resource,
-        &ready,
-        "",
-        "exec sleep 30",
-    );
+    let holder = hold_sleeping(&urls, &scratch, &["--ttl", TTL_ARG], &resource, &ready);
 
     let ran = scratch.path("ran");
-    let done = output(cli(
-        &urls,
-        [
-            "run",
-            "--ttl",
-            TTL_ARG,
-            "--no-wait",
-            &resource,
-            "--",
-            "touch",
-            ran.to_str().unwrap(),
-        ],
-    ));
+    let no_wait = ["--ttl", TTL_ARG, "--no-wait"];
+    let touch = ["touch", ran.to_str().unwrap()];
+    let done = output(run_cmd(&urls, &no_wait, &resource, &touch));
     done.expect(75)
         .stderr_has("held elsewhere")
         .stderr_has("held by another owner");
@@ -578,10 +571,7 @@ fn no_wait_against_a_held_lock_exits_75_at_once() {
 
 #[test]
 fn program_status_and_environment_pass_through() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("status");
+    let (_cluster, urls, scratch, resource) = setup(TTL, "status");
     let run = |program: &[&str]| {
         let mut args = vec!["run", "--ttl", TTL_ARG, resource.as_str(), "--"];
         args.extend_from_slice(program);
@@ -667,10 +657,7 @@ fn program_status_and_environment_pass_through() {
 
 #[test]
 fn a_program_outliving_several_ttls_keeps_the_lock() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("long");
+    let (_cluster, urls, scratch, resource) = setup(TTL, "long");
     let ready = scratch.path("ready");
     let mut holder = hold(
         &urls,
@@ -690,18 +677,8 @@ fn a_program_outliving_several_ttls_keeps_the_lock() {
             "after {:?}",
             started.elapsed()
         );
-        let done = output(cli(
-            &urls,
-            [
-                "run",
-                "--ttl",
-                TTL_ARG,
-                "--no-wait",
-                &resource,
-                "--",
-                "true",
-            ],
-        ));
+        let no_wait = ["--ttl", TTL_ARG, "--no-wait"];
+        let done = output(run_cmd(&urls, &no_wait, &resource, &["true"]));
         done.expect(75);
         checks += 1;
         std::thread::sleep(Duration::from_millis(250));
@@ -717,19 +694,14 @@ fn a_program_outliving_several_ttls_keeps_the_lock() {
 
 #[test]
 fn losing_the_majority_terminates_the_program_and_exits_70() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("lost");
+    let (cluster, urls, scratch, resource) = setup(TTL, "lost");
     let pid_file = scratch.path("pid");
-    let holder = hold(
+    let holder = hold_sleeping(
         &urls,
         &scratch,
         &["--ttl", TTL_ARG, "--grace", "1s"],
         &resource,
         &pid_file,
-        "",
-        "exec sleep 30",
     );
     let pid = read_pid(&pid_file);
     let paused = Instant::now();
@@ -753,10 +725,7 @@ fn losing_the_majority_terminates_the_program_and_exits_70() {
 
 #[test]
 fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("stubborn");
+    let (cluster, urls, scratch, resource) = setup(TTL, "stubborn");
     let pid_file = scratch.path("pid");
     let _net = KillGroup(pid_file.clone());
     let holder = hold(
@@ -828,15 +797,8 @@ fn validity_end(cluster: &Cluster, key: &str, ttl: Duration) -> Instant {
 /// state of process `pid` (nothing once it is gone) and `taken`.
 fn second_holder(urls: &[String], scratch: &Scratch, resource: &str, pid: i32) -> Running {
     let script = format!("cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null; echo taken");
-    start(
-        cli(
-            urls,
-            [
-                "run", "--ttl", TTL_ARG, "--wait", "30s", resource, "--", "sh", "-c", &script,
-            ],
-        ),
-        scratch,
-    )
+    let (wait, program) = (["--ttl", TTL_ARG, "--wait", "30s"], ["sh", "-c", &script]);
+    start(run_cmd(urls, &wait, resource, &program), scratch)
 }
 
 /// A program that ignores SIGTERM under `args`, on `urls` (the nodes or proxies in front
@@ -858,6 +820,23 @@ fn stubborn(
         "while :; do sleep 0.05; done",
     );
     (read_pid(&pid_file), holder, KillGroup(pid_file))
+}
+
+/// The moment program `pid` is seen ended, checked to come before the latest end of the
+/// validity of the lock on `key` (taken with `ttl`) that the nodes of `cluster` report.
+fn ended_within_validity(cluster: &Cluster, key: &str, ttl: Duration, pid: i32) -> Instant {
+    let end = validity_end(cluster, key, ttl);
+    let ended = ended_at(pid);
+    assert!(
+        ended < end,
+        "the program ended {:?} after the lock's validity",
+        ended - end
+    );
+    println!(
+        "the program ended {:?} before the validity's latest end",
+        end - ended
+    );
+    ended
 }
 
 /// The second holder got the lock after the first program had ended, without a word on
@@ -883,10 +862,7 @@ fn took_over_cleanly(second: Running, first_ended: Instant) {
 
 #[test]
 fn a_program_ignoring_sigterm_is_dead_before_the_validity_ends_with_no_extend() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("deadline");
+    let (cluster, urls, scratch, resource) = setup(TTL, "deadline");
     let (pid, holder, _net) = stubborn(
         &urls,
         &scratch,
@@ -894,17 +870,7 @@ fn a_program_ignoring_sigterm_is_dead_before_the_validity_ends_with_no_extend() 
         &resource,
     );
     let second = second_holder(&urls, &scratch, &resource, pid);
-    let end = validity_end(&cluster, &resource, TTL);
-    let ended = ended_at(pid);
-    assert!(
-        ended < end,
-        "the program ended {:?} after the lock's validity",
-        ended - end
-    );
-    println!(
-        "the program ended {:?} before the validity's latest end",
-        end - ended
-    );
+    let ended = ended_within_validity(&cluster, &resource, TTL, pid);
     holder
         .wait(LIMIT)
         .expect(70)
@@ -935,17 +901,7 @@ fn a_program_ignoring_sigterm_is_dead_before_the_validity_ends_when_extensions_f
         proxy.set_link(Link::Blackhole);
     }
     let second = second_holder(&urls, &scratch, &resource, pid);
-    let end = validity_end(&cluster, &resource, ttl);
-    let ended = ended_at(pid);
-    assert!(
-        ended < end,
-        "the program ended {:?} after the lock's validity",
-        ended - end
-    );
-    println!(
-        "the program ended {:?} before the validity's latest end",
-        end - ended
-    );
+    let ended = ended_within_validity(&cluster, &resource, ttl, pid);
     holder
         .wait(LIMIT)
         .expect(70)
@@ -957,10 +913,7 @@ fn a_program_ignoring_sigterm_is_dead_before_the_validity_ends_when_extensions_f
 
 #[test]
 fn a_long_wait_shows_the_holder_on_a_terminal_only() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("progress");
+    let (_cluster, urls, scratch, resource) = setup(TTL, "progress");
     let (ready, go) = (scratch.path("ready"), scratch.path("go"));
     let holder = hold(
         &urls,
@@ -979,15 +932,8 @@ fn a_long_wait_shows_the_holder_on_a_terminal_only() {
         .unwrap()
         .to_owned();
     // Two waiters: one with stderr in a file, one on a terminal (a pty from `script`).
-    let plain = start(
-        cli(
-            &urls,
-            [
-                "run", "--ttl", TTL_ARG, "--wait", "30s", &resource, "--", "true",
-            ],
-        ),
-        &scratch,
-    );
+    let wait = ["--ttl", TTL_ARG, "--wait", "30s"];
+    let plain = start(run_cmd(&urls, &wait, &resource, &["true"]), &scratch);
     let inner = format!(
         "{BIN} --node-timeout {NODE_TIMEOUT_ARG} run --ttl {TTL_ARG} --wait 30s {resource} -- true"
     );
@@ -1035,47 +981,20 @@ fn no_extend_makes_the_ttl_a_time_limit() {
     let cluster = cluster(TTL);
     let urls = cluster.urls();
     let resource = unique("noextend");
-    let done = output(cli(
-        &urls,
-        [
-            "run",
-            "--ttl",
-            TTL_ARG,
-            "--no-extend",
-            &resource,
-            "--",
-            "sleep",
-            "20",
-        ],
-    ));
+    let no_extend = ["--ttl", TTL_ARG, "--no-extend"];
+    let done = output(run_cmd(&urls, &no_extend, &resource, &["sleep", "20"]));
     done.expect(70).stderr_has(&format!(
         "was about to expire: the program outlived --ttl {TTL_ARG} with --no-extend"
     ));
     assert!(done.elapsed < Duration::from_secs(10), "{done:#?}");
-    output(cli(
-        &urls,
-        [
-            "run",
-            "--ttl",
-            TTL_ARG,
-            "--no-extend",
-            &resource,
-            "--",
-            "sleep",
-            "0.2",
-        ],
-    ))
-    .expect(0);
+    output(run_cmd(&urls, &no_extend, &resource, &["sleep", "0.2"])).expect(0);
 }
 
 #[test]
 fn sigterm_reaches_the_program_and_the_lock_is_released() {
     // Long enough that only a release, not expiry, frees the lock before it is checked.
     let ttl = Duration::from_secs(5);
-    let cluster = cluster(ttl);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("sigterm");
+    let (_cluster, urls, scratch, resource) = setup(ttl, "sigterm");
     let ready = scratch.path("ready");
     let got = scratch.path("got");
     let holder = hold(
@@ -1100,15 +1019,7 @@ fn sigterm_reaches_the_program_and_the_lock_is_released() {
 
     // SIGINT too; a program that dies of it gives 128 + 2.
     let pid_file = scratch.path("pid");
-    let holder = hold(
-        &urls,
-        &scratch,
-        &["--ttl", "5s"],
-        &resource,
-        &pid_file,
-        "",
-        "exec sleep 30",
-    );
+    let holder = hold_sleeping(&urls, &scratch, &["--ttl", "5s"], &resource, &pid_file);
     holder.signal(Signal::SIGINT);
     holder.wait(LIMIT).expect(128 + 2);
     assert!(!pid_alive(read_pid(&pid_file)));
@@ -1120,25 +1031,14 @@ fn sigterm_reaches_the_program_and_the_lock_is_released() {
 
 #[test]
 fn status_and_forced_release_report_what_the_nodes_hold() {
-    let cluster = cluster(TTL);
-    let urls = cluster.urls();
-    let scratch = Scratch::new();
-    let resource = unique("inspect");
+    let (cluster, urls, scratch, resource) = setup(TTL, "inspect");
     let ready = scratch.path("ready");
 
     let done = output(cli(&urls, ["status", &resource]));
     done.expect(0).stdout_has(": free").stdout_has("absent");
     assert_eq!(done.stdout.matches("absent").count(), 3, "{}", done.stdout);
 
-    let holder = hold(
-        &urls,
-        &scratch,
-        &["--ttl", TTL_ARG],
-        &resource,
-        &ready,
-        "",
-        "exec sleep 30",
-    );
+    let holder = hold_sleeping(&urls, &scratch, &["--ttl", TTL_ARG], &resource, &ready);
     let json = status_json(&urls, &resource);
     assert!(json.contains("\"verdict\":\"held\""), "{json}");
     // A majority at least; the last node may get its copy a moment later.
@@ -1219,19 +1119,8 @@ fn key_prefix_applies_to_every_command() {
     ))
     .expect(75);
     // Without the prefix it is another key.
-    output(cli(
-        &urls,
-        [
-            "run",
-            "--ttl",
-            TTL_ARG,
-            "--no-wait",
-            &resource,
-            "--",
-            "true",
-        ],
-    ))
-    .expect(0);
+    let no_wait = ["--ttl", TTL_ARG, "--no-wait"];
+    output(run_cmd(&urls, &no_wait, &resource, &["true"])).expect(0);
     output(cli(&urls, ["status", "--key-prefix", "jobs:", &resource]))
         .expect(0)
         .stdout_has(&format!("key \"jobs:{resource}\""))
