@@ -347,25 +347,21 @@ mod tests {
     fn tally_decides_as_soon_as_certain() {
         for n in 1..=7 {
             let q = quorum(n);
-            // All yes: reached exactly on the q-th vote, pending before.
-            let mut t = Tally::new(n);
-            for i in 1..=n {
-                let v = t.record(true);
-                if i < q {
-                    assert_eq!(v, Verdict::Pending, "n={n} yes={i}");
-                } else {
-                    assert_eq!(v, Verdict::Reached, "n={n} yes={i}");
-                }
-            }
-            // All no: unreachable exactly when n - no < q.
-            let mut t = Tally::new(n);
-            let first_fatal = n - q + 1;
-            for i in 1..=n {
-                let v = t.record(false);
-                if i < first_fatal {
-                    assert_eq!(v, Verdict::Pending, "n={n} no={i}");
-                } else {
-                    assert_eq!(v, Verdict::Unreachable, "n={n} no={i}");
+            // All yes: reached exactly on the q-th vote, pending before. All no: unreachable
+            // exactly when n - no < q, i.e. from the (n - q + 1)-th no.
+            let runs = [
+                (true, q, Verdict::Reached),
+                (false, n - q + 1, Verdict::Unreachable),
+            ];
+            for (yes, first_decided, decided) in runs {
+                let mut t = Tally::new(n);
+                for i in 1..=n {
+                    let expected = if i < first_decided {
+                        Verdict::Pending
+                    } else {
+                        decided
+                    };
+                    assert_eq!(t.record(yes), expected, "n={n} yes={yes} vote {i}");
                 }
             }
             // Minority failures never stop a later majority.
@@ -437,26 +433,50 @@ mod tests {
         );
     }
 
+    /// A ballot's counts: yes votes, certain noes, unheard, failures.
+    type Split = (usize, usize, usize, usize);
+
+    /// Runs `check(n, quorum(n), split, votes)` on every ballot of `n` votes, `n` in `sizes`.
+    fn every_ballot(
+        sizes: std::ops::RangeInclusive<usize>,
+        mut check: impl FnMut(usize, usize, Split, &[Vote]),
+    ) {
+        for n in sizes {
+            for split in splits(n) {
+                let (y, no, o, m) = split;
+                check(n, quorum(n), split, &ballot(y, no, o, m));
+            }
+        }
+    }
+
+    /// What an extension or a release (not expired) decides on a ballot without a denial:
+    /// a majority of yes wins `validity`; noes that leave no majority possible mean not
+    /// held; anything else is unavailable (failures prove nothing).
+    fn expected_held(n: usize, q: usize, (y, no, _, _): Split, validity: Duration) -> Decision {
+        if y >= q {
+            Decision::Won { validity }
+        } else if n - no < q {
+            Decision::NotHeld
+        } else {
+            Decision::Unavailable { quorum: q }
+        }
+    }
+
     #[test]
     fn acquire_decisions() {
         let v = Some(MS(900));
+        every_ballot(1..=7, |n, q, (y, _, _, m), votes| {
+            let expected = if y >= q {
+                Decision::Won { validity: MS(900) }
+            } else if n - m < q {
+                Decision::Unavailable { quorum: q }
+            } else {
+                Decision::Contended
+            };
+            assert_eq!(decide_acquire(votes, MS(5), v), expected, "n={n} {votes:?}");
+        });
         for n in 1..=7 {
             let q = quorum(n);
-            for (y, no, o, m) in splits(n) {
-                let votes = ballot(y, no, o, m);
-                let expected = if y >= q {
-                    Decision::Won { validity: MS(900) }
-                } else if n - m < q {
-                    Decision::Unavailable { quorum: q }
-                } else {
-                    Decision::Contended
-                };
-                assert_eq!(
-                    decide_acquire(&votes, MS(5), v),
-                    expected,
-                    "n={n} {votes:?}"
-                );
-            }
             // Majority but no validity left; one vote short of a majority.
             let bare = ballot(q, n - q, 0, 0);
             assert_eq!(
@@ -469,115 +489,83 @@ mod tests {
                 Decision::Unavailable { quorum: q }
             );
         }
-        // Boundaries at n = 5: two failures still leave a contended verdict, three do not.
-        assert_eq!(
-            decide_acquire(&ballot(2, 1, 0, 2), MS(1), v),
-            Decision::Contended
-        );
-        assert_eq!(
-            decide_acquire(&ballot(2, 0, 0, 3), MS(1), v),
-            Decision::Unavailable { quorum: 3 }
-        );
-        // Unheard nodes could still hold another owner's key: contended, not unavailable.
-        assert_eq!(
-            decide_acquire(&ballot(0, 2, 1, 2), MS(1), v),
-            Decision::Contended
-        );
+        let boundaries = [
+            // n = 5: two failures still leave a contended verdict, three do not.
+            ((2, 1, 0, 2), Decision::Contended),
+            ((2, 0, 0, 3), Decision::Unavailable { quorum: 3 }),
+            // Unheard nodes could still hold another owner's key: contended, not unavailable.
+            ((0, 2, 1, 2), Decision::Contended),
+        ];
+        for ((y, no, o, m), expected) in boundaries {
+            let votes = ballot(y, no, o, m);
+            assert_eq!(decide_acquire(&votes, MS(1), v), expected, "{votes:?}");
+        }
     }
 
     #[test]
     fn extend_decisions() {
+        every_ballot(1..=7, |n, q, split, votes| {
+            let expected = expected_held(n, q, split, MS(40));
+            let decided = decide_extend(votes, MS(5), Some(MS(40)));
+            assert_eq!(decided, expected, "n={n} {votes:?}");
+        });
         for n in 1..=7 {
             let q = quorum(n);
-            for (y, no, o, m) in splits(n) {
-                let votes = ballot(y, no, o, m);
-                let expected = if y >= q {
-                    Decision::Won { validity: MS(40) }
-                } else if n - no < q {
-                    Decision::NotHeld
-                } else {
-                    Decision::Unavailable { quorum: q }
-                };
-                assert_eq!(
-                    decide_extend(&votes, MS(5), Some(MS(40))),
-                    expected,
-                    "n={n} {votes:?}"
-                );
-            }
             assert_eq!(
                 decide_extend(&ballot(q, 0, 0, n - q), MS(9), None),
                 Decision::ValiditySpent { elapsed: MS(9) }
             );
         }
-        // n = 3: one "not ours" and one failure prove nothing; two "not ours" do.
-        assert_eq!(
-            decide_extend(&ballot(1, 1, 0, 1), MS(1), Some(MS(1))),
-            Decision::Unavailable { quorum: 2 }
-        );
-        assert_eq!(
-            decide_extend(&ballot(1, 2, 0, 0), MS(1), Some(MS(1))),
-            Decision::NotHeld
-        );
+        let boundaries = [
+            // n = 3: one "not ours" and one failure prove nothing; two "not ours" do.
+            ((1, 1, 0, 1), Decision::Unavailable { quorum: 2 }),
+            ((1, 2, 0, 0), Decision::NotHeld),
+        ];
+        for ((y, no, o, m), expected) in boundaries {
+            let votes = ballot(y, no, o, m);
+            let decided = decide_extend(&votes, MS(1), Some(MS(1)));
+            assert_eq!(decided, expected, "{votes:?}");
+        }
     }
 
     #[test]
     fn release_decisions() {
-        for n in 1..=7 {
-            let q = quorum(n);
-            for (y, no, o, m) in splits(n) {
-                let votes = ballot(y, no, o, m);
-                let expected = if y >= q {
-                    Decision::Won {
-                        validity: Duration::ZERO,
-                    }
-                } else if n - no < q {
-                    Decision::NotHeld
-                } else {
-                    Decision::Unavailable { quorum: q }
-                };
-                assert_eq!(decide_release(&votes, false), expected, "n={n} {votes:?}");
-                // Released after the validity ran out: never a success.
-                assert_eq!(
-                    decide_release(&votes, true),
-                    Decision::NotHeld,
-                    "n={n} {votes:?}"
-                );
-            }
-        }
+        every_ballot(1..=7, |n, q, split, votes| {
+            let expected = expected_held(n, q, split, Duration::ZERO);
+            assert_eq!(decide_release(votes, false), expected, "n={n} {votes:?}");
+            // Released after the validity ran out: never a success.
+            let expired = decide_release(votes, true);
+            assert_eq!(expired, Decision::NotHeld, "n={n} {votes:?}");
+        });
     }
 
     #[test]
     fn one_denial_decides_every_round() {
-        for n in 1..=7 {
-            for (y, no, o, m) in splits(n - 1) {
-                let mut votes = ballot(y, no, o, m);
-                votes.push(Vote::Denied);
-                let d = Decision::Denied;
-                assert_eq!(decide_acquire(&votes, MS(1), Some(MS(9))), d, "{votes:?}");
-                assert_eq!(decide_extend(&votes, MS(1), Some(MS(9))), d, "{votes:?}");
-                assert_eq!(decide_release(&votes, false), d, "{votes:?}");
-                assert_eq!(decide_release(&votes, true), d, "{votes:?}");
-                assert_eq!(decide_reach(&votes), d, "{votes:?}");
-            }
-        }
+        // Every ballot of 0 to 6 other votes, and one denial.
+        every_ballot(0..=6, |_, _, _, others| {
+            let mut votes = others.to_vec();
+            votes.push(Vote::Denied);
+            let d = Decision::Denied;
+            assert_eq!(decide_acquire(&votes, MS(1), Some(MS(9))), d, "{votes:?}");
+            assert_eq!(decide_extend(&votes, MS(1), Some(MS(9))), d, "{votes:?}");
+            assert_eq!(decide_release(&votes, false), d, "{votes:?}");
+            assert_eq!(decide_release(&votes, true), d, "{votes:?}");
+            assert_eq!(decide_reach(&votes), d, "{votes:?}");
+        });
     }
 
     #[test]
     fn reach_decisions() {
-        for n in 1..=7 {
-            let q = quorum(n);
-            for (y, no, o, m) in splits(n) {
-                let votes = ballot(y, no, o, m);
-                let expected = if y >= q {
-                    Decision::Won {
-                        validity: Duration::ZERO,
-                    }
-                } else {
-                    Decision::Unavailable { quorum: q }
-                };
-                assert_eq!(decide_reach(&votes), expected, "n={n} {votes:?}");
-            }
-        }
+        every_ballot(1..=7, |n, q, (y, _, _, _), votes| {
+            let expected = if y >= q {
+                Decision::Won {
+                    validity: Duration::ZERO,
+                }
+            } else {
+                Decision::Unavailable { quorum: q }
+            };
+            assert_eq!(decide_reach(votes), expected, "n={n} {votes:?}");
+        });
     }
 
     #[test]
