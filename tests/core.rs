@@ -100,7 +100,7 @@ async fn key_is_the_resource_name_unless_prefixed() {
     assert_eq!(get(&server, &resource).as_deref(), Some(guard.token()));
     guard.release().await.unwrap();
 
-    let prefixed = builder([server.url()])
+    let prefixed = builder(&[server.url()])
         .key_prefix("locks:")
         .build()
         .unwrap();

@@ -45,7 +45,7 @@ fn client_as_user(cluster: &Cluster) -> Redlock {
     let urls: Vec<String> = (cluster.nodes.iter())
         .map(|n| format!("redis://locker:{PASSWORD}@127.0.0.1:{}", n.port()))
         .collect();
-    builder(urls)
+    builder(&urls)
         .key_prefix(PREFIX)
         .retry_delay(Duration::from_millis(2))
         .max_retry_delay(Duration::from_millis(20))
@@ -252,7 +252,7 @@ async fn a_refused_read_is_a_permission_error() {
 #[tokio::test]
 async fn a_list_at_the_lock_key_is_a_wrong_type_not_another_holder() {
     let cluster = Cluster::start(3);
-    let redlock = builder(cluster.urls()).build().unwrap();
+    let redlock = builder(&cluster.urls()).build().unwrap();
     let resource = unique("list");
     // Foreign data on every node.
     for node in &cluster.nodes {

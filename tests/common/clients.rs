@@ -11,11 +11,7 @@ pub const NODE_TIMEOUT: Duration = Duration::from_millis(500);
 /// A builder on `urls` with restart quarantine off (fresh test servers would hold every
 /// vote for one TTL, and these tests count every vote; quarantine has its own tests) and
 /// [`NODE_TIMEOUT`].
-pub fn builder<I, S>(urls: I) -> RedlockBuilder
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<str>,
-{
+pub fn builder(urls: &[String]) -> RedlockBuilder {
     Redlock::builder()
         .restart_quarantine(false)
         .nodes(urls)
@@ -23,11 +19,7 @@ where
 }
 
 /// [`builder`] retrying every 2 ms, backing off to 20 ms, built.
-pub fn client<I, S>(urls: I) -> Redlock
-where
-    I: IntoIterator<Item = S>,
-    S: AsRef<str>,
-{
+pub fn client(urls: &[String]) -> Redlock {
     builder(urls)
         .retry_delay(Duration::from_millis(2))
         .max_retry_delay(Duration::from_millis(20))
