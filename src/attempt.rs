@@ -76,13 +76,15 @@ impl Plan {
     }
 }
 
-/// A fresh 128-bit random token, as 32 hex digits.
-fn new_token() -> Arc<str> {
+/// The value to set: a fresh 128-bit random token as 32 hex digits, then the client's
+/// holder description and the time (`protocol::holder`); compares use the whole value.
+fn new_token(described: &str) -> Arc<str> {
     let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
     let text = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
         .simple()
         .encode_lower(&mut hex);
-    Arc::from(&*text)
+    let now = crate::protocol::holder::unix_ms(std::time::SystemTime::now());
+    Arc::from(crate::protocol::holder::value(text, now, described))
 }
 
 /// One acquisition attempt with a fresh token, in a `quorum_lock.acquire` span whose
@@ -115,7 +117,11 @@ async fn attempt_inner(
 ) -> Result<LockGuard> {
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
-    let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), new_token());
+    let mut holding = Holding::new(
+        Arc::clone(ensemble),
+        Arc::clone(&plan.keys),
+        new_token(&ensemble.config.holder),
+    );
     let start = Instant::now();
     let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
     let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
