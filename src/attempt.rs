@@ -95,8 +95,9 @@ pub(crate) async fn attempt(
     plan: &Plan,
     enqueue: Option<Enqueue<'_>>,
 ) -> Result<LockGuard> {
-    // A `lock()` still retrying when the client shuts down stops here.
-    ensemble.check_open()?;
+    // A `lock()` still retrying when the client shuts down stops here; a shutdown after
+    // this point waits for the attempt (see `InFlight`).
+    let _in_flight = ensemble.begin_attempt()?;
     let span = tracing::debug_span!(
         "quorum_lock.acquire",
         resources = ?plan.resources,

@@ -54,7 +54,7 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(
-        holding: Holding,
+        mut holding: Holding,
         resources: Arc<[String]>,
         ttl: Duration,
         deadline: Instant,
@@ -72,6 +72,8 @@ impl LockGuard {
         ));
         let held: Weak<dyn Held> = Arc::downgrade(&lease) as Weak<dyn Held>;
         holding.ensemble().register(held);
+        // Registered: a shutdown from now on releases it.
+        holding.registered();
         LockGuard {
             holding,
             lease,
