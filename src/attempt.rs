@@ -118,11 +118,8 @@ async fn attempt_inner(
 ) -> Result<LockGuard> {
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
-    let mut holding = Holding::new(
-        Arc::clone(ensemble),
-        Arc::clone(&plan.keys),
-        new_token(&ensemble.config.holder),
-    );
+    let token = new_token(&ensemble.config.holder);
+    let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
     let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
     let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
