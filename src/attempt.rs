@@ -76,13 +76,15 @@ impl Plan {
     }
 }
 
-/// A fresh 128-bit random token, as 32 hex digits.
-fn new_token() -> Arc<str> {
+/// The value to set: a fresh 128-bit random token as 32 hex digits, then the client's
+/// holder description and the time (`protocol::holder`); compares use the whole value.
+fn new_token(described: &str) -> Arc<str> {
     let mut hex = [0u8; uuid::fmt::Simple::LENGTH];
     let text = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
         .simple()
         .encode_lower(&mut hex);
-    Arc::from(&*text)
+    let now = crate::protocol::holder::unix_ms(std::time::SystemTime::now());
+    Arc::from(crate::protocol::holder::value(text, now, described))
 }
 
 /// One acquisition attempt with a fresh token, in a `quorum_lock.acquire` span whose
@@ -93,8 +95,9 @@ pub(crate) async fn attempt(
     plan: &Plan,
     enqueue: Option<Enqueue<'_>>,
 ) -> Result<LockGuard> {
-    // A `lock()` still retrying when the client shuts down stops here.
-    ensemble.check_open()?;
+    // A `lock()` still retrying when the client shuts down stops here; a shutdown after
+    // this point waits for the attempt (see `InFlight`).
+    let _in_flight = ensemble.begin_attempt()?;
     let span = tracing::debug_span!(
         "quorum_lock.acquire",
         resources = ?plan.resources,
@@ -115,7 +118,8 @@ async fn attempt_inner(
 ) -> Result<LockGuard> {
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
-    let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), new_token());
+    let token = new_token(&ensemble.config.holder);
+    let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
     let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
     let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;

@@ -12,6 +12,7 @@ use crate::config::{Config, check_ttl};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::node::Node;
+use crate::protocol::holder;
 use crate::retry::RetryPolicy;
 
 /// The highest [`RedlockBuilder::fence_floor`]: tokens stay at most 2^53, the largest
@@ -46,6 +47,8 @@ pub struct RedlockBuilder {
     quarantine: bool,
     native_commands: bool,
     fence_floor: Option<u64>,
+    holder_info: bool,
+    holder_program: Option<String>,
 }
 
 impl Default for RedlockBuilder {
@@ -66,6 +69,8 @@ impl Default for RedlockBuilder {
             quarantine: true,
             native_commands: true,
             fence_floor: None,
+            holder_info: true,
+            holder_program: None,
         }
     }
 }
@@ -287,6 +292,25 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether the value of every lock key this client sets describes the holder for
+    /// operators: host name, process id and program (see [`HolderInfo`](crate::HolderInfo), shown by
+    /// [`Redlock::status`] and `quorum-lock status`). Default: on. Off leaves those three
+    /// out (for hosts whose names should not be readable by everyone who can read the
+    /// keys); the time the lock was taken stays. Either way the value begins with the
+    /// random token and every compare-and-delete compares the whole value.
+    pub fn holder_info(mut self, on: bool) -> Self {
+        self.holder_info = on;
+        self
+    }
+
+    /// The program named in the holder description (see [`holder_info`](Self::holder_info)).
+    /// Default: the file name of this process's executable. The CLI sets the command it
+    /// runs. At most 40 characters are kept.
+    pub fn holder_program(mut self, program: impl Into<String>) -> Self {
+        self.holder_program = Some(program.into());
+        self
+    }
+
     /// A PEM certificate (or bundle) to trust for `rediss://` nodes instead of the
     /// platform's roots, e.g. a private CA.
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -353,6 +377,7 @@ impl RedlockBuilder {
             nodes.push(Arc::new(Node::new(name, client, self.connect_timeout)));
         }
 
+        let holder = Arc::from(self.holder_description());
         let config = Config {
             key_prefix: self.key_prefix,
             drift_factor: self.drift_factor,
@@ -365,12 +390,31 @@ impl RedlockBuilder {
             quarantine: self.quarantine,
             native_commands: self.native_commands,
             fence_floor: self.fence_floor,
+            holder,
         };
         Ok(Redlock::from_ensemble(Ensemble::new(
             nodes,
             config,
             self.connect_timeout,
         )))
+    }
+
+    /// The fixed part of every lock value (see [`holder_info`](Self::holder_info)). Reads
+    /// the host name once per client.
+    fn holder_description(&self) -> String {
+        if !self.holder_info {
+            return String::new();
+        }
+        let program = (self.holder_program.clone()).or_else(|| {
+            let exe = std::env::args_os().next()?;
+            let name = std::path::Path::new(&exe).file_name()?;
+            Some(name.to_string_lossy().into_owned())
+        });
+        holder::describe(
+            host_name().as_deref(),
+            Some(std::process::id()),
+            program.as_deref(),
+        )
     }
 
     /// Parses one URL into a display name (`host:port[/db]`, no credentials) and a client.
@@ -484,6 +528,17 @@ fn tls_client(_: ConnectionInfo, _: Option<Vec<u8>>, shown: &str) -> Result<Clie
     Err(config(format!(
         "node URL {shown:?} uses TLS but quorum-lock was built without the `tls` feature"
     )))
+}
+
+/// This machine's host name: the kernel's on Linux, else `$HOSTNAME` / `$COMPUTERNAME`;
+/// `None` when none is known (the value then names no host).
+fn host_name() -> Option<String> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    kernel
+        .map(|h| h.trim().to_owned())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .or_else(|| std::env::var("COMPUTERNAME").ok())
+        .filter(|h| !h.is_empty())
 }
 
 #[cfg(test)]

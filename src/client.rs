@@ -268,8 +268,8 @@ impl LockRequest {
 
     /// Mints a fencing token with the lock: a number that strictly increases from one
     /// holder of these resources to the next, read from and committed to a majority of
-    /// nodes (one more round trip). See [`LockGuard::fencing_token`] and the
-    /// [`fencing`](crate::fencing) module.
+    /// nodes (one more round trip). Prefer [`fenced`](Self::fenced), whose guard's token
+    /// cannot be absent; see the [`fencing`](crate::fencing) module.
     pub fn fencing(mut self) -> Self {
         self.request.fencing = true;
         self

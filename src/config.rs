@@ -1,6 +1,7 @@
 //! Validated settings and the TTL rules every lock and extension goes through: below
 //! everything that acquires, above the pure quorum arithmetic.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
@@ -23,6 +24,9 @@ pub(crate) struct Config {
     pub(crate) native_commands: bool,
     /// Every fencing token is above this (see `RedlockBuilder::fence_floor`).
     pub(crate) fence_floor: Option<u64>,
+    /// The fixed part of every lock value this client writes: host, process id, program
+    /// (see `protocol::holder::describe`); empty with `holder_info(false)`.
+    pub(crate) holder: Arc<str>,
 }
 
 /// Rejects a TTL that is zero, not a whole number of milliseconds' worth, too large for

@@ -4,7 +4,7 @@
 //! extenders keep one too. It sits above the node, fan-out and waiting modules and
 //! below acquire, release, guard and lease.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -36,6 +36,24 @@ pub(crate) struct Ensemble {
     closed: AtomicBool,
     /// The locks this client holds (their leases), for `Redlock::shutdown`.
     held: Mutex<Vec<Weak<dyn Held>>>,
+    /// Attempts under way, with their clean-up (see [`InFlight`]).
+    attempts: AtomicUsize,
+    /// Told when `attempts` falls to zero.
+    attempts_settled: tokio::sync::Notify,
+}
+
+/// An attempt under way (or the clean-up of one): `Redlock::shutdown` waits until none is
+/// left before it closes the connections, so whatever an attempt set is given back or
+/// becomes a lock that shutdown releases. Counted until dropped.
+#[derive(Debug)]
+pub(crate) struct InFlight(Arc<Ensemble>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if self.0.attempts.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.attempts_settled.notify_waiters();
+        }
+    }
 }
 
 /// A lock held by this client, as shutdown sees it (implemented by the lease).
@@ -68,6 +86,8 @@ impl Ensemble {
             notifier,
             closed: AtomicBool::new(false),
             held: Mutex::new(Vec::new()),
+            attempts: AtomicUsize::new(0),
+            attempts_settled: tokio::sync::Notify::new(),
         }
     }
 
@@ -80,7 +100,38 @@ impl Ensemble {
 
     /// Whether `Redlock::shutdown` was called.
     pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+        // SeqCst, with `close` and the attempt count: see `begin_attempt`.
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Counts an attempt as under way, then fails with [`Error::ShutDown`] if the client
+    /// was shut down. Counted before the check (both sequentially consistent): a shutdown
+    /// that closes after the check sees the count and waits for the attempt.
+    pub(crate) fn begin_attempt(self: &Arc<Self>) -> Result<InFlight> {
+        let in_flight = self.in_flight();
+        self.check_open()?;
+        Ok(in_flight)
+    }
+
+    /// Counts work that shutdown must wait for (an attempt's clean-up), unchecked.
+    pub(crate) fn in_flight(self: &Arc<Self>) -> InFlight {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        InFlight(Arc::clone(self))
+    }
+
+    /// Waits until no attempt is under way (see [`InFlight`]).
+    pub(crate) async fn attempts_settled(&self) {
+        loop {
+            let notified = self.attempts_settled.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the count is read: a decrement to zero after the read
+            // wakes it.
+            notified.as_mut().enable();
+            if self.attempts.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// [`Error::ShutDown`] once the client was shut down.
@@ -91,11 +142,14 @@ impl Ensemble {
         }
     }
 
-    /// Closes the client to new work and returns the locks still held (first call only).
-    pub(crate) fn close(&self) -> Vec<Arc<dyn Held>> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Vec::new();
-        }
+    /// Closes the client to new work; `false` when it was closed already.
+    pub(crate) fn close(&self) -> bool {
+        !self.closed.swap(true, Ordering::SeqCst)
+    }
+
+    /// Takes the locks still held (after [`close`](Self::close) and
+    /// [`attempts_settled`](Self::attempts_settled), no more are added).
+    pub(crate) fn take_held(&self) -> Vec<Arc<dyn Held>> {
         let held = std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner()));
         held.iter().filter_map(Weak::upgrade).collect()
     }

@@ -12,8 +12,8 @@
 //! [`FencedGuard::fencing_token`](crate::FencedGuard::fencing_token), or
 //! [`FencedContext::fencing_token`](crate::FencedContext::fencing_token) in a scoped run:
 //! a [`FencingToken`], never absent. (The older [`LockRequest::fencing`](crate::LockRequest::fencing)
-//! gives a plain guard whose [`fencing_token`](crate::LockGuard::fencing_token) is an
-//! `Option<u64>`.) It is minted by the same
+//! gives a plain guard whose deprecated [`fencing_token`](crate::LockGuard::fencing_token)
+//! is an `Option<u64>`.) It is minted by the same
 //! majority as the lock: every node keeps a counter `<prefix>quorum-lock:fence:<resource>` that never
 //! expires; the acquisition reads the counters of the nodes it reaches, takes one more than
 //! the highest, and commits it to a majority (only where our lock is in place) before the

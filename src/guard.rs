@@ -54,7 +54,7 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(
-        holding: Holding,
+        mut holding: Holding,
         resources: Arc<[String]>,
         ttl: Duration,
         deadline: Instant,
@@ -72,6 +72,8 @@ impl LockGuard {
         ));
         let held: Weak<dyn Held> = Arc::downgrade(&lease) as Weak<dyn Held>;
         holding.ensemble().register(held);
+        // Registered: a shutdown from now on releases it.
+        holding.registered();
         LockGuard {
             holding,
             lease,
@@ -88,8 +90,15 @@ impl LockGuard {
     /// token of every earlier holder of these resources. Pass it to the storage you write
     /// to and let it reject writes that carry an older token.
     ///
-    /// Prefer [`LockRequest::fenced`](crate::LockRequest::fenced): its
-    /// [`FencedGuard`](crate::FencedGuard) has a [`FencingToken`] that cannot be absent.
+    /// Deprecated: use [`LockRequest::fenced`](crate::LockRequest::fenced) (or
+    /// [`Redlock::try_lock_fenced`](crate::Redlock::try_lock_fenced),
+    /// `.fenced().run(...)`): its [`FencedGuard`](crate::FencedGuard) has a
+    /// [`FencingToken`] that cannot be absent, with an `i64` view for SQL.
+    #[deprecated(
+        since = "0.1.0",
+        note = "request the lock with `.fenced()` (or `try_lock_fenced`) and use \
+                `FencedGuard::fencing_token`, a `FencingToken` that cannot be absent"
+    )]
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token.map(FencingToken::get)
     }
@@ -135,7 +144,11 @@ impl LockGuard {
         &self.lease.resources
     }
 
-    /// The random token stored on the nodes: 128 bits as 32 hex digits.
+    /// The value stored on the nodes: the random token (128 bits as 32 hex digits), then
+    /// this client's holder description (`<token>;q1;t=...`, see
+    /// [`HolderInfo`](crate::HolderInfo)). Every compare-and-delete and extension compares
+    /// this whole value. [`HolderInfo::parse`](crate::HolderInfo::parse) gives the token
+    /// alone.
     pub fn token(&self) -> &str {
         &self.lease.token
     }

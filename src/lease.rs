@@ -426,7 +426,8 @@ impl LockContext {
         self.lease.signal()
     }
 
-    /// The random token stored on the nodes.
+    /// The value stored on the nodes: the random token, then the holder description (see
+    /// [`LockGuard::token`](crate::LockGuard::token)).
     pub fn token(&self) -> &str {
         &self.lease.token
     }

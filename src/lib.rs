@@ -48,6 +48,7 @@ pub use fenced::{FencedContext, FencedGuard, FencedRequest};
 pub use fencing::FencingToken;
 pub use guard::LockGuard;
 pub use lease::{LockContext, LostReason, LostSignal};
+pub use protocol::holder::HolderInfo;
 pub use redis;
 pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
 pub use retry::RetryPolicy;

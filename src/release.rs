@@ -7,7 +7,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use crate::config::whole_ms;
-use crate::ensemble::Ensemble;
+use crate::ensemble::{Ensemble, InFlight};
 use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::metrics;
@@ -32,10 +32,14 @@ pub(crate) struct Holding {
     armed: bool,
     /// Set once acquired: tells the local queue when our release has completed.
     local: Option<LocalHold>,
+    /// An attempt's: shutdown waits for it (and for the clean-up its drop sends) until the
+    /// guard is registered ([`Holding::registered`]).
+    in_flight: Option<InFlight>,
 }
 
 impl Holding {
     pub(crate) fn new(ensemble: Arc<Ensemble>, keys: Arc<[String]>, token: Arc<str>) -> Self {
+        let in_flight = Some(ensemble.in_flight());
         Holding {
             ensemble,
             keys,
@@ -43,7 +47,13 @@ impl Holding {
             gate: Arc::new(SendGate::new()),
             armed: true,
             local: None,
+            in_flight,
         }
+    }
+
+    /// The attempt is over: its lock is registered for shutdown to release.
+    pub(crate) fn registered(&mut self) {
+        self.in_flight = None;
     }
 
     /// The duty of a lock whose release someone else answers for (client shutdown): the
@@ -61,6 +71,7 @@ impl Holding {
             gate,
             armed: false,
             local: None,
+            in_flight: None,
         }
     }
 
@@ -255,8 +266,9 @@ impl Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        if !self.armed || self.ensemble.is_closed() {
-            // Shut down: the client released its locks and sends nothing any more.
+        if !self.armed || (self.ensemble.is_closed() && self.in_flight.is_none()) {
+            // Shut down: the client released its locks and sends nothing any more. An
+            // abandoned attempt still cleans up: shutdown waits for it (`in_flight`).
             return;
         }
         self.gate.close();
@@ -268,6 +280,7 @@ impl Drop for Holding {
                 let mut round = self.release_round(0..n, true);
                 let local = self.local.take();
                 let ensemble = Arc::clone(&self.ensemble);
+                let in_flight = self.in_flight.take();
                 handle.spawn(async move {
                     fanout::collect(
                         &ensemble.nodes,
@@ -277,8 +290,9 @@ impl Drop for Holding {
                         Stop::AtEnd,
                     )
                     .await;
-                    // Only now may the next local task try.
+                    // Only now may the next local task try (and shutdown go on).
                     drop(local);
+                    drop(in_flight);
                 });
                 metrics::released("drop");
             }

@@ -13,7 +13,8 @@ impl Redlock {
     ///
     /// 1. takes no new locks: every later `lock`, `try_lock` or `run` returns
     ///    [`Error::ShutDown`](crate::Error::ShutDown), and attempts still running give back
-    ///    what they won;
+    ///    what they won; it waits for them (each bounded by its node timeouts), so that
+    ///    no key they set is left behind;
     /// 2. releases every lock it holds, on every node, waiting for each node's answer
     ///    (bounded by the node timeout); the guards still alive report it: their lost
     ///    signal fires with [`LostReason::ShutDown`](crate::LostReason::ShutDown), their
@@ -29,7 +30,14 @@ impl Redlock {
     /// yet released then expire with their TTL.
     pub async fn shutdown(&self) -> usize {
         let ensemble = self.inner();
-        let held = ensemble.close();
+        if !ensemble.close() {
+            return 0;
+        }
+        // Attempts under way finish first (bounded by their node timeouts): one that wins
+        // now gives back what it set, one that had already won is registered below, and
+        // the clean-up of an abandoned one is sent; all before the connections close.
+        ensemble.attempts_settled().await;
+        let held = ensemble.take_held();
         let releases = held.iter().map(|lock| {
             let (keys, token, gate) = lock.shut_down();
             let holding = Holding::adopt(Arc::clone(ensemble), keys, token, gate);

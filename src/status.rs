@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::ballot::{self, Seen};
 use crate::client::Redlock;
@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::fanout::{self, Round, Stop};
 use crate::json::JsonObject;
 use crate::node::Call;
+use crate::protocol::holder::{self, HolderInfo};
 use crate::protocol::{reply, scripts};
 use crate::report::{NodeOutcome, QuarantineReason};
 
@@ -88,8 +89,10 @@ impl Verdict {
 
 impl LockStatus {
     /// The status as one JSON object:
-    /// `{"resource","key","quorum","verdict","owner","nodes":[{"node","reachable",
-    /// "exists","type","ttl_ms","owner","error","kept_out","votes_in_ms"}]}`; unknown
+    /// `{"resource","key","quorum","verdict","owner","holder":{"token","host","pid",
+    /// "program","since_ms"},"held_for_ms","remaining_ms","nodes":[{"node","reachable",
+    /// "exists","type","ttl_ms","owner","error","kept_out","votes_in_ms"}]}` (`owner` is
+    /// the whole stored value, `holder` what it says, `null` unless held); unknown
     /// values are `null`, and `kept_out` (a [`QuarantineReason::as_str`]) is `null` for a
     /// node that votes.
     pub fn to_json(&self) -> String {
@@ -104,6 +107,16 @@ impl LockStatus {
             _ => None,
         };
         o.str("owner", owner);
+        o.key("holder");
+        match &self.holder {
+            Some(h) => holder_json(o.out, h),
+            None => o.out.push_str("null"),
+        }
+        o.num("held_for_ms", self.held_for.map(|d| d.as_millis() as i128));
+        o.num(
+            "remaining_ms",
+            self.remaining.map(|d| d.as_millis() as i128),
+        );
         o.array("nodes", &self.nodes, |out, n| {
             let (exists, kind, ttl, token) = match &n.holder {
                 None => (None, None, None, None),
@@ -135,6 +148,17 @@ impl LockStatus {
     }
 }
 
+/// `{"token","host","pid","program","since_ms"}`.
+fn holder_json(out: &mut String, h: &HolderInfo) {
+    let mut o = JsonObject::new(out);
+    o.str("token", Some(&h.token));
+    o.str("host", h.host.as_deref());
+    o.num("pid", h.pid.map(i128::from));
+    o.str("program", h.program.as_deref());
+    o.num("since_ms", h.since.map(|t| i128::from(holder::unix_ms(t))));
+    o.end();
+}
+
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -160,6 +184,18 @@ pub struct LockStatus {
     pub nodes: Vec<KeyState>,
     /// The verdict for the set.
     pub verdict: Verdict,
+    /// Who holds the lock, read from the value a majority holds (see [`HolderInfo`]):
+    /// `Some` exactly when the verdict is [`Verdict::Held`]. For a value from another
+    /// client (redis-py, redsync) only [`HolderInfo::token`] is known: the whole value.
+    pub holder: Option<HolderInfo>,
+    /// How long the holder has had it, by this machine's clock against the holder's
+    /// ([`HolderInfo::since`]); zero when the clocks disagree the other way.
+    pub held_for: Option<Duration>,
+    /// The holder's remaining validity at most: the shortest remaining TTL among the nodes
+    /// that hold its value (the holder counts its validity from before its first `SET`, so
+    /// its own ends no later, and a drift allowance earlier). `None` unless held, or when
+    /// a copy has no expiry.
+    pub remaining: Option<Duration>,
 }
 
 /// A node's answer to [`scripts::INSPECT`] as a [`Holder`].
@@ -173,6 +209,21 @@ fn holder(kind: &str, pttl: i64, value: Option<Vec<u8>>) -> Holder {
         ("string", None) => Holder::Free,
         (other, _) => Holder::Foreign(other.to_owned()),
     }
+}
+
+/// The shortest remaining TTL among the copies of `value`; `None` when there are none or
+/// one has no expiry. Pure.
+pub(crate) fn remaining(holders: &[Option<&Holder>], value: &str) -> Option<Duration> {
+    let mut shortest: Option<Duration> = None;
+    for h in holders.iter().flatten() {
+        if let Holder::Token { token, ttl } = h
+            && token == value
+        {
+            let ttl = (*ttl)?;
+            shortest = Some(shortest.map_or(ttl, |s| s.min(ttl)));
+        }
+    }
+    shortest
 }
 
 /// The verdict from per-node holders (`None`: no answer) and the quorum. Pure.
@@ -272,12 +323,22 @@ impl Redlock {
             .collect();
         let holders: Vec<Option<&Holder>> = nodes.iter().map(|s| s.holder.as_ref()).collect();
         let verdict = verdict(&holders, ensemble.quorum);
+        let (holder, remaining) = match &verdict {
+            Verdict::Held { token } => (Some(HolderInfo::parse(token)), remaining(&holders, token)),
+            _ => (None, None),
+        };
+        let held_for = (holder.as_ref())
+            .and_then(|h| h.since)
+            .map(|since| SystemTime::now().duration_since(since).unwrap_or_default());
         Ok(LockStatus {
             resource: resource.to_owned(),
             key,
             quorum: ensemble.quorum,
             nodes,
             verdict,
+            holder,
+            held_for,
+            remaining,
         })
     }
 }
@@ -290,6 +351,35 @@ mod tests {
         Holder::Token {
             token: t.into(),
             ttl: Some(Duration::from_secs(1)),
+        }
+    }
+
+    #[test]
+    fn remaining_is_the_shortest_ttl_of_the_value() {
+        let ms = Duration::from_millis;
+        let tok = |t: &str, ttl: Option<u64>| Holder::Token {
+            token: t.into(),
+            ttl: ttl.map(ms),
+        };
+        let (a9, a4, a7, b1) = (
+            tok("a", Some(9000)),
+            tok("a", Some(4000)),
+            tok("a", Some(7000)),
+            tok("b", Some(1000)),
+        );
+        let (none, free) = (tok("a", None), Holder::Free);
+        let cases: Vec<(Vec<Option<&Holder>>, Option<Duration>)> = vec![
+            (vec![Some(&a9), Some(&a4), Some(&a7)], Some(ms(4000))),
+            (
+                vec![Some(&a9), Some(&b1), None, Some(&free)],
+                Some(ms(9000)),
+            ),
+            (vec![Some(&a9), Some(&none)], None),
+            (vec![Some(&b1), Some(&free)], None),
+            (vec![], None),
+        ];
+        for (holders, expected) in cases {
+            assert_eq!(remaining(&holders, "a"), expected, "{holders:?}");
         }
     }
 

@@ -3,8 +3,10 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::proxy::FaultProxy;
 use common::{Cluster, NODE_TIMEOUT, client, eventually, unique};
 use quorum_lock::{AutoExtend, Error, FencingToken, LostReason, Redlock, RedlockBuilder};
 
@@ -60,16 +62,18 @@ async fn every_way_to_hold_a_fenced_lock_has_a_token() {
     assert_eq!(many.resources().len(), 2);
     many.release().await.unwrap();
 
-    // A lock requested without fencing has no token to show.
+    // A lock requested without fencing has no token to show (the deprecated accessor,
+    // kept working until it is removed).
     let plain = redlock.lock(&other, TTL).await.unwrap();
-    assert_eq!(plain.fencing_token(), None);
+    assert_eq!(LockGuardView::of(&plain), None);
     plain.release().await.unwrap();
 }
 
-/// The deprecated-style accessor on the plain guard, reached through `Deref`.
+/// The deprecated accessor on the plain guard, reached through `Deref`.
 struct LockGuardView;
 
 impl LockGuardView {
+    #[allow(deprecated)]
     fn of(guard: &quorum_lock::LockGuard) -> Option<u64> {
         guard.fencing_token()
     }
@@ -116,6 +120,69 @@ async fn shutdown_releases_every_lock_and_closes_the_client() {
     drop(guard_b);
     assert_eq!(redlock.shutdown().await, 0);
     assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
+}
+
+/// `shutdown()` while attempts are in flight leaves no key behind: an attempt whose `SET`
+/// reached the nodes before the close, and whose answers come after it, gives back what it
+/// set before the connections close. Every node is clean once `shutdown()` returned (on the
+/// old code the attempts' clean-up found the connections closed: the keys stayed for their
+/// 60 s TTL). Replies come 200 ms late through proxies, so the attempts are surely in
+/// flight when the client shuts down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_during_attempts_leaves_no_key() {
+    const TASKS: usize = 24;
+    let cluster = Cluster::start(3);
+    let proxies: Vec<FaultProxy> = (cluster.nodes.iter())
+        .map(|n| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], n.port()))))
+        .collect();
+    let redlock = client(&proxies.iter().map(FaultProxy::url).collect::<Vec<_>>());
+    // Connected at full speed; the attempts' answers are late.
+    redlock.connect().await.unwrap();
+    for proxy in &proxies {
+        proxy.set_delay(Duration::from_millis(200));
+    }
+    let prefix = unique("shutdown-race");
+    let pattern = format!("{prefix}:*");
+    let attempts: Vec<_> = (0..TASKS)
+        .map(|i| {
+            let redlock = redlock.clone();
+            let resource = format!("{prefix}:{i}");
+            tokio::spawn(async move { redlock.try_lock(&resource, Duration::from_secs(60)).await })
+        })
+        .collect();
+    // Every attempt's SET is on every node; their answers are still on the way (or, on a
+    // slow machine, some have arrived: those locks are held, and shutdown releases them).
+    eventually(Duration::from_secs(30), "every SET on every node", || {
+        cluster.keys_everywhere(&pattern).len() == 3 * TASKS
+    })
+    .await;
+    let closing = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.shutdown().await }
+    });
+    // Once the client is closed (an attempt is then refused, or gives back what it won),
+    // half the attempts are abandoned: their futures are dropped mid-flight.
+    let probe = format!("{prefix}:probe");
+    while !matches!(redlock.try_lock(&probe, TTL).await, Err(Error::ShutDown)) {}
+    for attempt in &attempts[..TASKS / 2] {
+        attempt.abort();
+    }
+    closing.await.unwrap();
+    assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
+    for attempt in attempts {
+        match attempt.await {
+            Ok(Err(Error::ShutDown)) => {}
+            Ok(Ok(Some(guard))) => assert!(!guard.is_valid(), "released by shutdown"),
+            Err(aborted) if aborted.is_cancelled() => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
+    // Nothing else either: no fence counter (none was asked for), no waiting list.
+    let stray: Vec<_> = (cluster.keys_everywhere("*").into_iter())
+        .filter(|(_, k)| !k.starts_with("quorum-lock:node:"))
+        .collect();
+    assert_eq!(stray, Vec::new());
 }
 
 /// Error texts say what happened: a timeout names its last cause and a human duration;

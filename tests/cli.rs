@@ -301,6 +301,25 @@ fn verdict(urls: &[String], resource: &str) -> String {
         .to_owned()
 }
 
+/// This machine's host name, as the kernel has it.
+fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// The number after `"key":` in a JSON line.
+#[track_caller]
+fn json_number(json: &str, key: &str) -> u64 {
+    let after = json
+        .split(&format!("\"{key}\":"))
+        .nth(1)
+        .unwrap_or_default();
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("{key} in {json}"))
+}
+
 fn set(server: &RedisServer, key: &str, value: &str, px: u64) {
     let _: () = redis::cmd("SET")
         .arg(key)
@@ -944,9 +963,14 @@ fn a_long_wait_shows_the_holder_on_a_terminal_only() {
         .env("QUORUM_LOCK_NODES", urls.join(","))
         .stdin(Stdio::null());
     let tty = start(on_tty, &scratch);
+    assert!(
+        owner.ends_with(&format!(";p={};n=sh", holder.pid())),
+        "{json}"
+    );
     let shown = format!(
-        " so far): held by owner {}, its key expires in ",
-        &owner[..8]
+        " so far): held by {}:{} (sh) for ",
+        host_name(),
+        holder.pid()
     );
     wait_until(
         Duration::from_secs(20),
@@ -964,6 +988,7 @@ fn a_long_wait_shows_the_holder_on_a_terminal_only() {
         "{done:#?}"
     );
     assert!(first.contains(&shown), "{done:#?}");
+    assert!(first.contains(", its key expires in "), "{done:#?}");
     assert!(first.ends_with("s unless it is extended"), "{done:#?}");
     // It started first and ended after the terminal's line: it waited past the second too.
     let done = plain.wait(LIMIT);
@@ -1049,11 +1074,32 @@ fn status_and_forced_release_report_what_the_nodes_hold() {
         .and_then(|s| s.split('"').next())
         .unwrap()
         .to_owned();
-    assert_eq!(owner.len(), 32, "{json}");
+    // The value: the random token, then who holds it (the `run` process, its command).
+    let token = &owner[..32];
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{json}");
+    let (host, pid) = (host_name(), holder.pid());
+    assert!(owner.starts_with(&format!("{token};q1;t=")), "{json}");
+    assert!(owner.ends_with(&format!(";p={pid};n=sh")), "{json}");
+    let described = format!(
+        "\"holder\":{{\"token\":\"{token}\",\"host\":\"{host}\",\"pid\":{pid},\
+         \"program\":\"sh\",\"since_ms\":"
+    );
+    assert!(json.contains(&described), "{json}");
+    let remaining = json_number(&json, "remaining_ms");
+    assert!(
+        remaining > 0 && remaining <= TTL.as_millis() as u64,
+        "{json}"
+    );
+    assert!(
+        json_number(&json, "held_for_ms") < LIMIT.as_millis() as u64,
+        "{json}"
+    );
     let done = output(cli(&urls, ["status", &resource]));
     done.expect(0)
         .stdout_has("held by a majority")
         .stdout_has(&owner[..8])
+        .stdout_has(&format!("\nheld by {host}:{pid} (sh) for "))
+        .stdout_has(" more\n")
         .stdout_has("exists");
     for node in &cluster.nodes {
         done.stdout_has(&format!("127.0.0.1:{}", node.port()));

@@ -46,7 +46,9 @@ async fn lock_release_roundtrip(n: usize) {
 
     let guard = redlock.lock(&resource, TTL).await.unwrap();
     assert_eq!(guard.resource(), resource);
-    assert_eq!(guard.token().len(), 32, "128-bit token as hex");
+    let token = quorum_lock::HolderInfo::parse(guard.token()).token;
+    assert_eq!(token.len(), 32, "128-bit token as hex");
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
     assert!(guard.validity() > Duration::ZERO && guard.validity() <= TTL);
     assert!(holders(&cluster, &resource, guard.token()) >= redlock.quorum());
     for server in &cluster.nodes {

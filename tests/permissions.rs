@@ -104,17 +104,17 @@ async fn least_privilege_user_runs_the_core_scenarios() {
     // Fencing: the counters live under the prefix and grow from one holder to the next.
     let first = redlock
         .lock(&resource, TTL)
-        .fencing()
+        .fenced()
         .await
         .expect("fencing");
-    let t1 = first.fencing_token().expect("a fencing token");
+    let t1 = first.fencing_token().get();
     first.release().await.expect("release");
     let second = redlock
         .lock(&resource, TTL)
-        .fencing()
+        .fenced()
         .await
         .expect("fencing");
-    let t2 = second.fencing_token().expect("a fencing token");
+    let t2 = second.fencing_token().get();
     assert!(t2 > t1, "{t2} > {t1}");
     let fence_key = format!("{PREFIX}quorum-lock:fence:{resource}");
     for node in &cluster.nodes {

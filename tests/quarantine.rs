@@ -385,14 +385,14 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
     let ttl = Duration::from_secs(1);
     let redlock = client(&urls, ttl);
     let resource = unique("fence-restart");
-    let fenced = || redlock.lock(&resource, ttl).fencing().max_attempts(1);
+    let fenced = || redlock.lock(&resource, ttl).fenced().max_attempts(1);
     let first = fenced().await.unwrap();
-    let t1 = first.fencing_token().unwrap();
+    let t1 = first.fencing_token().get();
     first.release().await.unwrap();
     // The next token reaches nodes 0 and 1 only.
     stale_key(&cluster.nodes[2], &resource, 400);
     let second = fenced().await.unwrap();
-    let t2 = second.fencing_token().unwrap();
+    let t2 = second.fencing_token().get();
     second.release().await.unwrap();
     assert!(t2 > t1);
     assert_eq!(counter(&cluster.nodes[2], &resource), t1);
@@ -435,11 +435,11 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
         Err(other) => panic!("{other}"),
     }
     // With node 0 back, the sequence goes on above t2.
-    let guard = (redlock.lock(&resource, ttl).fencing())
+    let guard = (redlock.lock(&resource, ttl).fenced())
         .wait(Duration::from_secs(5))
         .await
         .unwrap();
-    let t3 = guard.fencing_token().unwrap();
+    let t3 = guard.fencing_token().get();
     guard.release().await.unwrap();
     assert!(t3 > t2, "{t3} after {t2}");
 }
@@ -462,12 +462,12 @@ async fn fencing_tokens_increase_through_a_rolling_restart() {
                 began.elapsed() < Duration::from_secs(15),
                 "node never voted"
             );
-            let guard = match redlock.lock(&resource, ttl).fencing().max_attempts(1).await {
+            let guard = match redlock.lock(&resource, ttl).fenced().max_attempts(1).await {
                 Ok(guard) => guard,
                 Err(e) if e.is_unavailable() || e.is_contended() => continue,
                 Err(e) => panic!("{e}"),
             };
-            tokens.push(guard.fencing_token().unwrap());
+            tokens.push(guard.fencing_token().get());
             let voted = guard.report().results()[restarted].outcome == NodeOutcome::Acquired;
             guard.release().await.ok();
             if voted {
@@ -499,10 +499,10 @@ async fn a_fence_floor_lifts_the_token_sequence() {
     for want in [1_001, 1_002] {
         let guard = redlock
             .lock(&resource, Duration::from_secs(5))
-            .fencing()
+            .fenced()
             .await
             .unwrap();
-        assert_eq!(guard.fencing_token(), Some(want));
+        assert_eq!(guard.fencing_token().get(), want);
         guard.release().await.unwrap();
     }
     let err = Redlock::builder()

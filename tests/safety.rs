@@ -40,11 +40,11 @@ async fn fencing_tokens_strictly_increase_across_holders_and_a_restart() {
             loop {
                 let guard = redlock
                     .lock(&resource, ttl)
-                    .fencing()
+                    .fenced()
                     .wait(Duration::from_secs(60))
                     .await
                     .unwrap();
-                let token = guard.fencing_token().expect("requested");
+                let token = guard.fencing_token().get();
                 let count = {
                     let mut seen = seen.lock().unwrap();
                     if seen.len() >= TOTAL {
@@ -92,10 +92,10 @@ async fn a_stale_holders_guarded_write_is_rejected() {
 
     let stale = redlock
         .lock(&resource, Duration::from_millis(600))
-        .fencing()
+        .fenced()
         .await
         .unwrap();
-    let old = stale.fencing_token().unwrap();
+    let old = stale.fencing_token().get();
     assert!(
         fencing::fenced_set(&mut store, &resource, old, &key, "from A")
             .await
@@ -108,10 +108,10 @@ async fn a_stale_holders_guarded_write_is_rejected() {
     .await;
     let fresh = redlock
         .lock(&resource, Duration::from_secs(5))
-        .fencing()
+        .fenced()
         .await
         .unwrap();
-    let new = fresh.fencing_token().unwrap();
+    let new = fresh.fencing_token().get();
     assert!(new > old);
     assert!(
         fencing::fenced_set(&mut store, &resource, new, &key, "from B")

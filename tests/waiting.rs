@@ -818,7 +818,7 @@ async fn scoped_run_returns_output_and_releases_on_error_and_panic() {
         .run(&resource, ttl, |ctx| async move {
             assert!(ctx.validity() > Duration::ZERO);
             assert!(!ctx.lost_signal().is_lost());
-            assert_eq!(ctx.token().len(), 32);
+            assert_eq!(quorum_lock::HolderInfo::parse(ctx.token()).token.len(), 32);
             7 * 6
         })
         .await

@@ -300,14 +300,20 @@ fn node_urls(flag: Option<String>) -> Result<Vec<String>, Failure> {
     Ok(urls)
 }
 
-/// The client for the global options, locking with `ttl`.
+/// The file name of the program `run` starts, for the lock's holder description.
+fn program_name(program: &[OsString]) -> Option<String> {
+    let path = std::path::Path::new(program.first()?);
+    Some(path.file_name()?.to_string_lossy().into_owned())
+}
+
+/// The client builder for the global options, locking with `ttl`.
 fn client(
     nodes: Option<String>,
     key_prefix: Option<String>,
     node_timeout: Duration,
     ttl: Duration,
     fence_floor: Option<u64>,
-) -> Result<Redlock, Failure> {
+) -> Result<RedlockBuilder, Failure> {
     let urls = node_urls(nodes)?;
     let mut builder = Redlock::builder()
         .nodes(urls)
@@ -319,10 +325,7 @@ fn client(
     if let Some(prefix) = key_prefix {
         builder = builder.key_prefix(prefix);
     }
-    builder.build().map_err(|e| match e {
-        Error::Config(msg) => Failure::usage(msg),
-        other => Failure::usage(other.to_string()),
-    })
+    Ok(builder)
 }
 
 fn execute(cli: Cli) -> Result<u8, Failure> {
@@ -351,7 +354,21 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         _ => (RedlockBuilder::DEFAULT_TTL, None),
     };
     let node_timeout = cli.node_timeout;
-    let redlock = client(cli.nodes, cli.key_prefix, node_timeout, ttl, fence_floor)?;
+    // `run`'s lock value names the command it runs (`status` shows it), not quorum-lock.
+    let program = match &cli.command {
+        Command::Run(args) => program_name(&args.program),
+        _ => None,
+    };
+    let redlock = client(cli.nodes, cli.key_prefix, node_timeout, ttl, fence_floor)
+        .map(|b| match program {
+            Some(name) => b.holder_program(name),
+            None => b,
+        })?
+        .build()
+        .map_err(|e| match e {
+            Error::Config(msg) => Failure::usage(msg),
+            other => Failure::usage(other.to_string()),
+        })?;
     // After the client: its TTL check speaks first of a TTL too short for anything.
     let command = match cli.command {
         Command::Run(args) => Ok(run_options(args, node_timeout)?),

@@ -6,6 +6,7 @@
 //! every key they touch through `KEYS` (see [`scripts::Lua`]'s key layout), so a key's name
 //! can change in one place and a server can see every key a script touches.
 
+pub(crate) mod holder;
 pub(crate) mod keys;
 pub(crate) mod native;
 pub(crate) mod reply;

@@ -14,7 +14,6 @@
 //! Both clients live in the test process and record their holds on the same clock as the
 //! workers do.
 
-use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use quorum_lock::Redlock;
@@ -25,7 +24,7 @@ use crate::common::{RedisServer, unique};
 use super::clock;
 use super::ensemble::{Ensemble, Fault};
 use super::history::{self, History, Hold, Row, Verdict, Write};
-use super::worker::{client, read_counter, release_kind, store_conn, write_counter};
+use super::worker::{acquire, client, read_counter, release_kind, store_conn, write_counter};
 
 /// The fault applied to n3 while A holds n1–n3.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,16 +143,12 @@ pub fn bare_majority(
     }
     let a_start = clock::now();
     // Only n1-n3 can grant it; retries (on a loaded machine) land on the same three.
-    let mut request = a.lock(&resource, TTL).wait(Duration::from_secs(10));
-    if sc.fencing {
-        request = request.fencing();
-    }
-    let guard_a = rt
-        .block_on(request.into_future())
+    let request = a.lock(&resource, TTL).wait(Duration::from_secs(10));
+    let (guard_a, a_token) = rt
+        .block_on(acquire(request, sc.fencing))
         .expect("A acquires the bare majority n1-n3");
     let a_acquired = clock::now();
     let a_deadline = clock::at_tokio(guard_a.deadline());
-    let a_token = guard_a.fencing_token();
     let holders: Vec<bool> = (0..5)
         .map(|i| get(ens, i, &resource).as_deref() == Some(guard_a.token()))
         .collect();
@@ -189,15 +184,11 @@ pub fn bare_majority(
 
     let mut holds = Vec::new();
     let b_start = clock::now();
-    let mut request = b.lock(&resource, TTL).wait(B_WAIT);
-    if sc.fencing {
-        request = request.fencing();
-    }
-    match rt.block_on(request.into_future()) {
-        Ok(guard_b) => {
+    let request = b.lock(&resource, TTL).wait(B_WAIT);
+    match rt.block_on(acquire(request, sc.fencing)) {
+        Ok((guard_b, token)) => {
             let acquired = clock::now();
             let deadline = clock::at_tokio(guard_b.deadline());
-            let token = guard_b.fencing_token();
             let read = clock::now();
             let v = rt.block_on(read_counter(&mut store_b, &counter));
             let sent = clock::now();
@@ -347,29 +338,21 @@ pub fn paused_holder(
     let mut notes = Vec::new();
 
     let a_start = clock::now();
-    let mut request = a.lock(&resource, ttl);
-    if fencing {
-        request = request.fencing();
-    }
-    let guard_a = rt.block_on(request.into_future()).expect("A acquires");
+    let request = a.lock(&resource, ttl);
+    let (guard_a, a_token) = rt.block_on(acquire(request, fencing)).expect("A acquires");
     let a_acquired = clock::now();
     let a_deadline = clock::at_tokio(guard_a.deadline());
-    let a_token = guard_a.fencing_token();
     let a_read = clock::now();
     let a_value = rt.block_on(read_counter(&mut store_a, &counter));
 
     // A stalls here. B waits for A's keys to expire, then takes over and increments.
     let b_start = clock::now();
-    let mut request = b.lock(&resource, ttl).wait(Duration::from_secs(10));
-    if fencing {
-        request = request.fencing();
-    }
-    let guard_b = rt
-        .block_on(request.into_future())
+    let request = b.lock(&resource, ttl).wait(Duration::from_secs(10));
+    let (guard_b, b_token) = rt
+        .block_on(acquire(request, fencing))
         .expect("B acquires after A's TTL");
     let b_acquired = clock::now();
     let b_deadline = clock::at_tokio(guard_b.deadline());
-    let b_token = guard_b.fencing_token();
     let b_read = clock::now();
     let v = rt.block_on(read_counter(&mut store_b, &counter));
     let sent = clock::now();

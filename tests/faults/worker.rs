@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use quorum_lock::{Error, Redlock, fencing};
+use quorum_lock::{Error, LockGuard, LockRequest, Redlock, fencing};
 use redis::AsyncCommands;
 
 use super::clock;
@@ -113,6 +113,19 @@ pub fn client(urls: &[String], ttl: Duration, node_timeout: Duration, quarantine
 
 /// A multiplexed connection to the counter store with generous timeouts (the store is never
 /// faulted; a slow answer from a loaded machine must not fail a run).
+/// Awaits `request`, with a fencing token (through the fenced API) when `fencing`.
+pub async fn acquire(
+    request: LockRequest,
+    fencing: bool,
+) -> quorum_lock::Result<(LockGuard, Option<u64>)> {
+    if fencing {
+        let (guard, token) = request.fenced().await?.into_parts();
+        Ok((guard, Some(token.get())))
+    } else {
+        Ok((request.await?, None))
+    }
+}
+
 pub async fn store_conn(url: &str) -> redis::aio::MultiplexedConnection {
     let config = redis::AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(5)))
@@ -240,14 +253,11 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
             continue;
         }
         let left = Duration::from_nanos(spec.stop_at.saturating_sub(start));
-        let mut request = redlock
+        let request = redlock
             .lock(&spec.resource, spec.ttl)
             .wait(spec.lock_wait.min(left));
-        if spec.fencing {
-            request = request.fencing();
-        }
-        let guard = match request.await {
-            Ok(guard) => guard,
+        let (guard, token) = match acquire(request, spec.fencing).await {
+            Ok(held) => held,
             Err(e) => {
                 emit(
                     Failure {
@@ -263,7 +273,6 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         };
         let acquired = clock::now();
         let deadline = clock::at_tokio(guard.deadline());
-        let token = guard.fencing_token();
         let remaining = || {
             guard
                 .deadline()

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use quorum_lock::{Holder, KeyState, LockStatus, Verdict};
+use quorum_lock::{Holder, HolderInfo, KeyState, LockStatus, Verdict};
 
 use crate::duration::human;
 
@@ -19,6 +19,24 @@ fn prefix(token: &str) -> &str {
 
 fn seconds(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
+}
+
+/// Who holds a lock, for people: `host:pid (program) for 3.2s`, parts left out when the
+/// value does not carry them; another client's value is `owner <first digits>`.
+pub(crate) fn holder_text(info: &HolderInfo, held_for: Option<Duration>) -> String {
+    let mut out = match (&info.host, info.pid) {
+        (Some(host), Some(pid)) => format!("{host}:{pid}"),
+        (Some(host), None) => host.clone(),
+        (None, Some(pid)) => format!("pid {pid}"),
+        (None, None) => format!("owner {}", prefix(&info.token)),
+    };
+    if let Some(program) = &info.program {
+        let _ = write!(out, " ({program})");
+    }
+    if let Some(held) = held_for.filter(|_| info.since.is_some()) {
+        let _ = write!(out, " for {}", human(held));
+    }
+    out
 }
 
 /// `[key, ttl, owner, note]` cells for one node.
@@ -73,6 +91,15 @@ pub(crate) fn status_text(status: &LockStatus, quorum: usize) -> String {
                 prefix(token),
                 status.nodes.len()
             );
+            if let Some(info) = &status.holder {
+                let _ = write!(out, "\nheld by {}", holder_text(info, status.held_for));
+                if !info.is_described() {
+                    out.push_str(" (a value from another client: no holder details)");
+                }
+                if let Some(left) = status.remaining {
+                    let _ = write!(out, ", valid for at most {} more", human(left));
+                }
+            }
         }
         _ => {
             let _ = write!(
@@ -136,9 +163,11 @@ fn frees_in(holders: &[Option<&Holder>], quorum: usize, token: &str) -> Option<D
 /// holder does.
 pub(crate) fn waiting(status: &LockStatus, waited: Duration) -> (String, String) {
     let holders: Vec<Option<&Holder>> = status.nodes.iter().map(|n| n.holder.as_ref()).collect();
+    let holder = (status.holder.as_ref()).map(|info| holder_text(info, status.held_for));
     waiting_line(
         &status.resource,
         &status.verdict,
+        holder,
         &holders,
         status.quorum,
         waited,
@@ -148,6 +177,7 @@ pub(crate) fn waiting(status: &LockStatus, waited: Duration) -> (String, String)
 fn waiting_line(
     resource: &str,
     verdict: &Verdict,
+    holder: Option<String>,
     holders: &[Option<&Holder>],
     quorum: usize,
     waited: Duration,
@@ -158,7 +188,8 @@ fn waiting_line(
                 Some(left) => format!(", its key expires in {} unless it is extended", human(left)),
                 None => String::new(),
             };
-            format!("held by owner {}{until}", prefix(token))
+            let holder = holder.unwrap_or_else(|| format!("owner {}", prefix(token)));
+            format!("held by {holder}{until}")
         }
         Verdict::Free => "nobody holds it right now; trying again".to_owned(),
         Verdict::Split => {
@@ -187,6 +218,28 @@ mod tests {
     }
 
     #[test]
+    fn holders_are_named_by_what_their_value_carries() {
+        let ms = Duration::from_millis;
+        let t = "0123456789abcdef0123456789abcdef";
+        let cases = [
+            (
+                format!("{t};q1;t=5;h=web-1;p=42;n=backup.sh"),
+                "web-1:42 (backup.sh) for 3.2s",
+            ),
+            (format!("{t};q1;t=5;p=42"), "pid 42 for 3.2s"),
+            (format!("{t};q1;t=5;h=web-1"), "web-1 for 3.2s"),
+            // Holder details left out (`holder_info(false)`): the token and the time.
+            (format!("{t};q1;t=5"), "owner 01234567 for 3.2s"),
+            // Another client's value: no time either, even if one is passed.
+            ("b5a2f6a0-3e1d".to_owned(), "owner b5a2f6a0"),
+        ];
+        for (value, expected) in cases {
+            let info = HolderInfo::parse(&value);
+            assert_eq!(holder_text(&info, Some(ms(3200))), expected, "{value}");
+        }
+    }
+
+    #[test]
     fn waiting_says_who_holds_it_and_until_when() {
         let ms = Duration::from_millis;
         let tok = |t: &str, ttl: u64| Holder::Token {
@@ -207,6 +260,7 @@ mod tests {
         let (key, line) = waiting_line(
             "jobs",
             &held,
+            None,
             &[Some(&a1), Some(&a2), Some(&a3)],
             2,
             ms(3400),
@@ -221,13 +275,15 @@ mod tests {
         let (_, line) = waiting_line(
             "jobs",
             &held,
+            Some("web-1:4242 (backup.sh) for 3.2s".into()),
             &[Some(&a2), Some(&free), Some(&a1)],
             2,
             ms(1000),
         );
-        assert!(
-            line.ends_with("expires in 9s unless it is extended"),
-            "{line}"
+        assert_eq!(
+            line,
+            "waiting for \"jobs\" (1s so far): held by web-1:4242 (backup.sh) for 3.2s, its \
+             key expires in 9s unless it is extended"
         );
         // A copy without a TTL tells nothing.
         let no_ttl = Holder::Token {
@@ -237,6 +293,7 @@ mod tests {
         let (_, line) = waiting_line(
             "jobs",
             &held,
+            None,
             &[Some(&no_ttl), Some(&no_ttl), None],
             2,
             ms(1000),
@@ -245,6 +302,7 @@ mod tests {
         let (key, line) = waiting_line(
             "jobs",
             &Verdict::Split,
+            None,
             &[Some(&a1), Some(&b), Some(&free)],
             2,
             ms(2000),
@@ -254,9 +312,16 @@ mod tests {
             line.ends_with("(a lock is being taken or given up)"),
             "{line}"
         );
-        let (key, _) = waiting_line("jobs", &Verdict::Free, &[Some(&free)], 1, ms(2000));
+        let (key, _) = waiting_line("jobs", &Verdict::Free, None, &[Some(&free)], 1, ms(2000));
         assert_eq!(key, "free");
-        let (_, line) = waiting_line("jobs", &Verdict::Unknown, &[None, None, None], 2, ms(2000));
+        let (_, line) = waiting_line(
+            "jobs",
+            &Verdict::Unknown,
+            None,
+            &[None, None, None],
+            2,
+            ms(2000),
+        );
         assert!(
             line.ends_with("too few nodes answered to tell who holds it"),
             "{line}"
