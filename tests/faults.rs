@@ -16,9 +16,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, clockshift_lib, raw_ping};
-use kit::ensemble::{Fault, LocalEnsemble, NodeKind};
+use kit::ensemble::{Ensemble, Fault, LocalEnsemble, NodeKind};
 use kit::history::{self, Done, History, Hold, Row, Verdict, Write};
-use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Plan};
+use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Order, Plan};
 use kit::proxy::{FaultProxy, Link};
 use kit::scenarios::{self, BareMajority, Hit};
 
@@ -47,6 +47,8 @@ fn minority(faults: Vec<FaultGen>) -> Plan {
         hold: (Duration::from_millis(800), Duration::from_millis(1500)),
         gap: (Duration::from_millis(100), Duration::from_millis(400)),
         max_windows: 6,
+        order: Order::Random,
+        readmit: false,
     }
 }
 
@@ -57,6 +59,8 @@ fn majority(faults: Vec<FaultGen>) -> Plan {
         hold: (Duration::from_millis(1000), Duration::from_millis(1600)),
         gap: (Duration::from_millis(500), Duration::from_millis(900)),
         max_windows: 3,
+        order: Order::Random,
+        readmit: false,
     }
 }
 
@@ -146,6 +150,27 @@ fn nemesis_minority_latency_and_restarts() {
                     Expect::SafeAndLive,
                 )
                 .fencing(true),
+            ),
+        ],
+    );
+}
+
+/// Nodes without persistence restarted empty with restart quarantine on: random minority
+/// restarts and a rolling restart through every node, fencing on, workers with 1 s and 3 s
+/// TTLs. Safe with zero overlaps and strictly increasing tokens; progress may pause while
+/// restarted nodes are quarantined.
+#[test]
+fn nemesis_empty_restarts_with_quarantine() {
+    nemesis_table(
+        "portable: nodes restarted empty, restart quarantine on, fencing, TTL 1 s / 3 s",
+        vec![
+            (
+                PLAIN,
+                nemesis::minority_empty_restarts("random minority empty restarts"),
+            ),
+            (
+                PLAIN,
+                nemesis::rolling_empty_restart("rolling empty restart, every node"),
             ),
         ],
     );
@@ -447,6 +472,130 @@ fn checker_judges_synthetic_histories() {
     history::parse(&text, &mut h2);
     assert_eq!(h2.holds, original.holds);
     assert_eq!(h2.done, vec![done(1)]);
+}
+
+/// The checker's fencing judgement: tokens must grow in acquisition order on the common
+/// clock, every token larger than all earlier ones (not only the previous one); holds
+/// without a token (a client without fencing) are left out; a regression makes the run
+/// UNSAFE and shows in the `tokens↑` column.
+#[test]
+fn checker_catches_token_regressions() {
+    const MS: u64 = 1_000_000;
+    // Back-to-back holds, recorded out of order (workers' files are read one by one).
+    let history = |tokens: &[Option<u64>]| History {
+        holds: tokens
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, &token)| {
+                let at = i as u64 * 10 * MS;
+                Hold {
+                    worker: 1 + (i % 2) as u32,
+                    seq: 1 + i as u32,
+                    start: at,
+                    acquired: at,
+                    deadline: at + 100 * MS,
+                    read: None,
+                    write: None,
+                    end: at + 5 * MS,
+                    released: at + 6 * MS,
+                    token,
+                    release: "ok".into(),
+                }
+            })
+            .collect(),
+        failures: Vec::new(),
+        done: Vec::new(),
+    };
+    let judge = |tokens: &[Option<u64>]| {
+        let c = history::check(&history(tokens), 0, 0);
+        let row = Row::from_check("t", &c, true, Verdict::Safe);
+        (
+            c.tokens,
+            c.token_regressions,
+            c.verdict(true),
+            row.tokens_cell(),
+        )
+    };
+    assert_eq!(
+        judge(&[Some(1), Some(2), Some(7), Some(8)]),
+        (4, 0, Verdict::Safe, "yes".to_owned())
+    );
+    assert_eq!(judge(&[None, None]), (0, 0, Verdict::Safe, "-".to_owned()));
+    // Equal tokens: not larger.
+    assert_eq!(
+        judge(&[Some(1), Some(2), Some(2)]),
+        (3, 1, Verdict::Unsafe, "NO(1)".to_owned())
+    );
+    // 5, 3, 4: 4 is larger than its predecessor, but not than 5.
+    assert_eq!(
+        judge(&[Some(5), Some(3), Some(4), Some(6)]),
+        (4, 2, Verdict::Unsafe, "NO(2)".to_owned())
+    );
+    // Untokened holds in between do not hide a regression.
+    assert_eq!(
+        judge(&[Some(3), None, Some(3), None, Some(4)]),
+        (3, 1, Verdict::Unsafe, "NO(1)".to_owned())
+    );
+    assert_eq!(history::token_regressions(&[9, 1, 2, 3, 10]), 3);
+    // The table shows the column and the regression.
+    let c = history::check(&history(&[Some(5), Some(3)]), 0, 0);
+    let row = Row::from_check("regressing", &c, true, Verdict::Safe);
+    let text = history::table("t", &[row]);
+    assert!(text.contains("tokens↑"), "{text}");
+    assert!(text.contains("NO(1)"), "{text}");
+}
+
+/// The nemesis's readmission check on real servers: a node restarted empty that carries a
+/// marker of its new life sooner than the ensemble's longest TTL after its restart was
+/// readmitted early (its quarantine ended too soon), and the run gets a safety problem; a
+/// node without one stays pending.
+#[test]
+fn readmission_check_flags_a_node_marked_too_soon() {
+    let mut ens = LocalEnsemble::uniform(3, PLAIN, false);
+    for i in 0..3 {
+        let () = redis::cmd("SET")
+            .arg("quorum-lock:node:max-ttl")
+            .arg(3_000)
+            .query(&mut ens.admin(i))
+            .expect("SET record");
+    }
+    let mut sched = nemesis::Schedule::default();
+    sched.window(
+        &mut ens,
+        Fault::Kill,
+        vec![0, 1],
+        Duration::from_millis(50),
+        true,
+    );
+    assert_eq!(sched.pending.len(), 2, "both restarted nodes are pending");
+    // n1 is marked in its new life at once, as a client with a broken quarantine would.
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut ens.admin(0))
+        .expect("INFO");
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .expect("run_id")
+        .trim()
+        .to_owned();
+    let () = redis::cmd("SET")
+        .arg(kit::ensemble::MARKER)
+        .arg(format!("{run_id}:0"))
+        .query(&mut ens.admin(0))
+        .expect("SET marker");
+    sched.refresh(&ens);
+    assert_eq!(sched.readmitted.len(), 1);
+    assert_eq!(sched.pending.len(), 1);
+    assert_eq!(sched.pending[0].node, 1, "n2 has no marker: still pending");
+    assert_eq!(sched.problems.len(), 1, "{:?}", sched.problems);
+    assert!(
+        sched.problems[0].starts_with("n1 was readmitted")
+            && sched.problems[0].contains("ended early"),
+        "{:?}",
+        sched.problems
+    );
 }
 
 /// The fault proxy does what the scenarios rely on.

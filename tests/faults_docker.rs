@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use common::RedisServer;
 use kit::ensemble::{Cut, Ensemble, Fault, clock_near};
 use kit::history::{self, Row, Verdict};
-use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Plan};
+use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Order, Plan};
 use kit::proxy::FaultProxy;
 use kit::scenarios::{self, BareMajority, Hit};
 
@@ -329,6 +329,8 @@ fn minority(fault: FaultGen) -> Plan {
         hold: (Duration::from_millis(800), Duration::from_millis(1500)),
         gap: (Duration::from_millis(100), Duration::from_millis(400)),
         max_windows: 4,
+        order: Order::Random,
+        readmit: false,
     }
 }
 
@@ -467,6 +469,8 @@ fn docker_tier() {
                 hold: (Duration::from_millis(1000), Duration::from_millis(1500)),
                 gap: (Duration::from_millis(500), Duration::from_millis(800)),
                 max_windows: 2,
+                order: Order::Random,
+                readmit: false,
             }),
             Expect::SafeAndBlocked,
         ),
@@ -545,6 +549,23 @@ fn docker_tier() {
         }
         Err(e) => skipped.push(format!("clock faults skipped: {e}")),
     }
+
+    // Nodes without persistence restarted empty (`docker kill` / `docker start`), restart
+    // quarantine and fencing on, workers with 1 s and 3 s TTLs.
+    rows.push(nemesis::run(
+        &mut ens,
+        &store,
+        WORKER_TEST,
+        &nemesis::minority_empty_restarts("docker kill+start minority (empty, quarantine)"),
+        next_seed(),
+    ));
+    rows.push(nemesis::run(
+        &mut ens,
+        &store,
+        WORKER_TEST,
+        &nemesis::rolling_empty_restart("docker rolling kill+start, every node (empty)"),
+        next_seed(),
+    ));
 
     // The same nodes with `appendonly yes` / `appendfsync always` in named volumes.
     ens.recreate(true);
