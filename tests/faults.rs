@@ -546,20 +546,30 @@ fn checker_catches_token_regressions() {
     assert!(text.contains("NO(1)"), "{text}");
 }
 
-/// The nemesis's readmission check on real servers: a node restarted empty that carries a
-/// marker of its new life sooner than the ensemble's longest TTL after its restart was
-/// readmitted early (its quarantine ended too soon), and the run gets a safety problem; a
-/// node without one stays pending.
+/// How the nemesis sees readmission, on real servers: a restarted node counts as readmitted
+/// once its marker names its new `run_id`, not before, and not for a marker of another life.
 #[test]
-fn readmission_check_flags_a_node_marked_too_soon() {
+fn readmission_is_the_marker_of_the_new_life() {
     let mut ens = LocalEnsemble::uniform(3, PLAIN, false);
-    for i in 0..3 {
-        let () = redis::cmd("SET")
-            .arg("quorum-lock:node:max-ttl")
-            .arg(3_000)
+    let run_id = |ens: &LocalEnsemble, i: usize| -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
             .query(&mut ens.admin(i))
-            .expect("SET record");
-    }
+            .expect("INFO");
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .expect("run_id")
+            .trim()
+            .to_owned()
+    };
+    let set_marker = |ens: &LocalEnsemble, i: usize, life: &str| {
+        let () = redis::cmd("SET")
+            .arg(kit::ensemble::MARKER)
+            .arg(format!("{life}:0"))
+            .query(&mut ens.admin(i))
+            .expect("SET marker");
+    };
+    let old_life = run_id(&ens, 1);
     let mut sched = nemesis::Schedule::default();
     sched.window(
         &mut ens,
@@ -569,33 +579,70 @@ fn readmission_check_flags_a_node_marked_too_soon() {
         true,
     );
     assert_eq!(sched.pending.len(), 2, "both restarted nodes are pending");
-    // n1 is marked in its new life at once, as a client with a broken quarantine would.
-    let info: String = redis::cmd("INFO")
-        .arg("server")
-        .query(&mut ens.admin(0))
-        .expect("INFO");
-    let run_id = info
-        .lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .expect("run_id")
-        .trim()
-        .to_owned();
-    let () = redis::cmd("SET")
-        .arg(kit::ensemble::MARKER)
-        .arg(format!("{run_id}:0"))
-        .query(&mut ens.admin(0))
-        .expect("SET marker");
+    sched.refresh(&ens);
+    assert_eq!(sched.pending.len(), 2, "no marker yet: both pending");
+    let new_life = run_id(&ens, 0);
+    set_marker(&ens, 0, &new_life);
+    set_marker(&ens, 1, &old_life);
     sched.refresh(&ens);
     assert_eq!(sched.readmitted.len(), 1);
+    assert_eq!(sched.readmitted[0].node, 0);
+    assert!(sched.readmitted[0].readmitted >= sched.readmitted[0].healed);
     assert_eq!(sched.pending.len(), 1);
-    assert_eq!(sched.pending[0].node, 1, "n2 has no marker: still pending");
-    assert_eq!(sched.problems.len(), 1, "{:?}", sched.problems);
-    assert!(
-        sched.problems[0].starts_with("n1 was readmitted")
-            && sched.problems[0].contains("ended early"),
-        "{:?}",
-        sched.problems
+    assert_eq!(
+        sched.pending[0].node, 1,
+        "a marker of its old life does not count"
     );
+}
+
+/// The early-readmission check on hand-made histories: a restarted node must not be
+/// readmitted before the deadline of any hold acquired before (or within the grace after)
+/// its kill.
+#[test]
+fn early_readmission_is_flagged() {
+    const MS: u64 = 1_000_000;
+    let hold = |worker: u32, acquired: u64, deadline: u64| Hold {
+        worker,
+        seq: 1,
+        start: acquired,
+        acquired,
+        deadline,
+        read: None,
+        write: None,
+        end: acquired + MS,
+        released: acquired + MS,
+        token: None,
+        release: "ok".into(),
+    };
+    let restart = |readmitted: u64| nemesis::Restart {
+        node: 2,
+        killed: 1_000 * MS,
+        healed: 1_900 * MS,
+        readmitted,
+    };
+    let grace = 700 * MS;
+    // A 3 s hold acquired just before the kill: deadline at 3.9 s.
+    let holds = vec![
+        hold(1, 900 * MS, 3_900 * MS),
+        hold(2, 5_000 * MS, 8_000 * MS),
+    ];
+    let early = nemesis::early_readmissions(&[restart(3_000 * MS)], &holds, grace, 1_000);
+    assert_eq!(early.len(), 1, "{early:?}");
+    assert!(
+        early[0].starts_with("n3 was readmitted 1.1s after its restart, 900ms before")
+            && early[0].contains("worker 1 hold #1"),
+        "{early:?}"
+    );
+    // Readmitted after that deadline: fine (the later hold did not depend on n3's old life).
+    assert!(nemesis::early_readmissions(&[restart(4_000 * MS)], &holds, grace, 1_000).is_empty());
+    // A hold acquired within the grace after the kill counts; one after it does not.
+    let holds = vec![hold(1, 1_600 * MS, 4_600 * MS)];
+    assert_eq!(
+        nemesis::early_readmissions(&[restart(4_000 * MS)], &holds, grace, 1_000).len(),
+        1
+    );
+    let holds = vec![hold(1, 1_800 * MS, 4_800 * MS)];
+    assert!(nemesis::early_readmissions(&[restart(4_000 * MS)], &holds, grace, 1_000).is_empty());
 }
 
 /// The fault proxy does what the scenarios rely on.

@@ -18,7 +18,7 @@ use crate::common::{RedisServer, unique};
 
 use super::clock;
 use super::ensemble::{Cut, Ensemble, Fault};
-use super::history::{self, Row, Verdict};
+use super::history::{self, Hold, Row, Verdict};
 use super::rng::Rng;
 use super::worker::{WorkerSpec, Workers, client};
 
@@ -84,10 +84,6 @@ pub struct Plan {
 /// How long a restarted node may take to be readmitted (its quarantine is the longest TTL
 /// plus drift, plus a second for the whole-second uptime, plus a loaded machine).
 pub const READMIT_LIMIT: Duration = Duration::from_secs(30);
-
-/// The ensemble record's key (the longest TTL any client used, in ms; DESIGN.md section 7),
-/// for clients without a key prefix.
-const RECORD: &str = "quorum-lock:node:max-ttl";
 
 /// What a run must show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,15 +199,16 @@ pub const MIXED_TTLS: [Duration; 2] = [Duration::from_secs(1), Duration::from_se
 
 /// Random minority empty restarts (both tiers): nodes without persistence are killed and
 /// restarted empty, 1 or 2 at a time, at random times, never more than 2 down or not yet
-/// readmitted; restart quarantine and fencing on, mixed TTLs. Faults for 12 s, then the
-/// workers run until every restarted node was readmitted, and 0.7 s more.
+/// readmitted; restart quarantine and fencing on, mixed TTLs. Faults for 12 s (or
+/// `QL_FAULTS_SOAK` seconds), then the workers run until every restarted node was
+/// readmitted, and 0.7 s more.
 pub fn minority_empty_restarts(name: &str) -> NemesisRun {
     let plan = Plan {
         faults: vec![FaultGen::Fixed(Fault::Kill)],
         nodes: (1, 2),
         hold: (Duration::from_millis(800), Duration::from_millis(1400)),
         gap: (Duration::from_millis(200), Duration::from_millis(1200)),
-        max_windows: 8,
+        max_windows: usize::MAX,
         order: Order::Random,
         readmit: true,
     };
@@ -219,8 +216,14 @@ pub fn minority_empty_restarts(name: &str) -> NemesisRun {
         .fencing(true)
         .quarantine(true)
         .ttls(&MIXED_TTLS);
-    run.run_for = Duration::from_secs(12);
+    run.run_for = soak().unwrap_or(Duration::from_secs(12));
     run
+}
+
+/// `QL_FAULTS_SOAK=<seconds>`: a longer randomised restart run (a soak), in both tiers.
+pub fn soak() -> Option<Duration> {
+    let secs: u64 = std::env::var("QL_FAULTS_SOAK").ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(secs))
 }
 
 /// A rolling restart through every node (both tiers): n1..n5 in turn killed and restarted
@@ -340,6 +343,11 @@ fn run_once(
         let faults_until = stop_at - run.cooldown.as_nanos() as u64;
         clock::sleep_until(faults_from);
         if plan.readmit {
+            // `early_readmissions` is exact only if every kill outlasts the grace.
+            assert!(
+                plan.hold.0 > run.grace(),
+                "restart plans hold longer than the grace"
+            );
             // Workers run until every restarted node is readmitted, then a cooldown more.
             let last_start = stop_at - (READMIT_LIMIT + run.cooldown).as_nanos() as u64;
             match plan.order {
@@ -479,7 +487,7 @@ fn run_once(
         }
         Expect::SafeAndRecovers => {
             // Acquisitions after the last fault and the last readmission.
-            let settled = last_to.max(sched.last_readmitted);
+            let settled = last_to.max(sched.last_readmitted());
             if !history.holds.iter().any(|h| h.acquired > settled) {
                 row.liveness
                     .push("no acquisition after the last node was readmitted".to_owned());
@@ -495,7 +503,12 @@ fn run_once(
         Expect::Violation => {}
     }
     row.liveness.extend(sched.liveness.iter().cloned());
-    row.problems.extend(sched.problems.iter().cloned());
+    row.problems.extend(early_readmissions(
+        &sched.readmitted,
+        &history.holds,
+        grace,
+        check.tolerance,
+    ));
     let reported: u64 = history.done.iter().map(|d| d.increments).sum();
     if reported as i64 != check.expected {
         row.problems.push(format!(
@@ -574,28 +587,29 @@ fn prewarm(spec: &WorkerSpec, ttl: Duration) {
 pub struct Schedule {
     pub windows: Vec<Window>,
     /// Restarted nodes not yet readmitted.
-    pub pending: Vec<Pending>,
-    /// How long each restarted node took, from serving again to readmitted.
-    pub readmitted: Vec<Duration>,
-    /// When the last restarted node was readmitted (0: none was).
-    last_readmitted: u64,
+    pub pending: Vec<Restart>,
+    /// Restarted nodes seen readmitted.
+    pub readmitted: Vec<Restart>,
     /// Progress the schedule expected and did not see.
     liveness: Vec<String>,
-    /// Safety findings: nodes readmitted before their quarantine could have ended.
-    pub problems: Vec<String>,
 }
 
-/// A node restarted empty, not yet readmitted.
-#[derive(Clone, Copy, Debug)]
-pub struct Pending {
+/// A node killed and restarted empty, and when a client readmitted it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restart {
     pub node: usize,
-    /// Just before its restart began (its new life starts later).
-    down_to: u64,
-    /// Once it served again.
-    healed: u64,
-    /// The ensemble record (longest TTL any client used) on the other nodes when it was
-    /// killed: its quarantine lasts at least that long from its restart.
-    record: Duration,
+    /// Once it was killed.
+    pub killed: u64,
+    /// Once it served again (empty).
+    pub healed: u64,
+    /// When it was seen readmitted (its marker naming its new life); 0 while pending.
+    pub readmitted: u64,
+}
+
+impl Restart {
+    fn label(&self) -> String {
+        format!("n{}", self.node + 1)
+    }
 }
 
 impl Schedule {
@@ -609,12 +623,6 @@ impl Schedule {
         hold: Duration,
         readmit: bool,
     ) {
-        let restarts = readmit && fault == Fault::Kill;
-        let record = if restarts {
-            self.record(ens, &nodes)
-        } else {
-            Duration::ZERO
-        };
         for &i in &nodes {
             ens.inject(i, &fault);
         }
@@ -625,12 +633,12 @@ impl Schedule {
             ens.heal(i, &fault);
         }
         let healed = clock::now();
-        if restarts {
-            self.pending.extend(nodes.iter().map(|&node| Pending {
+        if readmit && fault == Fault::Kill {
+            self.pending.extend(nodes.iter().map(|&node| Restart {
                 node,
-                down_to: to,
+                killed: from,
                 healed,
-                record,
+                readmitted: 0,
             }));
         }
         self.windows.push(Window {
@@ -642,47 +650,30 @@ impl Schedule {
         });
     }
 
-    /// The longest ensemble record (`quorum-lock:node:max-ttl`, ms) on the nodes that are
-    /// up, not pending and not in `hit`.
-    fn record(&self, ens: &dyn Ensemble, hit: &[usize]) -> Duration {
-        let ms = (0..ens.size())
-            .filter(|i| !hit.contains(i) && !self.pending.iter().any(|p| p.node == *i))
-            .filter_map(|i| {
-                redis::cmd("GET")
-                    .arg(RECORD)
-                    .query::<Option<u64>>(&mut ens.admin(i))
-                    .unwrap_or_else(|e| panic!("GET record on node {}: {e}", i + 1))
-            })
-            .max()
-            .unwrap_or(0);
-        Duration::from_millis(ms)
-    }
-
-    /// Forgets the pending nodes a client has readmitted since. A node seen readmitted
-    /// sooner after its restart than the record it was killed under is a safety problem
-    /// (its quarantine ended early: the 50 ms polling can only make it look later).
+    /// Moves the pending nodes a client has readmitted since to `readmitted` (polled: the
+    /// time seen is at or after the marker was written).
     pub fn refresh(&mut self, ens: &dyn Ensemble) {
         let mut still = Vec::new();
-        for &p in &self.pending {
-            if !ens.admitted(p.node) {
-                still.push(p);
-                continue;
-            }
-            let now = clock::now();
-            self.readmitted
-                .push(Duration::from_nanos(now.saturating_sub(p.healed)));
-            self.last_readmitted = self.last_readmitted.max(now);
-            let after = Duration::from_nanos(now.saturating_sub(p.down_to));
-            if after < p.record {
-                self.problems.push(format!(
-                    "n{} was readmitted {after:?} after its restart began, within the longest \
-                     TTL {:?}: its quarantine ended early",
-                    p.node + 1,
-                    p.record
-                ));
+        for &r in &self.pending {
+            if ens.admitted(r.node) {
+                self.readmitted.push(Restart {
+                    readmitted: clock::now(),
+                    ..r
+                });
+            } else {
+                still.push(r);
             }
         }
         self.pending = still;
+    }
+
+    /// When the last restarted node was readmitted (0: none was).
+    fn last_readmitted(&self) -> u64 {
+        self.readmitted
+            .iter()
+            .map(|r| r.readmitted)
+            .max()
+            .unwrap_or(0)
     }
 
     /// Waits (polling every 50 ms) until no node is pending, at most [`READMIT_LIMIT`] after
@@ -694,11 +685,7 @@ impl Schedule {
                 return;
             };
             if clock::now() > latest + READMIT_LIMIT.as_nanos() as u64 {
-                let nodes: Vec<String> = self
-                    .pending
-                    .iter()
-                    .map(|p| format!("n{}", p.node + 1))
-                    .collect();
+                let nodes: Vec<String> = self.pending.iter().map(Restart::label).collect();
                 self.liveness.push(format!(
                     "{} not readmitted within {READMIT_LIMIT:?} of restarting",
                     nodes.join("+")
@@ -712,14 +699,13 @@ impl Schedule {
 
     /// `readmit=<fastest>..<slowest>ms(<count>)`, or nothing.
     fn readmission_note(&self) -> String {
-        let ms = |d: &Duration| d.as_millis();
-        match (self.readmitted.iter().min(), self.readmitted.iter().max()) {
-            (Some(lo), Some(hi)) => format!(
-                " readmitted-after={}..{}ms({})",
-                ms(lo),
-                ms(hi),
-                self.readmitted.len()
-            ),
+        let took: Vec<u64> = self
+            .readmitted
+            .iter()
+            .map(|r| r.readmitted.saturating_sub(r.healed) / 1_000_000)
+            .collect();
+        match (took.iter().min(), took.iter().max()) {
+            (Some(lo), Some(hi)) => format!(" readmitted-after={lo}..{hi}ms({})", took.len()),
             _ => String::new(),
         }
     }
@@ -768,7 +754,7 @@ fn random_readmitted(
         let fault = plan.faults[rng.below(plan.faults.len() as u64) as usize].draw(rng);
         let k = (rng.between(plan.nodes.0 as u64, plan.nodes.1 as u64) as usize).min(room);
         let free: Vec<usize> = (0..ens.size())
-            .filter(|i| !sched.pending.iter().any(|p| p.node == *i))
+            .filter(|i| !sched.pending.iter().any(|r| r.node == *i))
             .collect();
         let nodes = rng
             .subset(free.len(), k)
@@ -802,4 +788,44 @@ fn rolling(
         sched.await_readmission(ens);
         std::thread::sleep(rng.duration(plan.gap.0, plan.gap.1));
     }
+}
+
+/// Restarted nodes readmitted while a hold that may have counted their vote from before the
+/// restart was still within its validity: a quarantine that ended early (DESIGN.md,
+/// section 7: a node that lost its memory votes again only once every lease that may
+/// depend on it is over). Holds acquired up to `grace` after the kill are counted (an
+/// attempt under way may have had the node's "yes" before it died); readmission after
+/// their deadline, give or take `tolerance`, is required.
+///
+/// With every kill lasting longer than `grace`, a correct quarantine (the longest TTL of any
+/// live lease, plus drift, from the node's restart) is always late enough, so this flags
+/// nothing but a real early readmission; the polling that observes readmission can only
+/// make it look later.
+pub fn early_readmissions(
+    readmitted: &[Restart],
+    holds: &[Hold],
+    grace: u64,
+    tolerance: u64,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    for r in readmitted {
+        let depended = holds
+            .iter()
+            .filter(|h| h.acquired <= r.killed + grace)
+            .max_by_key(|h| h.deadline);
+        if let Some(h) = depended
+            && r.readmitted + tolerance < h.deadline
+        {
+            found.push(format!(
+                "{} was readmitted {:?} after its restart, {:?} before the deadline of worker \
+                 {} hold #{} acquired before it was killed: its quarantine ended early",
+                r.label(),
+                Duration::from_nanos(r.readmitted.saturating_sub(r.healed)),
+                Duration::from_nanos(h.deadline - r.readmitted),
+                h.worker,
+                h.seq
+            ));
+        }
+    }
+    found
 }
