@@ -126,8 +126,8 @@ pub struct NemesisRun {
 
 impl NemesisRun {
     /// Defaults shared by the scenarios: 3 workers for 6 s, TTL 2 s, node timeout
-    /// [`NODE_TIMEOUT`], no quarantine (fresh nodes; no randomised run restarts a node
-    /// without persistence).
+    /// [`NODE_TIMEOUT`], no quarantine (only the empty-restart runs, which turn it on,
+    /// restart nodes without persistence).
     /// Runs that must block get 8 s with a fault-free tail of TTL + 1 s, so recovery
     /// after the last fault is seen even when healing is slow (`docker unpause` of three
     /// nodes) or left keys must expire first.
@@ -304,23 +304,13 @@ fn run_once(
 ) -> Row {
     let began = Instant::now();
     let counter = unique("faults-counter");
-    let start_at = clock::now() + 400_000_000; // time for the processes to start
-    let readmit = run.plan.as_ref().is_some_and(|p| p.readmit);
-    let stop_at = start_at
-        + (run.run_for
-            + if readmit {
-                READMIT_LIMIT
-            } else {
-                Duration::ZERO
-            })
-        .as_nanos() as u64;
-    let spec = WorkerSpec {
+    let mut spec = WorkerSpec {
         urls: ens.client_urls(),
         store_url: store.url(),
         resource: unique("faults-lock"),
         counter: counter.clone(),
-        start_at,
-        stop_at,
+        start_at: 0,
+        stop_at: 0,
         max_increments: run.max_increments,
         ttls: run.ttls.clone(),
         node_timeout: run.node_timeout,
@@ -333,6 +323,16 @@ fn run_once(
     if run.quarantine {
         prewarm(&spec, run.longest_ttl());
     }
+    let start_at = clock::now() + 400_000_000; // time for the processes to start
+    let readmit = run.plan.as_ref().is_some_and(|p| p.readmit);
+    let extra = if readmit {
+        READMIT_LIMIT
+    } else {
+        Duration::ZERO
+    };
+    let stop_at = start_at + (run.run_for + extra).as_nanos() as u64;
+    spec.start_at = start_at;
+    spec.stop_at = stop_at;
     let workers = Workers::spawn(worker_test, &spec, run.workers);
 
     let mut rng = Rng::new(seed);

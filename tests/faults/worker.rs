@@ -2,8 +2,10 @@
 //! like `mutual_exclusion_across_processes` in `tests/core.rs`) with the run described in
 //! environment variables. Each worker repeatedly locks the resource, increments a counter
 //! kept in a separate, never-faulted Redis by read-modify-write (GET, a short sleep, SET —
-//! or `fenced_set` with fencing), releases, and records every hold and every failed
-//! `lock()` call as a line in its own file, which the parent reads once it exits.
+//! or, with fencing, `fenced_set` under the token of a `LockRequest::fenced()` lock),
+//! releases, and records every hold (with its token) and every failed `lock()` call as a
+//! line in its own file, which the parent reads once it exits. Workers of one run may use
+//! different TTLs (`WorkerSpec::ttls`); the parent can end a run early (`Workers::stop`).
 
 use std::fs::{self, File};
 use std::io::Write as _;
