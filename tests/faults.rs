@@ -16,9 +16,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use common::{RedisServer, clockshift_lib, raw_ping};
-use kit::ensemble::{Fault, LocalEnsemble, NodeKind};
+use kit::ensemble::{Ensemble, Fault, LocalEnsemble, NodeKind};
 use kit::history::{self, Done, History, Hold, Row, Verdict, Write};
-use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Plan};
+use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Order, Plan};
 use kit::proxy::{FaultProxy, Link};
 use kit::scenarios::{self, BareMajority, Hit};
 
@@ -47,6 +47,8 @@ fn minority(faults: Vec<FaultGen>) -> Plan {
         hold: (Duration::from_millis(800), Duration::from_millis(1500)),
         gap: (Duration::from_millis(100), Duration::from_millis(400)),
         max_windows: 6,
+        order: Order::Random,
+        readmit: false,
     }
 }
 
@@ -57,6 +59,8 @@ fn majority(faults: Vec<FaultGen>) -> Plan {
         hold: (Duration::from_millis(1000), Duration::from_millis(1600)),
         gap: (Duration::from_millis(500), Duration::from_millis(900)),
         max_windows: 3,
+        order: Order::Random,
+        readmit: false,
     }
 }
 
@@ -146,6 +150,27 @@ fn nemesis_minority_latency_and_restarts() {
                     Expect::SafeAndLive,
                 )
                 .fencing(true),
+            ),
+        ],
+    );
+}
+
+/// Nodes without persistence restarted empty with restart quarantine on: random minority
+/// restarts and a rolling restart through every node, fencing on, workers with 1 s and 3 s
+/// TTLs. Safe with zero overlaps and strictly increasing tokens; progress may pause while
+/// restarted nodes are quarantined.
+#[test]
+fn nemesis_empty_restarts_with_quarantine() {
+    nemesis_table(
+        "portable: nodes restarted empty, restart quarantine on, fencing, TTL 1 s / 3 s",
+        vec![
+            (
+                PLAIN,
+                nemesis::minority_empty_restarts("random minority empty restarts"),
+            ),
+            (
+                PLAIN,
+                nemesis::rolling_empty_restart("rolling empty restart, every node"),
             ),
         ],
     );
@@ -447,6 +472,220 @@ fn checker_judges_synthetic_histories() {
     history::parse(&text, &mut h2);
     assert_eq!(h2.holds, original.holds);
     assert_eq!(h2.done, vec![done(1)]);
+}
+
+/// The checker's fencing judgement: tokens must grow in acquisition order on the common
+/// clock, every token larger than all earlier ones (not only the previous one); holds
+/// without a token (a client without fencing) are left out; a regression makes the run
+/// UNSAFE and shows in the `tokens↑` column.
+#[test]
+fn checker_catches_token_regressions() {
+    const MS: u64 = 1_000_000;
+    // Back-to-back holds, recorded out of order (workers' files are read one by one).
+    let history = |tokens: &[Option<u64>]| History {
+        holds: tokens
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, &token)| {
+                let at = i as u64 * 10 * MS;
+                Hold {
+                    worker: 1 + (i % 2) as u32,
+                    seq: 1 + i as u32,
+                    start: at,
+                    acquired: at,
+                    deadline: at + 100 * MS,
+                    read: None,
+                    write: None,
+                    end: at + 5 * MS,
+                    released: at + 6 * MS,
+                    token,
+                    release: "ok".into(),
+                }
+            })
+            .collect(),
+        failures: Vec::new(),
+        done: Vec::new(),
+    };
+    let judge = |tokens: &[Option<u64>]| {
+        let c = history::check(&history(tokens), 0, 0);
+        let row = Row::from_check("t", &c, true, Verdict::Safe);
+        (
+            c.tokens,
+            c.token_regressions,
+            c.verdict(true),
+            row.tokens_cell(),
+        )
+    };
+    assert_eq!(
+        judge(&[Some(1), Some(2), Some(7), Some(8)]),
+        (4, 0, Verdict::Safe, "yes".to_owned())
+    );
+    assert_eq!(judge(&[None, None]), (0, 0, Verdict::Safe, "-".to_owned()));
+    // Equal tokens: not larger.
+    assert_eq!(
+        judge(&[Some(1), Some(2), Some(2)]),
+        (3, 1, Verdict::Unsafe, "NO(1)".to_owned())
+    );
+    // 5, 3, 4: 4 is larger than its predecessor, but not than 5.
+    assert_eq!(
+        judge(&[Some(5), Some(3), Some(4), Some(6)]),
+        (4, 2, Verdict::Unsafe, "NO(2)".to_owned())
+    );
+    // Untokened holds in between do not hide a regression.
+    assert_eq!(
+        judge(&[Some(3), None, Some(3), None, Some(4)]),
+        (3, 1, Verdict::Unsafe, "NO(1)".to_owned())
+    );
+    assert_eq!(history::token_regressions(&[9, 1, 2, 3, 10]), 3);
+    // The table shows the column and the regression.
+    let c = history::check(&history(&[Some(5), Some(3)]), 0, 0);
+    let row = Row::from_check("regressing", &c, true, Verdict::Safe);
+    let text = history::table("t", &[row]);
+    assert!(text.contains("tokens↑"), "{text}");
+    assert!(text.contains("NO(1)"), "{text}");
+}
+
+/// How the nemesis sees readmission, on real servers: a restarted node counts as readmitted
+/// once its marker names its new `run_id`, not before, and not for a marker of another life.
+#[test]
+fn readmission_is_the_marker_of_the_new_life() {
+    let mut ens = LocalEnsemble::uniform(3, PLAIN, false);
+    let run_id = |ens: &LocalEnsemble, i: usize| -> String {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut ens.admin(i))
+            .expect("INFO");
+        info.lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .expect("run_id")
+            .trim()
+            .to_owned()
+    };
+    let set_marker = |ens: &LocalEnsemble, i: usize, life: &str| {
+        let () = redis::cmd("SET")
+            .arg(kit::ensemble::MARKER)
+            .arg(format!("{life}:0"))
+            .query(&mut ens.admin(i))
+            .expect("SET marker");
+    };
+    let old_life = run_id(&ens, 1);
+    let mut sched = nemesis::Schedule::default();
+    sched.window(
+        &mut ens,
+        Fault::Kill,
+        vec![0, 1],
+        Duration::from_millis(50),
+        true,
+    );
+    assert_eq!(sched.pending.len(), 2, "both restarted nodes are pending");
+    sched.refresh(&ens);
+    assert_eq!(sched.pending.len(), 2, "no marker yet: both pending");
+    let new_life = run_id(&ens, 0);
+    set_marker(&ens, 0, &new_life);
+    set_marker(&ens, 1, &old_life);
+    sched.refresh(&ens);
+    assert_eq!(sched.readmitted.len(), 1);
+    assert_eq!(sched.readmitted[0].node, 0);
+    assert!(sched.readmitted[0].readmitted >= sched.readmitted[0].healed);
+    assert_eq!(sched.pending.len(), 1);
+    assert_eq!(
+        sched.pending[0].node, 1,
+        "a marker of its old life does not count"
+    );
+}
+
+/// The early-readmission check on hand-made histories: a restarted node must not be
+/// readmitted before the deadline of any hold acquired before (or within the grace after)
+/// its kill.
+#[test]
+fn early_readmission_is_flagged() {
+    const MS: u64 = 1_000_000;
+    let hold = |worker: u32, acquired: u64, deadline: u64| Hold {
+        worker,
+        seq: 1,
+        start: acquired,
+        acquired,
+        deadline,
+        read: None,
+        write: None,
+        end: acquired + MS,
+        released: acquired + MS,
+        token: None,
+        release: "ok".into(),
+    };
+    let restart = |readmitted: u64| nemesis::Restart {
+        node: 2,
+        killed: 1_000 * MS,
+        healed: 1_900 * MS,
+        readmitted,
+    };
+    let grace = 700 * MS;
+    // A 3 s hold acquired just before the kill: deadline at 3.9 s.
+    let holds = vec![
+        hold(1, 900 * MS, 3_900 * MS),
+        hold(2, 5_000 * MS, 8_000 * MS),
+    ];
+    let early = nemesis::early_readmissions(&[restart(3_000 * MS)], &holds, grace, 1_000);
+    assert_eq!(early.len(), 1, "{early:?}");
+    assert!(
+        early[0].starts_with("n3 was readmitted 1.1s after its restart, 900ms before")
+            && early[0].contains("worker 1 hold #1"),
+        "{early:?}"
+    );
+    // Readmitted after that deadline: fine (the later hold did not depend on n3's old life).
+    assert!(nemesis::early_readmissions(&[restart(4_000 * MS)], &holds, grace, 1_000).is_empty());
+    // A hold acquired within the grace after the kill counts; one after it does not.
+    let holds = vec![hold(1, 1_600 * MS, 4_600 * MS)];
+    assert_eq!(
+        nemesis::early_readmissions(&[restart(4_000 * MS)], &holds, grace, 1_000).len(),
+        1
+    );
+    let holds = vec![hold(1, 1_800 * MS, 4_800 * MS)];
+    assert!(nemesis::early_readmissions(&[restart(4_000 * MS)], &holds, grace, 1_000).is_empty());
+}
+
+/// Known liveness bug, reported and not fixed here (it is in `src/`): once three of five
+/// nodes have each restarted empty and been readmitted, one at a time (never more than one
+/// out: within the quarantine's assumptions), a fenced lock on a resource never locked
+/// before gets no token for good: `FenceUnknown`, "2 trusted counters read, 3 needed"
+/// (after all five, 0). A readmitted node's marker stays incomplete, and a counter that
+/// does not exist yet is never "written in this life". The Docker tier restarts every
+/// node between its two restart runs because of it. Run it with
+/// `cargo test --test faults -- --ignored fenced_lock_on_a_new_resource`.
+#[test]
+#[ignore = "known liveness bug: FenceUnknown on new resources after 3 single-node restarts"]
+fn fenced_lock_on_a_new_resource_after_minority_restarts() {
+    let mut ens = LocalEnsemble::uniform(5, PLAIN, false);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let ttl = Duration::from_secs(1);
+    let redlock = kit::worker::client(&ens.client_urls(), ttl, Duration::from_millis(200), true);
+    let fenced_lock = |resource: &str, wait: Duration| {
+        rt.block_on(async {
+            let guard = redlock.lock(resource, ttl).wait(wait).fenced().await?;
+            let token = guard.fencing_token();
+            guard.release().await?;
+            Ok::<_, quorum_lock::Error>(token)
+        })
+    };
+    fenced_lock("used", Duration::from_secs(5)).expect("first lock on fresh nodes");
+    for i in 0..3 {
+        ens.inject(i, &Fault::Kill);
+        ens.heal(i, &Fault::Kill);
+        // Locking "used" admits the node once its quarantine is over.
+        common::wait_until(Duration::from_secs(15), "the node's readmission", || {
+            fenced_lock("used", Duration::from_millis(200)).expect("lock while a minority is out");
+            ens.admitted(i)
+        });
+    }
+    let fresh = common::unique("never-locked");
+    match fenced_lock(&fresh, Duration::from_secs(3)) {
+        Ok(token) => assert_eq!(u64::from(token), 1),
+        Err(e) => panic!("a resource never locked before gets no token: {e}"),
+    }
 }
 
 /// The fault proxy does what the scenarios rely on.

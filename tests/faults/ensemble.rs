@@ -78,6 +78,28 @@ pub trait Ensemble {
         admin_conn(&self.admin_url(i))
     }
 
+    /// Whether a lock client has admitted node `i` in its current life: the node's marker
+    /// (`quorum-lock:node:marker` = `<run_id>:<complete>`, written by the client that
+    /// admits it, DESIGN.md section 7) names the `run_id` the node reports now. A node
+    /// restarted empty has no marker until its quarantine is over and a client counted it.
+    fn admitted(&self, i: usize) -> bool {
+        let mut conn = self.admin(i);
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut conn)
+            .unwrap_or_else(|e| panic!("INFO on node {}: {e}", i + 1));
+        let run_id = info
+            .lines()
+            .find_map(|l| l.strip_prefix("run_id:"))
+            .map(str::trim)
+            .expect("run_id in INFO");
+        let marker: Option<String> = redis::cmd("GET")
+            .arg(MARKER)
+            .query(&mut conn)
+            .unwrap_or_else(|e| panic!("GET marker on node {}: {e}", i + 1));
+        marker.is_some_and(|m| m.rsplit_once(':').is_some_and(|(life, _)| life == run_id))
+    }
+
     /// `uptime_in_seconds` of node `i`.
     fn uptime_secs(&self, i: usize) -> u64 {
         let info: String = redis::cmd("INFO")
@@ -90,6 +112,9 @@ pub trait Ensemble {
             .expect("uptime_in_seconds in INFO")
     }
 }
+
+/// The node marker's key, for clients without a key prefix (all of this suite's).
+pub const MARKER: &str = "quorum-lock:node:marker";
 
 /// A sync admin connection with 5 s connect, read and write timeouts.
 pub fn admin_conn(url: &str) -> redis::Connection {

@@ -14,8 +14,9 @@
 //! - **late writes**: a counter write acknowledged after its holder's deadline (it may have
 //!   landed after the lock passed to someone else) and accepted by the storage;
 //! - **lost updates**: a final counter other than the number of accepted increments;
-//! - **token regressions**: with fencing, a hold whose token is not larger than that of the
-//!   hold acquired before it;
+//! - **token regressions**: with fencing, a hold whose token is not larger than the token of
+//!   every hold acquired before it (acquisition order on the common clock; the table's
+//!   `tokens↑` column);
 //! - a wall-clock step during the run (the run's times cannot be compared).
 
 use std::collections::HashMap;
@@ -215,7 +216,10 @@ pub struct Check {
     pub late_writes: usize,
     /// Writes the storage refused (fenced off).
     pub rejected: usize,
-    /// Consecutive holds (by acquisition) whose fencing tokens did not increase.
+    /// Holds that carried a fencing token.
+    pub tokens: usize,
+    /// Holds (in acquisition order) whose fencing token is not larger than every token of
+    /// an earlier hold: with strictly increasing tokens, 0.
     pub token_regressions: usize,
     pub counter: i64,
     /// Accepted increments: what the counter must read.
@@ -277,7 +281,7 @@ pub fn check(history: &History, counter: i64, parent_err: u64) -> Check {
         .iter()
         .filter_map(|&i| history.holds[i].token)
         .collect();
-    let token_regressions = tokens.windows(2).filter(|w| w[1] <= w[0]).count();
+    let token_regressions = token_regressions(&tokens);
     let clock_step = history
         .done
         .iter()
@@ -289,12 +293,28 @@ pub fn check(history: &History, counter: i64, parent_err: u64) -> Check {
         overlaps,
         late_writes,
         rejected,
+        tokens: tokens.len(),
         token_regressions,
         counter,
         expected,
         clock_step,
         tolerance,
     }
+}
+
+/// How many of `tokens` (in acquisition order) are not larger than every token before them.
+/// Compared with the running maximum, not only with the previous token: in `5, 3, 4` both
+/// `3` and `4` came after a holder with a larger token.
+pub fn token_regressions(tokens: &[u64]) -> usize {
+    let mut highest: Option<u64> = None;
+    let mut regressions = 0;
+    for &t in tokens {
+        if highest.is_some_and(|h| t <= h) {
+            regressions += 1;
+        }
+        highest = highest.max(Some(t));
+    }
+    regressions
 }
 
 /// Largest wall-clock step (ns) the checker accepts in a run.
@@ -372,6 +392,10 @@ pub struct Row {
     pub overlaps: usize,
     pub late: usize,
     pub rejected: usize,
+    /// Holds that carried a fencing token (0: no fencing in this row).
+    pub tokens: usize,
+    /// Of those, how many were not larger than every earlier token (see [`Check`]).
+    pub token_regressions: usize,
     pub counter: i64,
     pub expected: i64,
     pub verdict: Verdict,
@@ -396,6 +420,8 @@ impl Row {
             overlaps: check.overlaps.len(),
             late: check.late_writes,
             rejected: check.rejected,
+            tokens: check.tokens,
+            token_regressions: check.token_regressions,
             counter: check.counter,
             expected: check.expected,
             verdict: check.verdict(fencing),
@@ -409,6 +435,16 @@ impl Row {
 
     pub fn ok(&self) -> bool {
         self.verdict == self.want && self.problems.is_empty() && self.liveness.is_empty()
+    }
+
+    /// The `tokens↑` cell: `-` without tokens, `yes` when every token was larger than all
+    /// earlier ones, `NO(k)` with `k` regressions.
+    pub fn tokens_cell(&self) -> String {
+        match (self.tokens, self.token_regressions) {
+            (0, _) => "-".to_owned(),
+            (_, 0) => "yes".to_owned(),
+            (_, k) => format!("NO({k})"),
+        }
     }
 
     /// Failed only for want of progress: safety held.
@@ -429,13 +465,14 @@ pub fn table(title: &str, rows: &[Row]) -> String {
     let _ = writeln!(out, "\n== {title} ==");
     let _ = writeln!(
         out,
-        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
+        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
         "scenario",
         "holds",
         "during",
         "overlaps",
         "late",
         "fenced",
+        "tokens↑",
         "counter",
         "expected",
         "verdict",
@@ -449,13 +486,14 @@ pub fn table(title: &str, rows: &[Row]) -> String {
             .map_or_else(|| "-".to_owned(), |n| n.to_string());
         let _ = writeln!(
             out,
-            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
+            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
             r.scenario,
             r.holds,
             during,
             r.overlaps,
             r.late,
             r.rejected,
+            r.tokens_cell(),
             r.counter,
             r.expected,
             r.verdict.to_string(),

@@ -2,8 +2,10 @@
 //! like `mutual_exclusion_across_processes` in `tests/core.rs`) with the run described in
 //! environment variables. Each worker repeatedly locks the resource, increments a counter
 //! kept in a separate, never-faulted Redis by read-modify-write (GET, a short sleep, SET —
-//! or `fenced_set` with fencing), releases, and records every hold and every failed
-//! `lock()` call as a line in its own file, which the parent reads once it exits.
+//! or, with fencing, `fenced_set` under the token of a `LockRequest::fenced()` lock),
+//! releases, and records every hold (with its token) and every failed `lock()` call as a
+//! line in its own file, which the parent reads once it exits. Workers of one run may use
+//! different TTLs (`WorkerSpec::ttls`); the parent can end a run early (`Workers::stop`).
 
 use std::fs::{self, File};
 use std::io::Write as _;
@@ -31,12 +33,15 @@ pub struct WorkerSpec {
     pub stop_at: u64,
     /// Increments per worker, at most.
     pub max_increments: u64,
-    pub ttl: Duration,
+    /// Lock TTLs, one per worker in turn: worker `id` (from 1) uses `ttls[(id - 1) % len]`,
+    /// so one run can mix clients with different TTLs.
+    pub ttls: Vec<Duration>,
     pub node_timeout: Duration,
     /// Wait budget of one `lock()` call.
     pub lock_wait: Duration,
     pub quarantine: bool,
-    /// Mint fencing tokens and write the counter with `fenced_set`.
+    /// Lock with [`LockRequest::fenced`](quorum_lock::LockRequest::fenced) (a
+    /// `FencedGuard`), record each hold's token and write the counter with `fenced_set`.
     pub fencing: bool,
     /// False for the control run: increments without any lock.
     pub use_lock: bool,
@@ -46,6 +51,11 @@ pub struct WorkerSpec {
 const PREFIX: &str = "QLF_";
 
 impl WorkerSpec {
+    /// The TTL of worker `id` (from 1).
+    pub fn ttl_of(&self, id: u32) -> Duration {
+        self.ttls[(id as usize - 1) % self.ttls.len()]
+    }
+
     fn to_env(&self) -> Vec<(String, String)> {
         let ms = |d: Duration| d.as_millis().to_string();
         [
@@ -56,7 +66,14 @@ impl WorkerSpec {
             ("START_AT", self.start_at.to_string()),
             ("STOP_AT", self.stop_at.to_string()),
             ("MAX_INCR", self.max_increments.to_string()),
-            ("TTL_MS", ms(self.ttl)),
+            (
+                "TTL_MS",
+                self.ttls
+                    .iter()
+                    .map(|&d| ms(d))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
             ("NODE_TIMEOUT_MS", ms(self.node_timeout)),
             ("LOCK_WAIT_MS", ms(self.lock_wait)),
             ("QUARANTINE", u8::from(self.quarantine).to_string()),
@@ -87,7 +104,10 @@ impl WorkerSpec {
             start_at: n("START_AT"),
             stop_at: n("STOP_AT"),
             max_increments: n("MAX_INCR"),
-            ttl: ms("TTL_MS"),
+            ttls: var("TTL_MS")
+                .split(',')
+                .map(|v| Duration::from_millis(v.parse().unwrap_or_else(|e| panic!("TTL_MS: {e}"))))
+                .collect(),
             node_timeout: ms("NODE_TIMEOUT_MS"),
             lock_wait: ms("LOCK_WAIT_MS"),
             quarantine: n("QUARANTINE") == 1,
@@ -143,9 +163,13 @@ pub fn failure_kind(e: &Error) -> String {
         Error::Timeout { last, .. } => last.as_ref(),
         other => other,
     };
+    let kept_out = last.report().is_some_and(|r| r.quarantined() > 0);
     match last {
+        Error::Contended { .. } if kept_out => "contended+kept-out".into(),
         Error::Contended { .. } => "contended".into(),
+        Error::Unavailable { .. } if kept_out => "kept-out".into(),
         Error::Unavailable { .. } => "unavailable".into(),
+        Error::FenceUnknown { .. } => "fence-unknown".into(),
         Error::ValiditySpent { .. } => "validity-spent".into(),
         other => format!("{other}").replace(' ', "_"),
     }
@@ -208,16 +232,21 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         out.write_all(format!("{line}\n").as_bytes())
             .expect("write record");
     };
-    let redlock = client(&spec.urls, spec.ttl, spec.node_timeout, spec.quarantine);
+    let ttl = spec.ttl_of(id);
+    let redlock = client(&spec.urls, ttl, spec.node_timeout, spec.quarantine);
     let mut store = store_conn(&spec.store_url).await;
     let mut rng = Rng::new(spec.seed ^ (u64::from(id) << 32));
     // Anything closer than this to the deadline is not started: the holder stops in time.
-    let margin = (spec.ttl / 4).min(Duration::from_millis(500));
+    let margin = (ttl / 4).min(Duration::from_millis(500));
+    // The parent may end the run before `stop_at` (a run whose length depends on how fast
+    // restarted nodes are readmitted) by creating this file.
+    let stop_file = std::env::var_os("QLF_STOP").map(PathBuf::from);
+    let stopped = || stop_file.as_ref().is_some_and(|f| f.exists());
 
     tokio::time::sleep_until(clock::instant_of(spec.start_at).into()).await;
     let mut seq = 0u32;
     let mut increments = 0u64;
-    while clock::now() < spec.stop_at && increments < spec.max_increments {
+    while clock::now() < spec.stop_at && increments < spec.max_increments && !stopped() {
         seq += 1;
         let start = clock::now();
         if !spec.use_lock {
@@ -253,24 +282,23 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
             continue;
         }
         let left = Duration::from_nanos(spec.stop_at.saturating_sub(start));
-        let request = redlock
-            .lock(&spec.resource, spec.ttl)
-            .wait(spec.lock_wait.min(left));
-        let (guard, token) = match acquire(request, spec.fencing).await {
-            Ok(held) => held,
-            Err(e) => {
-                emit(
-                    Failure {
-                        worker: id,
-                        start,
-                        end: clock::now(),
-                        why: failure_kind(&e),
-                    }
-                    .to_line(),
-                );
-                continue;
-            }
-        };
+        let wait = spec.lock_wait.min(left);
+        let (guard, token) =
+            match acquire(redlock.lock(&spec.resource, ttl).wait(wait), spec.fencing).await {
+                Ok(held) => held,
+                Err(e) => {
+                    emit(
+                        Failure {
+                            worker: id,
+                            start,
+                            end: clock::now(),
+                            why: failure_kind(&e),
+                        }
+                        .to_line(),
+                    );
+                    continue;
+                }
+            };
         let acquired = clock::now();
         let deadline = clock::at_tokio(guard.deadline());
         let remaining = || {
@@ -331,6 +359,11 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
     );
 }
 
+/// One `lock()` call of a worker: with fencing through [`LockRequest::fenced`] (the typed
+/// `FencedGuard`, whose token cannot be absent), returning the plain guard and the token.
+///
+/// [`LockRequest::fenced`]: quorum_lock::LockRequest::fenced
+
 /// The parent's handle on a set of worker processes; kills and reaps them when dropped.
 pub struct Workers {
     children: Vec<Child>,
@@ -356,6 +389,7 @@ impl Workers {
                 .envs(spec.to_env())
                 .env("QLF_WORKER", id.to_string())
                 .env("QLF_OUT", workers.dir.join(format!("w{id}.log")))
+                .env("QLF_STOP", workers.dir.join("stop"))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(stderr)
@@ -364,6 +398,13 @@ impl Workers {
             workers.children.push(child);
         }
         workers
+    }
+
+    /// Asks every worker to stop starting new `lock()` calls (each finishes its current
+    /// hold first).
+    pub fn stop(&self) {
+        let path = self.dir.join("stop");
+        File::create(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
     }
 
     /// Waits for every worker (at most `limit`), checks they all succeeded and returns
