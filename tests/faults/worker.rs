@@ -359,11 +359,6 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
     );
 }
 
-/// One `lock()` call of a worker: with fencing through [`LockRequest::fenced`] (the typed
-/// `FencedGuard`, whose token cannot be absent), returning the plain guard and the token.
-///
-/// [`LockRequest::fenced`]: quorum_lock::LockRequest::fenced
-
 /// The parent's handle on a set of worker processes; kills and reaps them when dropped.
 pub struct Workers {
     children: Vec<Child>,
