@@ -389,6 +389,11 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
     let first = fenced().await.unwrap();
     let t1 = first.fencing_token().unwrap();
     first.release().await.unwrap();
+    // The commit beyond the majority may still be on its way to node 2.
+    eventually(Duration::from_secs(5), "token 1 on node 2", || {
+        counter(&cluster.nodes[2], &resource) == t1
+    })
+    .await;
     // The next token reaches nodes 0 and 1 only.
     stale_key(&cluster.nodes[2], &resource, 400);
     let second = fenced().await.unwrap();
