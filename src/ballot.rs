@@ -4,8 +4,9 @@
 //!
 //! Pure: no clock, no Redis, no `async`. The client feeds it the facts each node's connect
 //! learnt (`run_id`, uptime, persistence) and what each acquire reply said (the marker, the
-//! ensemble record, the fencing counters); the rules themselves are [`crate::safety`]'s, the
-//! same functions the model checker in `tests/model.rs` explores.
+//! ensemble record, the fencing counters); the rules themselves are [`crate::safety`]'s.
+//! [`view`], [`admit`] and [`token`] are public (`#[doc(hidden)]`, not the crate's API) so
+//! that the model checker in `tests/model.rs` decides with them, as the client does.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,29 +19,29 @@ use crate::safety::{
 
 /// What one node told this attempt, with what its connect learnt.
 #[derive(Debug, Clone)]
-pub(crate) struct Read {
+pub struct Read {
     /// Whether the node set our keys.
-    pub(crate) set: bool,
+    pub set: bool,
     /// The node's `run_id` when the reply came (`None`: unknown).
-    pub(crate) run_id: Option<Arc<str>>,
-    /// The node's age when the reply came, rounded down (see [`aged`]).
-    pub(crate) uptime: Option<Uptime>,
+    pub run_id: Option<Arc<str>>,
+    /// The node's age when the reply came, rounded down (see `aged`).
+    pub uptime: Option<Uptime>,
     /// The node's durability.
-    pub(crate) persistence: Persistence,
+    pub persistence: Persistence,
     /// What is known of the node's marker.
-    pub(crate) marker: Seen,
+    pub marker: Seen,
     /// The ensemble record before this attempt raised it, in milliseconds (`None`: absent,
     /// or not read on the fast path).
-    pub(crate) record_ms: Option<u64>,
+    pub record_ms: Option<u64>,
     /// The highest fencing counter of the keys (when read).
-    pub(crate) fence: Option<u64>,
+    pub fence: Option<u64>,
     /// The life every counter was written in (`None`: one is absent, or they differ).
-    pub(crate) fence_life: Option<String>,
+    pub fence_life: Option<String>,
 }
 
 /// What an attempt knows of a node's marker.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Seen {
+pub enum Seen {
     /// The fast path's plain `SET NX PX`: this client saw the node's marker name `life`
     /// before (with this completeness) and did not read it again.
     Cached {
@@ -88,18 +89,18 @@ pub(crate) fn aged(uptime: Uptime, since: Duration) -> Uptime {
 
 /// The ensemble as one attempt read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct View {
+pub struct View {
     /// What the rules of [`safety::admit`] read: the script replies and the highest record.
-    pub(crate) rules: EnsembleView,
+    pub rules: EnsembleView,
     /// Every configured node answered the script and none has a marker, of any life.
-    pub(crate) unmarked: bool,
+    pub unmarked: bool,
     /// With `unmarked` and a record: how long until every node whose identity is known is
     /// old enough to be admitted (see [`admit`]); zero when all are.
-    pub(crate) unmarked_wait: Duration,
+    pub unmarked_wait: Duration,
 }
 
 /// The ensemble as this attempt read it: the script replies among `reads`.
-pub(crate) fn view(reads: &[Option<Read>], drift_factor: f64) -> View {
+pub fn view(reads: &[Option<Read>], drift_factor: f64) -> View {
     let scripted: Vec<&Read> = (reads.iter().flatten())
         .filter(|r| matches!(r.marker, Seen::Read(_)))
         .collect();
@@ -126,7 +127,8 @@ pub(crate) fn view(reads: &[Option<Read>], drift_factor: f64) -> View {
 /// path answer from a node whose life changed since counts for nothing.
 ///
 /// Two cases the rules of [`safety::admit`] leave undecided are decided here, both only
-/// when **every** configured node answered (rules of the wiring, not yet in the model):
+/// when **every** configured node answered (rules of the wiring, model-checked in
+/// `tests/model.rs` with weaker variants caught):
 ///
 /// - none has a marker, yet records exist (two clients starting together on a new
 ///   ensemble each see the record the other's attempt raised): every node is kept out
@@ -141,7 +143,7 @@ pub(crate) fn view(reads: &[Option<Read>], drift_factor: f64) -> View {
 /// - the rules want the record from an intact majority (`RecordUnread`): with every answer
 ///   in, the longest record covers every live lease by the same argument, so the node
 ///   waits out its quarantine by it and is then marked incomplete.
-pub(crate) fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
+pub fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
     if let Seen::Cached { life, .. } = &read.marker
         && read.run_id.as_deref() != Some(&**life)
     {
@@ -336,7 +338,7 @@ pub(crate) fn public(reason: Reason) -> QuarantineReason {
 
 /// The fencing token of an attempt: from the counters of the nodes whose admission says
 /// their counter can be trusted (every counter read, with quarantine off), above `floor`.
-pub(crate) fn token(
+pub fn token(
     reads: &[Option<Read>],
     admissions: &[Option<Admission>],
     floor: Option<u64>,

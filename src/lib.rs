@@ -6,7 +6,10 @@
 // imports one above it (scripts/check-layers.sh checks there are no import cycles).
 mod acquire;
 mod attempt;
-mod ballot;
+// The ballot of one attempt (feeds `safety` from the replies), public only for
+// tests/model.rs, which checks the same decisions the client makes.
+#[doc(hidden)]
+pub mod ballot;
 mod builder;
 mod client;
 mod config;

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -398,7 +398,13 @@ pub(crate) struct Node {
     published: AtomicU8,
     /// Set by the client's shutdown: the connection is dropped and never made again.
     closed: AtomicBool,
+    /// Told the node's name and durability every time a connect learnt its facts.
+    on_facts: OnceLock<FactsHook>,
 }
+
+/// What the ensemble wants to hear when a node's connect learnt its facts: its name and
+/// durability (see [`Node::on_facts`]).
+pub(crate) type FactsHook = Arc<dyn Fn(&str, Persistence) + Send + Sync>;
 
 /// What a connect learnt about the Redis process behind a node, for restart quarantine
 /// (safety v2): its identity and age from `INFO`, its durability, and what this client has
@@ -515,7 +521,14 @@ impl Node {
             capabilities: Mutex::new(Capabilities::default()),
             published: AtomicU8::new(0),
             closed: AtomicBool::new(false),
+            on_facts: OnceLock::new(),
         }
+    }
+
+    /// Calls `hook` with the node's name and durability after every connect that learnt
+    /// its facts (the first hook set stays).
+    pub(crate) fn on_facts(&self, hook: FactsHook) {
+        let _ = self.on_facts.set(hook);
     }
 
     /// Learns the facts of the server behind a new connection (see [`Facts::learn`]); a new
@@ -539,11 +552,16 @@ impl Node {
             .as_ref()
             .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id)
             .map_or((None, 0), |f| (f.admitted, f.record_ms));
+        let persistence = facts.persistence;
         *known = Some(Facts {
             admitted,
             record_ms,
             ..facts
         });
+        drop(known);
+        if let Some(hook) = self.on_facts.get() {
+            hook(&self.name, persistence);
+        }
         Ok(())
     }
 

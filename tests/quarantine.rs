@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{Cluster, RedisServer, eventually, lock_and_release, unique, wait_until};
@@ -389,6 +391,11 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
     let first = fenced().await.unwrap();
     let t1 = first.fencing_token().get();
     first.release().await.unwrap();
+    // The commit beyond the majority may still be on its way to node 2.
+    eventually(Duration::from_secs(5), "token 1 on node 2", || {
+        counter(&cluster.nodes[2], &resource) == t1
+    })
+    .await;
     // The next token reaches nodes 0 and 1 only.
     stale_key(&cluster.nodes[2], &resource, 400);
     let second = fenced().await.unwrap();
@@ -642,4 +649,85 @@ fn the_cli_refuses_one_server_listed_twice() {
             && stderr.contains(&format!("localhost:{port}")),
         "{stderr}"
     );
+}
+
+/// A `tracing` writer keeping everything written to it, for tests that read a warning.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+const UNSAFE_FENCING: &str = "fenced locks are unsafe";
+
+/// Issue 14: "Fencing on nodes without persistence and with quarantine off is a loud
+/// warning at connect". Fencing is chosen per request, so a client with quarantine off
+/// warns once its nodes are connected, naming the nodes without `appendfsync always` and
+/// saying that fenced locks are unsafe, before any lock; once per client. With quarantine
+/// on, or on durable nodes, it says nothing. (Current-thread runtime: the subscriber set
+/// for this thread sees every task of the test.)
+#[tokio::test]
+async fn quarantine_off_on_volatile_nodes_warns_at_connect() {
+    let volatile = Cluster::start(3);
+    let durable = RedisServer::start_with(common::ServerOptions {
+        appendonly: true,
+        ..Default::default()
+    });
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let build = |urls: &[String], quarantine| {
+        Redlock::builder()
+            .nodes(urls)
+            .restart_quarantine(quarantine)
+            .build()
+            .unwrap()
+    };
+    let mut urls = volatile.urls();
+    urls.truncate(2);
+    urls.push(durable.url());
+    let redlock = build(&urls, false);
+    redlock.connect().await.unwrap();
+    let text = logs.text();
+    assert_eq!(text.matches(UNSAFE_FENCING).count(), 1, "{text}");
+    let line = text.lines().find(|l| l.contains(UNSAFE_FENCING)).unwrap();
+    let names: Vec<&str> = redlock.nodes().collect();
+    assert!(line.contains(" WARN "), "{line}");
+    assert!(
+        line.contains(&format!("nodes=[\"{}\", \"{}\"]", names[0], names[1])),
+        "the volatile nodes, not the durable one: {line}"
+    );
+    // Once per client: a lock through the same nodes adds nothing.
+    let guard = redlock
+        .lock(unique("warned"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    assert_eq!(logs.text().matches(UNSAFE_FENCING).count(), 1);
+
+    // Quarantine on, or every node durable: no warning.
+    let before = logs.text().len();
+    build(&volatile.urls(), true).connect().await.unwrap();
+    build(&[durable.url()], false).connect().await.unwrap();
+    let after = logs.text();
+    assert!(!after[before..].contains(UNSAFE_FENCING), "{after}");
 }

@@ -1,12 +1,16 @@
 //! The verdicts of the check: pure functions of the probed facts and the configuration, one
 //! per kind of finding, table-tested below without a server.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Finding, FindingKind, NodeInfo, ServerKind, Severity};
+use crate::ballot::{self, Read, Seen};
 use crate::config::Config;
 use crate::info::Version;
 use crate::quorum;
+use crate::report::QuarantineReason;
+use crate::safety::{Persistence, Uptime};
 
 /// A default TTL that keeps less than this share of itself as validity is flagged.
 const MIN_VALIDITY_SHARE: f64 = 0.5;
@@ -593,5 +597,85 @@ pub(super) fn suggest_ttl(limits: &Limits) -> String {
             format!("raise default_ttl to at least {ms} ms, or lower node_timeout")
         }
         _ => "lower drift_factor and node_timeout, or raise default_ttl".into(),
+    }
+}
+
+/// What the check read of one node's restart-quarantine bookkeeping.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Ledger {
+    /// The node's marker `(life, complete)`; `None` when absent.
+    pub(crate) marker: Option<(String, bool)>,
+    /// The ensemble record in milliseconds; `None` when absent.
+    pub(crate) record_ms: Option<u64>,
+}
+
+/// The nodes restart quarantine keeps out now, one finding each, judged from every node's
+/// facts and ledger (`None`: not read) as an acquisition judges them
+/// ([`ballot::kept_out`]); the message says why and when the node votes again, in whole
+/// seconds rounded up, so that nodes kept out alike share one line of the text report.
+pub(crate) fn kept_out(
+    infos: &[NodeInfo],
+    ledgers: &[Option<Ledger>],
+    drift_factor: f64,
+) -> Vec<Finding> {
+    let reads: Vec<Option<Read>> = (infos.iter().zip(ledgers))
+        .map(|(info, ledger)| Some(ballot_read(info, ledger.as_ref()?)))
+        .collect();
+    let verdicts = ballot::kept_out(&reads, drift_factor);
+    (infos.iter().zip(verdicts))
+        .filter_map(|(info, kept)| {
+            let (reason, remaining) = kept?;
+            let when = match remaining {
+                Some(d) => format!("votes again within {} s", d.as_secs_f64().ceil()),
+                None => "votes again once that is resolved".to_owned(),
+            };
+            let message = format!("restart quarantine keeps its vote out: {reason}; {when}");
+            Some(finding(
+                FindingKind::KeptOut,
+                Severity::Warning,
+                Some(&info.name),
+                message,
+                kept_out_fix(reason),
+            ))
+        })
+        .collect()
+}
+
+/// What an acquisition would know of a node: its `INFO` (`run_id`, uptime), durability and
+/// ledger.
+fn ballot_read(info: &NodeInfo, ledger: &Ledger) -> Read {
+    let persistence = match (info.appendonly, info.appendfsync.as_deref()) {
+        (Some(false), _) => Persistence::Volatile,
+        (Some(true), Some("always")) => Persistence::AofAlways,
+        (Some(true), Some(_)) => Persistence::Volatile,
+        _ => Persistence::Unknown,
+    };
+    let mut read = Read::blank(
+        info.run_id.as_deref().map(Arc::from),
+        info.uptime.map(|d| Uptime::seconds(d.as_secs())),
+        persistence,
+    );
+    read.marker = Seen::Read(ledger.marker.clone());
+    read.record_ms = ledger.record_ms;
+    read
+}
+
+fn kept_out_fix(reason: QuarantineReason) -> &'static str {
+    match reason {
+        QuarantineReason::MemoryLost | QuarantineReason::Restarted => {
+            "none needed: it votes again by itself once every lock that may have used its \
+             lost keys has ended; with appendonly yes and appendfsync always a restart keeps \
+             its keys and it votes at once"
+        }
+        QuarantineReason::NoIdentity => {
+            "let the client's ACL user run INFO (+info), so that its restarts can be seen"
+        }
+        QuarantineReason::RecordUnread => {
+            "bring the unreachable or restarted nodes back: the longest TTL must be read from \
+             a majority of nodes that kept their data"
+        }
+        QuarantineReason::FreshNeedsAll => {
+            "bring every node up: the first lock of a new ensemble needs every node's answer"
+        }
     }
 }

@@ -111,6 +111,10 @@ pub enum FindingKind {
     /// The reachable nodes differ in `appendonly`: some keep lock keys across a restart and
     /// some do not, usually a configuration that drifted on some nodes (warning).
     PersistenceMismatch,
+    /// Restart quarantine keeps the node's vote out right now, judged from what every node
+    /// holds as an acquisition judges it (see `NodeOutcome::Quarantined`): the message says
+    /// why and when it votes again (warning).
+    KeptOut,
 }
 
 impl FindingKind {
@@ -135,6 +139,7 @@ impl FindingKind {
             FindingKind::ClockSkew => "clock_skew",
             FindingKind::KnownIssue => "known_issue",
             FindingKind::PersistenceMismatch => "persistence_mismatch",
+            FindingKind::KeptOut => "kept_out",
         }
     }
 }
@@ -293,15 +298,16 @@ impl Redlock {
     /// nodes, one server listed twice, nodes that replicate one another, cluster mode, an
     /// even or too small number of nodes, persistence and eviction settings (among them a
     /// majority of nodes that can lose their data together), a default TTL
-    /// eaten up by the drift allowance and node timeout, and clocks that differ from this
-    /// host's. Each [`Finding`] has a severity and a one-line fix.
+    /// eaten up by the drift allowance and node timeout, clocks that differ from this
+    /// host's, and (restart quarantine on) nodes whose vote quarantine keeps out now, with
+    /// why and when they vote again. Each [`Finding`] has a severity and a one-line fix.
     ///
     /// Never fails: a node that cannot be reached is itself a finding. Every node is
     /// probed at once on a fresh connection of its own (1 s to connect, 1 s per request,
     /// 2.5 s in all), so the check ends within about 2.5 s even when nodes hang. It reads
     /// `INFO`, `CONFIG GET append*` and `CONFIG GET save` (optional: an ACL may refuse
-    /// them) and three `TIME`
-    /// samples; it writes nothing.
+    /// them), the node's quarantine marker and ensemble record (two `GET`s) and three
+    /// `TIME` samples; it writes nothing.
     ///
     /// ```no_run
     /// # async fn demo(redlock: quorum_lock::Redlock) {
@@ -315,9 +321,20 @@ impl Redlock {
     /// ```
     pub async fn check_deployment(&self) -> DeploymentReport {
         let inner = self.inner();
-        let nodes: Vec<NodeInfo> =
-            futures::future::join_all(inner.nodes.iter().map(|node| probe::probe(node))).await;
-        let findings = findings::findings(&nodes, inner.quorum, &Limits::from(&inner.config));
+        let prefix = &inner.config.key_prefix;
+        let probes = inner.nodes.iter().map(|node| probe::probe(node, prefix));
+        let (nodes, ledgers): (Vec<NodeInfo>, Vec<_>) =
+            futures::future::join_all(probes).await.into_iter().unzip();
+        let mut findings = findings::findings(&nodes, inner.quorum, &Limits::from(&inner.config));
+        if inner.config.quarantine {
+            findings.extend(findings::kept_out(
+                &nodes,
+                &ledgers,
+                inner.config.drift_factor,
+            ));
+            // Most severe first, the order within a severity kept.
+            findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+        }
         for node in &nodes {
             if let Some(clock) = &node.clock {
                 crate::metrics::clock_offset(&node.name, clock.offset_micros as f64 / 1e6);

@@ -1,6 +1,6 @@
 //! The I/O of the check: each node is probed on a fresh connection of its own with `INFO`,
-//! `CONFIG GET append*`, `CONFIG GET save` and a few `TIME` samples, and the answers fill a
-//! [`NodeInfo`].
+//! `CONFIG GET append*`, `CONFIG GET save`, a `GET` of its quarantine marker and ensemble
+//! record, and a few `TIME` samples; the answers fill a [`NodeInfo`] and a [`Ledger`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -8,9 +8,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError};
 
+use super::findings::Ledger;
 use super::{ClockOffset, NodeInfo};
 use crate::info::{self, Info};
 use crate::node::Node;
+use crate::protocol::keys::{self, Global};
+use crate::protocol::reply::Marker;
 
 /// Bound on connecting to one node (TCP, TLS, authentication) during the check.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -23,25 +26,47 @@ const PROBE_DEADLINE: Duration = Duration::from_millis(2500);
 const TIME_SAMPLES: usize = 3;
 
 /// Probes one node within [`PROBE_DEADLINE`]; what was learned before the deadline is kept.
-pub(super) async fn probe(node: &Node) -> NodeInfo {
+/// The ledger (marker and record under the key prefix `prefix`) is `None` when not read.
+pub(super) async fn probe(node: &Node, prefix: &str) -> (NodeInfo, Option<Ledger>) {
     let mut info = NodeInfo::new(node.name());
-    if tokio::time::timeout(PROBE_DEADLINE, probe_into(node, &mut info))
-        .await
-        .is_err()
+    let mut ledger = None;
+    if tokio::time::timeout(
+        PROBE_DEADLINE,
+        probe_into(node, prefix, &mut info, &mut ledger),
+    )
+    .await
+    .is_err()
     {
         info.error
             .get_or_insert_with(|| format!("no complete answer within {PROBE_DEADLINE:?}"));
     }
-    info
+    (info, ledger)
 }
 
-async fn probe_into(node: &Node, info: &mut NodeInfo) {
+async fn probe_into(node: &Node, prefix: &str, info: &mut NodeInfo, ledger: &mut Option<Ledger>) {
     let Some(conn) = connect(node, info).await else {
         return;
     };
     if ask_info_and_config(&conn, info).await {
+        *ledger = read_ledger(&conn, prefix).await;
         sample_clock(conn, info).await;
     }
+}
+
+/// The node's quarantine marker and ensemble record, as an acquisition reads them; `None`
+/// when either `GET` failed (refused by an ACL, say).
+async fn read_ledger(conn: &MultiplexedConnection, prefix: &str) -> Option<Ledger> {
+    let get = |global| {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(keys::global(prefix, global));
+        query::<Option<String>>(conn, cmd)
+    };
+    let (marker, record) = futures::join!(get(Global::Marker), get(Global::MaxTtl));
+    let marker = marker.ok()?.as_deref().and_then(Marker::parse);
+    Some(Ledger {
+        marker: marker.map(|m| (m.life, m.complete)),
+        record_ms: record.ok()?.and_then(|r| r.parse().ok()),
+    })
 }
 
 /// A fresh connection to `node`, or `None` with the reason in `info.error`.

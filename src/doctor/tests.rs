@@ -741,3 +741,61 @@ fn valkey_info_fills_kind_and_own_version() {
     assert_eq!(node.server_version.as_deref(), Some("9.1.2"));
     assert_eq!(node.uptime, Some(Duration::from_secs(5)));
 }
+
+#[test]
+fn kept_out_nodes_are_judged_as_an_acquisition_judges_them() {
+    use super::findings::{Ledger, kept_out};
+    let served = |i: usize| Ledger {
+        marker: Some((format!("run{i}"), true)),
+        record_ms: Some(60_000),
+    };
+    let mut infos = set(5);
+    for info in &mut infos {
+        info.appendonly = Some(false);
+    }
+    // Nodes 3 and 4 restarted empty 10 s ago (uptime 11: at least 10 s old).
+    for i in [3, 4] {
+        infos[i].run_id = Some(format!("new{i}"));
+        infos[i].uptime = Some(Duration::from_secs(11));
+    }
+    let ledgers: Vec<Option<Ledger>> = (0..5)
+        .map(|i| Some(if i < 3 { served(i) } else { Ledger::default() }))
+        .collect();
+    let found = kept_out(&infos, &ledgers, 0.01);
+    let message = "restart quarantine keeps its vote out: lost its data while locks may depend \
+                   on it; votes again within 51 s";
+    let got: Vec<(Option<&str>, &str, Severity)> = (found.iter())
+        .map(|f| (f.node.as_deref(), f.message.as_str(), f.severity))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some("10.0.0.3:6379"), message, Severity::Warning),
+            (Some("10.0.0.4:6379"), message, Severity::Warning),
+        ]
+    );
+    assert!(found.iter().all(|f| f.kind == FindingKind::KeptOut));
+    // Alike: one line of the text report naming both.
+    let report = DeploymentReport {
+        quorum: 3,
+        nodes: infos.clone(),
+        findings: found,
+    };
+    assert!(
+        report.to_string().contains(&format!(
+            "WARNING  10.0.0.3:6379, 10.0.0.4:6379: {message}\n"
+        )),
+        "{report}"
+    );
+    // Without a marker but up for an hour (longer than the record plus drift): they vote.
+    // An unread node leaves a new ensemble waiting for every answer; nothing is kept out
+    // on a served set whose markers name the current processes.
+    let old = set(5);
+    assert!(kept_out(&old, &ledgers, 0.01).is_empty());
+    let fresh = [None, Some(Ledger::default()), Some(Ledger::default())];
+    let waiting = kept_out(&infos[..3], &fresh, 0.01);
+    assert_eq!(waiting.len(), 2, "{waiting:?}");
+    assert!(waiting[0].message.contains("every node must answer first"));
+    let all: Vec<Option<Ledger>> = (0..5).map(|i| Some(served(i))).collect();
+    assert!(kept_out(&set(5), &all, 0.01).is_empty());
+}
