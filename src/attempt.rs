@@ -259,7 +259,15 @@ impl Won<'_> {
     async fn fail(self, err: Error) -> Error {
         settle(self.marks).await;
         let (plan, enqueue) = (self.plan, self.enqueue);
-        give_back(self.holding, plan, enqueue, self.list_reply, &self.collected, err).await
+        give_back(
+            self.holding,
+            plan,
+            enqueue,
+            self.list_reply,
+            &self.collected,
+            err,
+        )
+        .await
     }
 }
 
@@ -690,8 +698,14 @@ fn acquire_round(
     let plain = lives.is_some();
     let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
         ([key], None, false) if plain => {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+            // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
+            let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
+            cmd.arg("SET")
+                .arg(key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms);
             Call::new(cmd).gated(holding.gate())
         }
         (keys, enqueue, fencing) => {

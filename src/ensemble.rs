@@ -167,6 +167,10 @@ impl Ensemble {
     /// Two configured nodes that reach one server (the same `run_id`, whatever the host
     /// name or db number, as learnt on connect): it would vote twice.
     pub(crate) fn same_server(&self) -> Option<Error> {
+        if self.nodes.len() < 2 {
+            // One node cannot vote twice (and an attempt at N = 1 allocates nothing here).
+            return None;
+        }
         let run_ids: Vec<Option<Arc<str>>> = self.nodes.iter().map(|n| n.run_id()).collect();
         let refs: Vec<Option<&str>> = run_ids.iter().map(Option::as_deref).collect();
         let (i, j) = safety::duplicate_server(&refs)?;
