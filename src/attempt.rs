@@ -119,7 +119,7 @@ async fn attempt_inner(
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
     let token = new_token(&ensemble.config.holder);
-    let mut holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
+    let holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
     let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
     let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
@@ -140,76 +140,139 @@ async fn attempt_inner(
         settle(marks).await;
         return Err(no_majority(ensemble, plan, enqueue, holding, collected, &votes, start).await);
     }
-    // The waiting-list node's answer, if it is still to come: it says whether the acquire
-    // script took us off the list there or listed us (see `Notifier::settle`).
-    let list_reply = enqueue
-        .filter(|e| {
-            (collected.outcomes.get(e.node)).is_some_and(|(o, _)| *o == NodeOutcome::Pending)
-        })
-        .and_then(|e| Some((e.node, round.take(e.node)?)));
+    let list_reply = take_list_reply(enqueue, &collected, &mut round);
     // The slower nodes still get their SET (queued on their connections, or sent once the
     // connection is up): copies beyond the bare majority let the lock survive, and be
     // extended through, the loss of one of the first nodes. Every release of this token
     // closes the attempt's send gate first: a SET already queued is ahead of the release on
     // the same connection, and one not yet queued is never sent.
     round.finish_in_background(ensemble.view());
-    let fencing_token = match plan.fencing {
-        true => match commit_fence(ensemble, plan, holding.token(), &ballot, &collected).await {
-            Ok(fence) => Some(fence),
-            Err(e) => {
-                metrics::attempt("unavailable", start.elapsed());
-                settle(marks).await;
-                return Err(give_back(holding, plan, enqueue, list_reply, &collected, e).await);
+    let won = Won {
+        holding,
+        plan,
+        enqueue,
+        list_reply,
+        collected,
+        marks,
+        start,
+    };
+    won.into_guard(ensemble, &ballot, &votes).await
+}
+
+/// The waiting-list node's answer, if it is still to come, split off `round`: it says
+/// whether the acquire script took us off the list there or listed us (see
+/// `Notifier::settle`).
+fn take_list_reply(
+    enqueue: Option<Enqueue<'_>>,
+    collected: &Collected,
+    round: &mut Round,
+) -> Option<(usize, Round)> {
+    enqueue
+        .filter(|e| {
+            (collected.outcomes.get(e.node)).is_some_and(|(o, _)| *o == NodeOutcome::Pending)
+        })
+        .and_then(|e| Some((e.node, round.take(e.node)?)))
+}
+
+/// An attempt that won a majority of votes, not yet a lock: the fencing commit, the
+/// validity left and the client's shutdown may still undo it ([`Won::fail`]).
+struct Won<'a> {
+    holding: Holding,
+    plan: &'a Plan,
+    enqueue: Option<Enqueue<'a>>,
+    /// The waiting-list node's answer still to come (see [`take_list_reply`]).
+    list_reply: Option<(usize, Round)>,
+    collected: Collected,
+    marks: Option<Marks>,
+    start: Instant,
+}
+
+impl Won<'_> {
+    /// Commits the fencing token if asked for, decides on the validity left, and makes
+    /// the guard; or gives everything back.
+    async fn into_guard(
+        self,
+        ensemble: &Arc<Ensemble>,
+        ballot: &Ballot,
+        votes: &[quorum::Vote],
+    ) -> Result<LockGuard> {
+        let (plan, start) = (self.plan, self.start);
+        let fencing_token = match plan.fencing {
+            true => {
+                let token = self.holding.token();
+                match commit_fence(ensemble, plan, token, ballot, &self.collected).await {
+                    Ok(fence) => Some(fence),
+                    Err(e) => {
+                        metrics::attempt("unavailable", start.elapsed());
+                        return Err(self.fail(e).await);
+                    }
+                }
             }
-        },
-        false => None,
-    };
-    let decided = Instant::now();
-    let elapsed = decided - start;
-    let validity = quorum::validity(plan.ttl, elapsed, ensemble.config.drift_factor);
-    let decision = quorum::decide_acquire(&votes, elapsed, validity);
-    let Decision::Won { validity } = decision else {
-        metrics::attempt(decision.label(), elapsed);
-        let err = refusal(ensemble, &collected, decision);
-        settle(marks).await;
-        return Err(give_back(holding, plan, enqueue, list_reply, &collected, err).await);
-    };
-    if ensemble.is_closed() {
-        // The client shut down while this attempt ran: its locks are being released, and
-        // this one must not outlive it.
-        settle(marks).await;
-        return Err(give_back(
-            holding,
+            false => None,
+        };
+        let decided = Instant::now();
+        let elapsed = decided - start;
+        let validity = quorum::validity(plan.ttl, elapsed, ensemble.config.drift_factor);
+        let decision = quorum::decide_acquire(votes, elapsed, validity);
+        let Decision::Won { validity } = decision else {
+            metrics::attempt(decision.label(), elapsed);
+            let err = refusal(ensemble, &self.collected, decision);
+            return Err(self.fail(err).await);
+        };
+        if ensemble.is_closed() {
+            // The client shut down while this attempt ran: its locks are being released, and
+            // this one must not outlive it.
+            return Err(self.fail(Error::ShutDown).await);
+        }
+        Ok(self.hold(ensemble, (decided, elapsed, validity), fencing_token))
+    }
+
+    /// The lock is ours for `validity` from `decided` (`elapsed` after the attempt
+    /// started): the guard, with the bookkeeping of a win.
+    fn hold(
+        mut self,
+        ensemble: &Ensemble,
+        (decided, elapsed, validity): (Instant, Duration, Duration),
+        fencing_token: Option<FencingToken>,
+    ) -> LockGuard {
+        if let Some(marks) = self.marks {
+            marks.detach(ensemble);
+        }
+        self.holding.hold_locally();
+        if let (Some((node, reply)), Some(notifier)) = (self.list_reply, &ensemble.notifier) {
+            // Acquired before the waiting-list node answered: whether that node's list still
+            // holds us is known only from its answer.
+            notifier.settle(Arc::clone(&self.plan.keys), node, reply);
+        }
+        metrics::attempt("acquired", elapsed);
+        let span = tracing::Span::current();
+        span.record("votes", self.collected.tally.yes());
+        span.record("outcome", "acquired");
+        tracing::debug!(?elapsed, ?validity, ?fencing_token, "acquired");
+        LockGuard::new(
+            self.holding,
+            Arc::clone(&self.plan.resources),
+            self.plan.ttl,
+            crate::deadline::after(decided, validity),
+            self.collected.outcomes,
+            fencing_token,
+        )
+    }
+
+    /// Gives the won votes back (releases everywhere) and returns `err`.
+    async fn fail(self, err: Error) -> Error {
+        settle(self.marks).await;
+        let (plan, enqueue) = (self.plan, self.enqueue);
+        give_back(
+            self.holding,
             plan,
             enqueue,
-            list_reply,
-            &collected,
-            Error::ShutDown,
+            self.list_reply,
+            &self.collected,
+            err,
         )
-        .await);
+        .await
     }
-    if let Some(marks) = marks {
-        marks.detach(ensemble);
-    }
-    holding.hold_locally();
-    if let (Some((node, reply)), Some(notifier)) = (list_reply, &ensemble.notifier) {
-        // Acquired before the waiting-list node answered: whether that node's list still
-        // holds us is known only from its answer.
-        notifier.settle(Arc::clone(&plan.keys), node, reply);
-    }
-    metrics::attempt("acquired", elapsed);
-    let span = tracing::Span::current();
-    span.record("votes", collected.tally.yes());
-    span.record("outcome", "acquired");
-    tracing::debug!(?elapsed, ?validity, ?fencing_token, "acquired");
-    Ok(LockGuard::new(
-        holding,
-        Arc::clone(&plan.resources),
-        plan.ttl,
-        crate::deadline::after(decided, validity),
-        collected.outcomes,
-        fencing_token,
-    ))
 }
 
 /// Waits for the acquire replies of one attempt until its outcome is certain (see
@@ -639,8 +702,14 @@ fn acquire_round(
     let plain = lives.is_some();
     let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
         ([key], None, false) if plain => {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+            // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
+            let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
+            cmd.arg("SET")
+                .arg(key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms);
             Call::new(cmd).gated(holding.gate())
         }
         (keys, enqueue, fencing) => {

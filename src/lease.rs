@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -50,7 +50,7 @@ impl fmt::Display for LostReason {
     }
 }
 
-/// The mutable part of a lease, published through a watch channel.
+/// The mutable part of a lease, published through its [`Status`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct State {
     pub(crate) deadline: Instant,
@@ -59,6 +59,33 @@ pub(crate) struct State {
     /// Remaining validity when an extension last failed without losing the lock; cleared
     /// by a successful extension.
     pub(crate) at_risk: Option<Duration>,
+}
+
+/// A lease's [`State`] and the waiters for its changes, shared with its [`LostSignal`]s.
+///
+/// A mutex and one [`Notify`] (~110 bytes with its `Arc`): a held lock keeps one, and a
+/// `watch` channel (a state, nine `Notify`s, ~390 bytes) was the largest part of a held
+/// lock's memory. Whoever waits registers with `changed` before reading the state, so no
+/// change made in between is missed.
+#[derive(Debug)]
+struct Status {
+    state: std::sync::Mutex<State>,
+    changed: Notify,
+}
+
+impl Status {
+    fn get(&self) -> State {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `change`; when it says it changed something, wakes every waiter.
+    fn modify(&self, change: impl FnOnce(&mut State) -> bool) -> bool {
+        let changed = change(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        if changed {
+            self.changed.notify_waiters();
+        }
+        changed
+    }
 }
 
 /// A lock's identity and state, shared by its guard, its extender and any [`LockContext`].
@@ -76,7 +103,7 @@ pub(crate) struct Lease {
     /// record at least this long (the acquisition raised it, or the fast path knew it), so
     /// an extension up to it needs no record raise and may go native.
     acquired_ttl: Duration,
-    state: watch::Sender<State>,
+    status: Arc<Status>,
 }
 
 impl Lease {
@@ -89,11 +116,14 @@ impl Lease {
         deadline: Instant,
         ttl: Duration,
     ) -> Self {
-        let (state, _) = watch::channel(State {
-            deadline,
-            ttl,
-            lost: None,
-            at_risk: None,
+        let status = Arc::new(Status {
+            state: std::sync::Mutex::new(State {
+                deadline,
+                ttl,
+                lost: None,
+                at_risk: None,
+            }),
+            changed: Notify::new(),
         });
         Lease {
             ensemble,
@@ -103,7 +133,7 @@ impl Lease {
             gate,
             extender: std::sync::Mutex::new(None),
             acquired_ttl: ttl,
-            state,
+            status,
         }
     }
 
@@ -113,12 +143,12 @@ impl Lease {
     }
 
     pub(crate) fn state(&self) -> State {
-        *self.state.borrow()
+        self.status.get()
     }
 
     /// Marks the lease lost (the first reason sticks).
     pub(crate) fn mark_lost(&self, reason: LostReason) {
-        let first = self.state.send_if_modified(|s| {
+        let first = self.status.modify(|s| {
             if s.lost.is_none() {
                 s.lost = Some(reason);
                 true
@@ -141,7 +171,7 @@ impl Lease {
     /// Records a failed extension with `remaining` validity: the lock is at risk (the first
     /// failure since the last success is what the signal reports).
     pub(crate) fn mark_at_risk(&self, remaining: Duration) {
-        self.state.send_if_modified(|s| {
+        self.status.modify(|s| {
             if s.lost.is_none() && s.at_risk.is_none() {
                 s.at_risk = Some(remaining);
                 true
@@ -153,7 +183,7 @@ impl Lease {
 
     pub(crate) fn signal(&self) -> LostSignal {
         LostSignal {
-            state: self.state.subscribe(),
+            status: Arc::clone(&self.status),
         }
     }
 
@@ -233,10 +263,11 @@ impl Lease {
         match decision {
             Decision::Won { validity } => {
                 std::mem::forget(unsettled);
-                self.state.send_modify(|s| {
+                self.status.modify(|s| {
                     s.deadline = crate::deadline::after(decided, validity);
                     s.ttl = ttl;
                     s.at_risk = None;
+                    true
                 });
                 metrics::extended("extended");
                 tracing::Span::current().record("votes", collected.tally.yes());
@@ -268,7 +299,7 @@ impl Drop for Unsettled<'_> {
     fn drop(&mut self) {
         let now = Instant::now();
         let drift = self.lease.ensemble.config.drift_factor;
-        let lost = self.lease.state.send_if_modified(|s| {
+        let lost = self.lease.status.modify(|s| {
             if s.lost.is_some() {
                 return false;
             }
@@ -293,6 +324,20 @@ impl Drop for Unsettled<'_> {
         if lost && self.lease.validity().is_zero() {
             self.lease.mark_lost(LostReason::Expired);
         }
+    }
+}
+
+impl Drop for Lease {
+    /// The last holder of the lease is gone (its guard marks it released before): every
+    /// signal still waiting hears of it.
+    fn drop(&mut self) {
+        self.status.modify(|s| {
+            let first = s.lost.is_none();
+            if first {
+                s.lost = Some(LostReason::Released);
+            }
+            first
+        });
     }
 }
 
@@ -325,7 +370,7 @@ impl Held for Lease {
 /// earlier than the facts allow: a node pause that keeps the keys in place is not a loss.
 #[derive(Debug, Clone)]
 pub struct LostSignal {
-    state: watch::Receiver<State>,
+    status: Arc<Status>,
 }
 
 impl LostSignal {
@@ -335,9 +380,11 @@ impl LostSignal {
     ///
     /// Cancel safe: dropping the future loses nothing; wait again any time.
     pub async fn lost(&self) -> LostReason {
-        let mut state = self.state.clone();
         loop {
-            let s = *state.borrow_and_update();
+            let changed = self.status.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let s = self.status.get();
             if let Some(reason) = s.lost {
                 return reason;
             }
@@ -347,13 +394,7 @@ impl LostSignal {
             tokio::select! {
                 // The deadline may have moved meanwhile; the loop re-reads it.
                 () = tokio::time::sleep_until(s.deadline) => {}
-                changed = state.changed() => {
-                    if changed.is_err() {
-                        // The lease is gone: its guard was released or dropped.
-                        let s = *state.borrow();
-                        return s.lost.unwrap_or(LostReason::Released);
-                    }
-                }
+                () = changed => {}
             }
         }
     }
@@ -369,9 +410,11 @@ impl LostSignal {
     ///
     /// Cancel safe: dropping the future loses nothing.
     pub async fn at_risk(&self) -> Duration {
-        let mut state = self.state.clone();
         loop {
-            let s = *state.borrow_and_update();
+            let changed = self.status.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let s = self.status.get();
             if let Some(remaining) = s.at_risk {
                 return remaining;
             }
@@ -380,24 +423,20 @@ impl LostSignal {
             }
             tokio::select! {
                 () = tokio::time::sleep_until(s.deadline) => {}
-                changed = state.changed() => {
-                    if changed.is_err() {
-                        return state.borrow().at_risk.unwrap_or(Duration::ZERO);
-                    }
-                }
+                () = changed => {}
             }
         }
     }
 
     /// Whether the lock is lost now.
     pub fn is_lost(&self) -> bool {
-        let s = *self.state.borrow();
+        let s = self.status.get();
         s.lost.is_some() || Instant::now() >= s.deadline
     }
 
     /// Remaining validity as last known, zero once lost.
     pub fn validity(&self) -> Duration {
-        let s = *self.state.borrow();
+        let s = self.status.get();
         if s.lost.is_some() {
             return Duration::ZERO;
         }

@@ -269,8 +269,11 @@ impl Call {
     /// [`Call::arg`].
     pub(crate) fn script(lua: &'static Lua, prefix: &str, locks: &[String]) -> Self {
         let keys: Vec<String> = lua.keys(prefix, locks).collect();
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(lua.hash()).arg(keys.len());
+        // Sized once for the name, digest, key count, keys and the usual arguments (a
+        // token, a TTL, a few flags), instead of growing with every argument.
+        let key_bytes: usize = keys.iter().map(String::len).sum();
+        let mut cmd = Cmd::with_capacity(keys.len() + 10, key_bytes + 128);
+        cmd.arg("EVALSHA").arg(lua.hash()).arg(keys.len());
         for key in keys {
             cmd.arg(key);
         }

@@ -180,6 +180,37 @@ async fn metrics_follow_a_scripted_sequence() {
     ));
     assert_eq!(gauge, Some(&DebugValue::Gauge(1.0.into())));
 
+    // A paused node: the lock is taken and released at the majority, and what was sent to
+    // the paused node is left to the background collector, which counts each request's
+    // timeout at its round's deadline.
+    let paused = cluster.nodes[1]
+        .url()
+        .trim_start_matches("redis://")
+        .to_owned();
+    // A snapshot takes the counters' values and resets them: `counted` adds them up.
+    let timeouts = || {
+        let labels = [("kind", "timeout"), ("node", paused.as_str())];
+        counter(&snapshot(&snapshotter), names::NODE_FAILURES, &labels)
+    };
+    timeouts();
+    cluster.nodes[1].pause();
+    let elsewhere = unique("metrics-paused");
+    let guard = redlock.lock(&elsewhere, ttl).await.unwrap();
+    guard.release().await.unwrap();
+    let mut counted = 0;
+    eventually(
+        Duration::from_secs(5),
+        "the paused node's acquire and release timeouts counted",
+        || {
+            counted += timeouts();
+            counted >= 2
+        },
+    )
+    .await;
+    cluster.nodes[1].resume();
+    counted += timeouts();
+    assert_eq!(counted, 2, "one timeout per request");
+
     let s = snapshot(&snapshotter);
     for (name, labels) in s.keys() {
         assert!(name.starts_with("quorum_lock_"), "{name}");

@@ -1,0 +1,211 @@
+//! A small, deterministic probe of the client's own cost, for `valgrind --tool=callgrind`
+//! and `--tool=dhat` (timings belong in `benches/compare.rs`; this one counts).
+//!
+//! ```sh
+//! cargo build --release --example cycle_probe
+//! P=target/release/examples/cycle_probe
+//! # lock + release of one resource, one after another (a current-thread runtime: the
+//! # same instructions run after run), and the same traffic on raw connections:
+//! RT=ct valgrind --tool=callgrind $P cycles 7001 1200
+//! RT=ct valgrind --tool=callgrind $P floor 7001 1200
+//! # heap kept per held lock (N = 3):
+//! $P held 7001,7002,7003 10000
+//! ```
+//!
+//! Arguments: mode (`cycles`, `floor` or `held`), the ports of `redis-server`s on
+//! 127.0.0.1 (comma-separated), a count. Per-cycle instruction counts are the difference
+//! of two runs (say 200 and 1200 cycles) divided by the difference in cycles, so that
+//! start-up cancels out. `NT_MS` sets the node timeout (default 50 ms; give valgrind
+//! 2000), `RT=ct` a current-thread runtime. The keys carry the process id, so probes may
+//! share servers.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use futures::future::join_all;
+use redis::aio::MultiplexedConnection;
+
+/// Counts live heap bytes and allocations.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+fn signed(n: usize) -> isize {
+    isize::try_from(n).unwrap_or(isize::MAX)
+}
+
+// SAFETY: every call is passed to `System` unchanged; the counters are only statistics.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(signed(layout.size()), Ordering::Relaxed);
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(signed(layout.size()), Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LIVE.fetch_add(signed(new_size) - signed(layout.size()), Ordering::Relaxed);
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// The compare-and-delete of the floor (as `benches/support` sends it).
+const UNLOCK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+                      return redis.call('DEL', KEYS[1]) else return 0 end";
+
+type Probe = Result<(), Box<dyn std::error::Error>>;
+
+fn main() -> Probe {
+    let runtime = if std::env::var("RT").is_ok_and(|v| v == "ct") {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(run())
+}
+
+async fn run() -> Probe {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(mode), Some(ports), Some(count)) = (args.get(1), args.get(2), args.get(3)) else {
+        return Err("usage: cycle_probe cycles|floor|held PORT[,PORT...] COUNT".into());
+    };
+    let urls: Vec<String> = (ports.split(','))
+        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .collect();
+    let count: usize = count.parse()?;
+    let node_timeout = std::env::var("NT_MS").ok().and_then(|v| v.parse().ok());
+    let client = quorum_lock::Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_millis(node_timeout.unwrap_or(50)))
+        .connect_timeout(Duration::from_secs(10))
+        .restart_quarantine(false)
+        .build()?;
+    client.connect().await?;
+    let tag = format!("cycle-probe-{}", std::process::id());
+    match mode.as_str() {
+        "cycles" => cycles(&client, &tag, count).await,
+        "floor" => floor(&urls, &tag, count).await,
+        "held" => held(&client, &tag, count).await,
+        _ => Err(format!("unknown mode {mode}").into()),
+    }
+}
+
+const TTL: Duration = Duration::from_secs(600);
+
+/// `count` lock + release cycles on one resource, after 200 not counted.
+async fn cycles(client: &quorum_lock::Redlock, tag: &str, count: usize) -> Probe {
+    for _ in 0..200 {
+        client.lock(tag, TTL).await?.release().await?;
+    }
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for _ in 0..count {
+        client.lock(tag, TTL).await?.release().await?;
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    println!(
+        "cycles {count}: {:.1} allocations per cycle",
+        ratio(allocs, count)
+    );
+    Ok(())
+}
+
+/// The floor's traffic: `SET NX PX` on every node, then the compare-and-delete, each
+/// round awaited with `join_all` on one multiplexed connection per node; 200 cycles more
+/// than `count` (as `cycles` with its warm-up).
+async fn floor(urls: &[String], tag: &str, count: usize) -> Probe {
+    let mut conns: Vec<MultiplexedConnection> = Vec::new();
+    for url in urls {
+        let mut conn = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(UNLOCK)
+            .query_async(&mut conn)
+            .await?;
+        conns.push(conn);
+    }
+    let hash = redis::Script::new(UNLOCK).get_hash().to_owned();
+    let before = ALLOCS.load(Ordering::Relaxed);
+    for i in 0..count + 200 {
+        let token = format!("{:032x}", (i as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let sets = join_all(conns.iter().map(|c| {
+            let mut set = redis::cmd("SET");
+            set.arg(tag).arg(&token).arg("NX").arg("PX").arg(600_000u64);
+            let mut c = c.clone();
+            async move { set.query_async::<Option<String>>(&mut c).await }
+        }))
+        .await;
+        let dels = join_all(conns.iter().map(|c| {
+            let mut del = redis::cmd("EVALSHA");
+            del.arg(&hash).arg(1).arg(tag).arg(&token);
+            let mut c = c.clone();
+            async move { del.query_async::<i64>(&mut c).await }
+        }))
+        .await;
+        let held = sets
+            .into_iter()
+            .filter(|s| matches!(s, Ok(Some(_))))
+            .count();
+        let freed = dels.into_iter().filter(|d| matches!(d, Ok(1))).count();
+        if held != conns.len() || freed != conns.len() {
+            return Err(format!("floor cycle {i}: set on {held}, deleted on {freed}").into());
+        }
+    }
+    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    println!(
+        "floor {count}: {:.1} allocations per cycle",
+        ratio(allocs, count + 200)
+    );
+    Ok(())
+}
+
+/// Takes `count` distinct resources one after another and keeps them: the live heap
+/// they keep, per lock (the vector of guards is allocated before, and not counted).
+async fn held(client: &quorum_lock::Redlock, tag: &str, count: usize) -> Probe {
+    for i in 0..100 {
+        client
+            .lock(format!("{tag}-warm-{i}"), TTL)
+            .await?
+            .release()
+            .await?;
+    }
+    let mut guards = Vec::with_capacity(count);
+    let names: Vec<String> = (0..count).map(|i| format!("{tag}-{i:08}")).collect();
+    let before = LIVE.load(Ordering::Relaxed);
+    for name in &names {
+        guards.push(client.lock(name.as_str(), TTL).await?);
+    }
+    let kept = LIVE.load(Ordering::Relaxed) - before;
+    println!(
+        "held {count}: {:.1} bytes of heap per held lock (each guard itself: {} bytes)",
+        kept as f64 / count.max(1) as f64,
+        size_of::<quorum_lock::LockGuard>()
+    );
+    for guard in guards {
+        guard.release().await?;
+    }
+    Ok(())
+}
+
+fn ratio(n: usize, d: usize) -> f64 {
+    n as f64 / d.max(1) as f64
+}
