@@ -47,6 +47,16 @@ pub(crate) struct Enqueue<'a> {
 }
 
 impl<'a> Enqueue<'a> {
+    /// Whether the attempt keeps the list by the acquire script on the waiting-list node.
+    /// Not for a woken client's attempt (`front`) while no other task of the client waits
+    /// (`stay`): the release that woke it popped it from the list, so on success there is
+    /// no entry to remove and a plain `SET` does (the fast path's one command instead of a
+    /// script and its five calls); on failure the clean-up puts it back at the head
+    /// ([`Requeue::unlisted`]).
+    pub(crate) fn lists(self) -> bool {
+        !self.front || self.stay
+    }
+
     /// How a failed attempt's clean-up puts this client back in the waiting list: where the
     /// attempt's `SET` succeeded on the waiting-list node, the acquire script took the
     /// client off that list, and a client that still waits must be on it to be woken.
@@ -56,6 +66,7 @@ impl<'a> Enqueue<'a> {
             client: self.client,
             front: self.front,
             list_ttl_ms,
+            unlisted: !self.lists(),
         }
     }
 }
@@ -72,6 +83,9 @@ pub(crate) struct Requeue<'a> {
     pub(crate) front: bool,
     /// The list's expiry.
     pub(crate) list_ttl_ms: u64,
+    /// The attempt did not list the client (see [`Enqueue::lists`]): requeue it on the
+    /// waiting-list node even where the attempt's `SET` was refused.
+    pub(crate) unlisted: bool,
 }
 
 /// What the waiting protocol uses of the client: the nodes, the release notifier (when

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use crate::fanout::{self, Background, Round, Stop};
@@ -193,19 +194,25 @@ impl Notifier {
     }
 
     /// After an attempt won its majority before the waiting-list node `node` answered:
-    /// waits for that answer (`reply`, the acquire script's, bounded by its round's
-    /// deadline) in the background, and leaves the lists there unless the script set the
-    /// keys, which took this client off them.
+    /// waits for that answer (`reply`, the acquire script's or a woken client's plain
+    /// `SET`, bounded by its round's deadline) in the background, and leaves the lists there
+    /// unless the script set the keys, which took this client off them (a plain `SET` lists
+    /// nobody).
     pub(crate) fn settle(self: &Arc<Self>, keys: Arc<[String]>, node: usize, mut reply: Round) {
         let notifier = Arc::clone(self);
         self.background.spawn(async move {
             let collected = fanout::collect(
                 &notifier.nodes,
                 &mut reply,
-                |_, value| match reply::acquire_reply(value) {
-                    Ok(acquired) if acquired.set => NodeOutcome::Acquired,
-                    Ok(_) => NodeOutcome::HeldByOther,
-                    Err(failed) => failed,
+                |_, value| match value {
+                    // A woken client's plain `SET` (see `Enqueue::lists`), which lists
+                    // nobody: the release that woke us took us off the list already.
+                    Value::Okay | Value::Nil => NodeOutcome::Acquired,
+                    value => match reply::acquire_reply(value) {
+                        Ok(acquired) if acquired.set => NodeOutcome::Acquired,
+                        Ok(_) => NodeOutcome::HeldByOther,
+                        Err(failed) => failed,
+                    },
                 },
                 |o| *o == NodeOutcome::Acquired,
                 Stop::AtEnd,
