@@ -927,6 +927,42 @@ async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
     guard.release().await.unwrap();
 }
 
+/// A waiter listed on node 1 (its subscription to node 0 was not up) moves to node 0's
+/// list as soon as that subscription stands: releases wake on one node only, the first
+/// for clients configured alike, and would never pop its old list. It polls only every
+/// 30-60 s, so only its move and a wake-up make it fast (before the move, it stayed on
+/// node 1 until its next poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_moves_to_the_list_that_releases_pop() {
+    let cluster = Cluster::start(3);
+    let resource = unique("move-list");
+    let holder = client(&cluster.urls());
+    let guard = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    cluster.nodes[0].pause();
+    let minute = Duration::from_secs(60);
+    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
+    eventually(Duration::from_secs(10), "waiter queued on node 1", || {
+        waiting_list(&cluster.nodes[1], &resource).len() == 1
+    })
+    .await;
+    let id = waiting_list(&cluster.nodes[1], &resource)[0].clone();
+    cluster.nodes[0].resume();
+    eventually(Duration::from_secs(8), "waiter queued on node 0", || {
+        waiting_list(&cluster.nodes[0], &resource) == [id.clone()]
+    })
+    .await;
+    // The holder never waited: its release wakes on node 0.
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let second = acquired(task, "woken").await;
+    let gap = released.elapsed();
+    assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
+    second.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_notification_the_poll_still_acquires() {
     let cluster = Cluster::start(3);

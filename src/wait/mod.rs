@@ -266,22 +266,37 @@ impl<'a> Waiting<'a> {
             }
             AfterFailure::Wait { shift } => {
                 let delay = poll(shift).min(remaining);
-                match &self.listening {
-                    Some(registration) => {
-                        tokio::select! {
-                            () = registration.notified() => {
-                                metrics::wait_event("woken");
-                                self.state.woken();
-                            }
-                            () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
-                        }
-                    }
-                    None => {
-                        tokio::time::sleep(delay).await;
-                        metrics::wait_event("poll");
-                    }
+                self.wait_for_release(enqueue, delay).await;
+            }
+        }
+    }
+
+    /// Sleeps for `delay` unless a release wakes this client first (while listening).
+    /// Returns at once when the waiting-list node changed since the attempt `enqueue`
+    /// described (a subscription came up or dropped), before or while it waits: releases
+    /// pop the new node's list, where the next attempt lists this client.
+    async fn wait_for_release(&mut self, enqueue: Option<Enqueue<'_>>, delay: Duration) {
+        let (Some(registration), Some(notifier)) = (&self.listening, self.cx.notifier) else {
+            tokio::time::sleep(delay).await;
+            metrics::wait_event("poll");
+            return;
+        };
+        // Registered before the check, so a change right after it still wakes us.
+        let notified = registration.notified();
+        if notifier.wake_node() != enqueue.map(|e| e.node) {
+            metrics::wait_event("moved");
+            return;
+        }
+        tokio::select! {
+            moved = notified => {
+                if moved {
+                    metrics::wait_event("moved");
+                } else {
+                    metrics::wait_event("woken");
+                    self.state.woken();
                 }
             }
+            () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
         }
     }
 }

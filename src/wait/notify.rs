@@ -32,7 +32,7 @@ use crate::report::NodeOutcome;
 
 #[derive(Debug, Default)]
 struct Interest {
-    listeners: Vec<(u64, Arc<Notify>)>,
+    listeners: Vec<(u64, Arc<Signal>)>,
     last_token: Option<String>,
 }
 
@@ -67,13 +67,24 @@ pub(crate) struct Notifier {
     shutdown: watch::Sender<()>,
 }
 
+/// How a waiter is told to try again: a release of its keys, or its waiting-list node
+/// changed ([`Signal::moved`]).
+#[derive(Debug, Default)]
+struct Signal {
+    notify: Notify,
+    /// Set when the client's waiting-list node changed (a subscription came up or dropped):
+    /// the waiter is in a list that releases no longer pop, and must list again where they
+    /// do. Not a wake-up by a release: the next attempt is an ordinary (gated) one.
+    moved: AtomicBool,
+}
+
 /// A waiter's interest in some keys; withdrawn on drop.
 #[derive(Debug)]
 pub(crate) struct Registration {
     notifier: Arc<Notifier>,
     id: u64,
     keys: Arc<[String]>,
-    notify: Arc<Notify>,
+    signal: Arc<Signal>,
     /// The nodes whose waiting lists may hold this client for these keys: those it sent an
     /// enqueuing request to, less the one where it acquired (the acquire script took it
     /// off there). Left when the registration ends.
@@ -81,9 +92,20 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    /// Completes when a release of one of the keys was announced since the last call.
-    pub(crate) async fn notified(&self) {
-        self.notify.notified().await;
+    /// Completes when a release of one of the keys was announced since the last call, or
+    /// (while waiting here) when the client's waiting-list node changed: `true` then (see
+    /// [`Signal::moved`]).
+    /// The future is registered when this is called, not when first polled, so a change of
+    /// the waiting-list node between the call and the first poll is not missed; a change
+    /// before the call is forgotten (the caller compares the node its attempt used with the
+    /// current one after this call).
+    pub(crate) fn notified(&self) -> impl Future<Output = bool> + '_ {
+        self.signal.moved.store(false, Ordering::Release);
+        let notified = self.signal.notify.notified();
+        async move {
+            notified.await;
+            self.signal.moved.swap(false, Ordering::AcqRel)
+        }
     }
 
     /// Notes that a request about to be sent may put this client in the waiting lists of
@@ -175,20 +197,20 @@ impl Notifier {
     pub(crate) fn register(self: &Arc<Self>, keys: &Arc<[String]>) -> Registration {
         self.start();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let notify = Arc::new(Notify::new());
+        let signal = Arc::new(Signal::default());
         let mut interests = self.lock();
         for key in keys.iter() {
             interests
                 .entry(key.clone())
                 .or_default()
                 .listeners
-                .push((id, Arc::clone(&notify)));
+                .push((id, Arc::clone(&signal)));
         }
         Registration {
             notifier: Arc::clone(self),
             id,
             keys: Arc::clone(keys),
-            notify,
+            signal,
             listed: Vec::new(),
         }
     }
@@ -259,6 +281,7 @@ impl Notifier {
     }
 
     fn set_subscribed(&self, index: usize, on: bool) {
+        let before = self.wake_node();
         let changed = self
             .subscribed
             .get(index)
@@ -267,6 +290,23 @@ impl Notifier {
             self.ready.send_modify(|r| {
                 *r = if on { *r + 1 } else { r.saturating_sub(1) };
             });
+        }
+        if before.is_some() && self.wake_node() != before {
+            self.moved();
+        }
+    }
+
+    /// The waiting-list node changed: waiters listed on the old one would not be woken
+    /// (releases pop only the releasing client's list node, the same for clients whose
+    /// subscriptions stand alike). Tells every waiter that is waiting for a wake-up right
+    /// now to try again, which lists it on the new node; one that is not waiting lists there
+    /// with its next attempt anyway, so nothing is stored for it.
+    fn moved(&self) {
+        for interest in self.lock().values() {
+            for (_, signal) in &interest.listeners {
+                signal.moved.store(true, Ordering::Release);
+                signal.notify.notify_waiters();
+            }
         }
     }
 
@@ -312,8 +352,8 @@ impl Notifier {
             return;
         }
         interest.last_token = Some(token.to_owned());
-        for (_, notify) in &interest.listeners {
-            notify.notify_one();
+        for (_, signal) in &interest.listeners {
+            signal.notify.notify_one();
         }
     }
 }
