@@ -6,11 +6,14 @@
 //! attempt of a waiting client appends the id to the key's waiting list on one node, the
 //! first where its subscription stands (see [`scripts::ACQUIRE`](crate::protocol::scripts)); a release
 //! pops the first id whose client is still listening and publishes `<token>:<key>` to it
-//! alone. So clients are woken one at a time, in the order they started waiting, and a
-//! herd of waiters never splits the votes of one release between them. Inside the client, the local queue lets one task per resource
-//! wait on Redis; the message wakes that task once per distinct token (every node sends its
-//! own copy). Expiry announces nothing and a message can be lost, so waiters still poll with
-//! jittered backoff.
+//! alone, on the releasing client's waiting-list node only (the first node while it has
+//! none; see `release::Holding`). So clients are woken one at a time, in the order they
+//! started waiting, and a herd of waiters never splits the votes of one release between
+//! them. A waiter whose waiting-list node changes lists again on the new one
+//! ([`Registration::notified`]). Inside the client, the local queue lets one task per
+//! resource wait on Redis; the message wakes that task once per distinct token. Expiry
+//! announces nothing and a message can be lost, so waiters still poll with jittered
+//! backoff.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -270,10 +273,10 @@ impl Notifier {
             .absorb(Round::new(pending, self.node_timeout));
     }
 
-    /// The node whose waiting lists this client joins: the first in configuration order
-    /// where our subscription stands. Clients configured alike agree on it, so each
-    /// release pops exactly one list and wakes exactly one client; the lists of other nodes
-    /// stay empty and cost their releases a single `LPOP`.
+    /// The node whose waiting lists this client joins, and whose lists its releases pop:
+    /// the first in configuration order where our subscription stands. Clients configured
+    /// alike agree on it, so each release pops exactly one list and wakes exactly one
+    /// client; the other nodes get the plain compare-and-delete.
     pub(crate) fn wake_node(&self) -> Option<usize> {
         self.subscribed
             .iter()
