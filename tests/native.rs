@@ -408,15 +408,16 @@ async fn scripts_stay_where_a_native_command_would_not_do_the_same() {
     for (i, s) in servers.iter().enumerate() {
         // SET NX PX and SET IFEQ everywhere.
         await_calls(s, "set", 2).await;
+        // (Plus the acquire script, if the warm-up left the fast path cold.)
         if i == 0 {
             // The waking release script: compare-and-delete, then the (empty) waiting
             // list and the turn.
-            await_calls(s, "evalsha", 1).await;
             await_calls(s, "lpop", 1).await;
+            await_between(s, "evalsha", 1, 2).await;
             assert_eq!(calls(s, "delifeq"), 0);
         } else {
             await_calls(s, "delifeq", 1).await;
-            assert_eq!(calls(s, "evalsha"), 0);
+            await_between(s, "evalsha", 0, 1).await;
             assert_eq!(calls(s, "lpop"), 0);
         }
         assert!(get(s, &r).is_none());
