@@ -925,6 +925,35 @@ async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
     guard.release().await.unwrap();
 }
 
+/// A client waiting for two keys is in both keys' lists; a release of one of them takes it
+/// off that list only. Woken, it acquires by the acquire script (not a plain `SET`), which
+/// takes it off the other list too: an entry left there would swallow a later release's
+/// wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_for_several_keys_leaves_every_list() {
+    let cluster = Cluster::start(3);
+    let (a, b) = (unique("several-a"), unique("several-b"));
+    let holder = warmed(&cluster, client(&cluster.urls())).await;
+    let guard = holder.lock(&a, Duration::from_secs(30)).await.unwrap();
+    let waiting = warmed(&cluster, slow_poller(&cluster.urls())).await;
+    let task = {
+        let (a, b) = (a.clone(), b.clone());
+        tokio::spawn(async move {
+            waiting
+                .lock_many([a, b], Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    queued(&cluster, &a, 1, "waiter queued for a").await;
+    assert_eq!(waiting_lists(&cluster, &b).len(), 1, "and for b");
+    guard.release().await.unwrap();
+    let both = acquired(task, "woken").await;
+    lists_emptied(&cluster, &a, "a's list emptied").await;
+    lists_emptied(&cluster, &b, "b's list emptied").await;
+    both.release().await.unwrap();
+}
+
 /// A waiter listed on node 1 (its subscription to node 0 was not up) moves to node 0's
 /// list as soon as that subscription stands: releases wake on one node only, the first
 /// for clients configured alike, and would never pop its old list. It polls only every
