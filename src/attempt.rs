@@ -724,7 +724,9 @@ fn acquire_round(
                 .gated(holding.gate())
         }
     };
-    let special = enqueue.map(|e| (e.node, call(enqueue)));
+    let special = enqueue
+        .filter(|e| e.lists())
+        .map(|e| (e.node, call(enqueue)));
     let round = Round::broadcast_with(
         ensemble.view(),
         call(None),

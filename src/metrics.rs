@@ -9,7 +9,7 @@
 //! |---|---|---|---|
 //! | `quorum_lock_acquire_attempts_total` | counter | `outcome`: `acquired`, `contended`, `unavailable`, `validity_spent` | every acquisition attempt (`lock` retries make several) |
 //! | `quorum_lock_acquire_timeouts_total` | counter | — | `lock()` calls that spent their wait budget |
-//! | `quorum_lock_wait_events_total` | counter | `event`: `woken` (a release announced the lock to us), `poll` (the retry timer ran out first), `quick_retry` (woken, yet the attempt failed: retried 1 ms later), `gate_open`, `gate_refused` (a waiter no release woke asked the waiting-list node first, see [`notifications`](crate::RedlockBuilder::notifications)), `left` (a wait ended while waiting lists may still hold the client: `LEAVE` sent to those nodes) | what waiting `lock()` calls did between attempts |
+//! | `quorum_lock_wait_events_total` | counter | `event`: `woken` (a release announced the lock to us), `poll` (the retry timer ran out first), `quick_retry` (woken, yet the attempt failed: retried 1 ms later), `gate_open`, `gate_refused` (a waiter no release woke asked the waiting-list node first, see [`notifications`](crate::RedlockBuilder::notifications)), `left` (a wait ended while waiting lists may still hold the client: `LEAVE` sent to those nodes), `moved` (the waiting-list node changed, so the waiter listed itself again on the new one) | what waiting `lock()` calls did between attempts |
 //! | `quorum_lock_attempt_duration_seconds` | histogram | — | one attempt, first request to decision (acquire latency) |
 //! | `quorum_lock_acquire_duration_seconds` | histogram | — | successful `lock()` calls, waiting included (wait time) |
 //! | `quorum_lock_hold_duration_seconds` | histogram | — | acquisition to release or drop |

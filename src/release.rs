@@ -115,11 +115,33 @@ impl Holding {
     }
 
     /// Compare-and-delete on the nodes in `which`, waking the next waiting client when
-    /// notifications are on and `announce` is set. Closes the gate first, so no request that
-    /// could set a key of this token is written after the release.
+    /// notifications are on and `announce` is set: only the waiting-list node
+    /// ([`Holding::list_node`]) gets the waking release, every other node the plain one
+    /// (`DELIFEQ` where it has the same effect), as nobody is listed there. Closes the gate
+    /// first, so no request that could set a key of this token is written after the
+    /// release.
     fn release_round(&self, which: impl IntoIterator<Item = usize>, announce: bool) -> Round {
         self.gate.close();
-        Round::broadcast(self.ensemble.view(), self.release_call(announce), which)
+        let waking = (self.list_node())
+            .filter(|_| announce)
+            .map(|node| (node, self.release_call(true)));
+        Round::broadcast_with(
+            self.ensemble.view(),
+            self.release_call(false),
+            which,
+            waking,
+        )
+    }
+
+    /// The node whose waiting lists a release pops, with notifications on: this client's own
+    /// waiting-list node (the first in configuration order where its subscription stands,
+    /// see [`Notifier::wake_node`](crate::wait::notify::Notifier::wake_node)), or the first
+    /// node while it has none (it never waited, or no subscription stands): the one clients
+    /// configured alike list on when their subscriptions stand. A waiter listed elsewhere
+    /// (its subscription there is down) is not woken by this release and polls.
+    fn list_node(&self) -> Option<usize> {
+        let notifier = self.ensemble.notifier.as_ref()?;
+        Some(notifier.wake_node().unwrap_or(0))
     }
 
     /// The release's call: the release script, or on nodes that have it `DELIFEQ` where
@@ -198,7 +220,7 @@ impl Holding {
         // only then does this client let it go first on its next `lock()`. A release that
         // finds no majority waits for every answer (bounded by the node timeout): "not held"
         // and "unavailable" are told apart by what each node said.
-        let stop = Stop::WhenReached(ensemble.notifier.as_ref().and_then(|n| n.wake_node()));
+        let stop = Stop::WhenReached(self.list_node());
         let this = &*self;
         let collected = fanout::collect(
             &ensemble.nodes,
@@ -233,6 +255,12 @@ impl Holding {
         which: impl IntoIterator<Item = usize>,
         requeue: Option<Requeue<'_>>,
     ) -> Option<NodeReport> {
+        let mut which: Vec<usize> = which.into_iter().collect();
+        // An attempt that did not list us on the waiting-list node (a woken client's plain
+        // `SET` there) requeues us there even where that `SET` was refused.
+        if let Some(r) = requeue.filter(|r| r.unlisted && !which.contains(&r.node)) {
+            which.push(r.node);
+        }
         let special = requeue.map(|r| {
             let call = self
                 .release_script(false)

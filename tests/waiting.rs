@@ -659,6 +659,210 @@ async fn a_release_passes_the_turn_on_or_ends_it() {
     .await;
 }
 
+/// Every command `node` ran since its last `CONFIG RESETSTAT`, scripts' calls included,
+/// as `(command, calls)` sorted by name; the test's own `INFO` and `CONFIG` are left out.
+fn commands(node: &RedisServer) -> Vec<(String, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut node.conn())
+        .unwrap();
+    let mut counts: Vec<(String, u64)> = info
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            let calls = rest.split(',').next()?.parse().ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .filter(|(name, _)| !name.starts_with("info") && !name.starts_with("config"))
+        .collect();
+    counts.sort();
+    counts
+}
+
+fn reset_stats(cluster: &Cluster) {
+    for node in &cluster.nodes {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut node.conn())
+            .unwrap();
+    }
+}
+
+/// `(command, calls)` pairs as [`commands`] lists them.
+fn counts(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
+    let mut v: Vec<(String, u64)> = pairs.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect();
+    v.sort();
+    v
+}
+
+/// Waits until every node ran exactly the commands `want` lists for it (rounds finish in
+/// the background), then asserts it: a missing or extra call fails with both lists.
+async fn assert_commands(cluster: &Cluster, want: &[Vec<(String, u64)>], what: &str) {
+    let seen = || cluster.nodes.iter().map(commands).collect::<Vec<_>>();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen() != want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen(), want, "{what}");
+}
+
+/// `redlock` with its fast path warm (the first cycle writes the node markers, a later one
+/// reads them back): cycles until one acquires by plain `SET NX PX`, with no acquire
+/// script, on every node. (The cluster's command counts are reset.)
+async fn warmed(cluster: &Cluster, redlock: Redlock) -> Redlock {
+    for _ in 0..20 {
+        reset_stats(cluster);
+        let guard = redlock
+            .lock(unique("warm-up"), Duration::from_secs(30))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+        // The release script alone: no acquire script.
+        let plain =
+            (cluster.nodes.iter()).all(|n| commands(n).contains(&("evalsha".to_owned(), 1)));
+        if plain {
+            return redlock;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the fast path never became warm");
+}
+
+/// Waits until every node has a subscriber on some wake-up channel.
+async fn subscribed_everywhere(cluster: &Cluster) {
+    eventually(Duration::from_secs(10), "subscribed on every node", || {
+        cluster.nodes.iter().all(|n| {
+            let channels: Vec<String> = redis::cmd("PUBSUB")
+                .arg("CHANNELS")
+                .arg("quorum-lock:wake:*")
+                .query(&mut n.conn())
+                .unwrap();
+            !channels.is_empty()
+        })
+    })
+    .await;
+}
+
+/// Exact commands of an uncontended lock + release on each of three nodes, scripts' calls
+/// included: only the node that keeps the waiting lists (node 0) does the release's
+/// wake-up work (the list's `LPOP`, the turn's `DEL`); the others get the plain
+/// compare-and-delete. Before, every node popped its (empty) list and deleted its turn:
+/// two more calls per node and cycle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_cycle_does_the_wake_up_work_on_the_list_node_only() {
+    let cluster = Cluster::start(3);
+    let ttl = Duration::from_secs(30);
+    let plain_release = [("evalsha", 1), ("get", 1), ("del", 1)];
+
+    // A client that never waited: plain `SET NX PX` everywhere; it knows no list node and
+    // wakes on the first node, where clients configured alike list.
+    let redlock = warmed(&cluster, client(&cluster.urls())).await;
+    reset_stats(&cluster);
+    let guard = redlock.lock(unique("cycle"), ttl).await.unwrap();
+    guard.release().await.unwrap();
+    let others = counts(&[
+        ("set", 1),
+        plain_release[0],
+        plain_release[1],
+        plain_release[2],
+    ]);
+    let list_node = counts(&[
+        ("set", 1),
+        ("evalsha", 1),
+        ("get", 1),
+        ("del", 2),
+        ("lpop", 1),
+    ]);
+    let want = vec![list_node, others.clone(), others.clone()];
+    assert_commands(&cluster, &want, "never waited").await;
+
+    // The same client once it waited (its subscriptions stand, node 0 first): the acquire
+    // script on its list node, plain `SET NX PX` elsewhere.
+    foreign_lock(&cluster, "held");
+    let refused = redlock
+        .lock("held", ttl)
+        .wait(Duration::from_millis(300))
+        .await;
+    assert!(matches!(refused, Err(Error::Timeout { .. })), "{refused:?}");
+    subscribed_everywhere(&cluster).await;
+    lists_emptied(&cluster, "held", "the waiter left the list").await;
+    reset_stats(&cluster);
+    let guard = redlock.lock(unique("cycle"), ttl).await.unwrap();
+    guard.release().await.unwrap();
+    let list_node = counts(&[
+        // The acquire script: ensemble record and marker, `SET NX PX`, our list entry.
+        ("evalsha", 2),
+        ("get", 3),
+        ("set", 1),
+        ("lrem", 1),
+        // The waking release.
+        ("del", 2),
+        ("lpop", 1),
+    ]);
+    let want = vec![list_node, others.clone(), others];
+    assert_commands(&cluster, &want, "listening").await;
+}
+
+/// Exact commands of a hand-off between two clients on three nodes: the release wakes
+/// the listed waiter on the list node only, and the woken client, whom the release took
+/// off the list, acquires with a plain `SET NX PX` there too (before: the acquire script,
+/// six calls instead of one, and two wake-up calls more on each other node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_between_clients_costs_the_plain_commands_and_one_wake_up() {
+    let cluster = Cluster::start(3);
+    let resource = unique("hand-off");
+    let holder = warmed(&cluster, client(&cluster.urls())).await;
+    let guard = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    // A waiter that polls only every 10 s (no poll among the counts), warmed too, queued
+    // on node 0.
+    let waiting = warmed(&cluster, slow_poller(&cluster.urls())).await;
+    let task = waiter(waiting, &resource);
+    queued(&cluster, &resource, 1, "waiter queued").await;
+    assert_eq!(waiting_lists(&cluster, &resource)[0].0, 0);
+    subscribed_everywhere(&cluster).await;
+    reset_stats(&cluster);
+
+    guard.release().await.unwrap();
+    let second = acquired(task, "woken").await;
+    let list_node = counts(&[
+        // The release: compare-and-delete, pop the waiter, tell it, give it the turn.
+        ("evalsha", 1),
+        ("get", 1),
+        ("del", 1),
+        ("lpop", 1),
+        ("publish", 1),
+        // The turn, and the woken client's `SET NX PX`.
+        ("set", 2),
+    ]);
+    let others = counts(&[("evalsha", 1), ("get", 1), ("del", 1), ("set", 1)]);
+    let want = vec![list_node, others.clone(), others];
+    assert_commands(&cluster, &want, "hand-off").await;
+    assert!(waiting_lists(&cluster, &resource).is_empty());
+
+    // Its release wakes nobody and ends its turn, on the list node only. (The woken
+    // client's `SET` may have reached node 1 or 2 before the first release did, and been
+    // refused there while the other two made its majority: no key to delete there then.)
+    let held: Vec<bool> = (cluster.nodes.iter())
+        .map(|n| !n.keys(&resource).is_empty())
+        .collect();
+    assert!(
+        held[0],
+        "the list node woke the waiter after deleting the key"
+    );
+    reset_stats(&cluster);
+    second.release().await.unwrap();
+    let list_node = counts(&[("evalsha", 1), ("get", 1), ("del", 2), ("lpop", 1)]);
+    let other = |held: bool| match held {
+        true => counts(&[("evalsha", 1), ("get", 1), ("del", 1)]),
+        false => counts(&[("evalsha", 1), ("get", 1)]),
+    };
+    let want = vec![list_node, other(held[1]), other(held[2])];
+    assert_commands(&cluster, &want, "last release").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_left_on_the_list_node_does_not_keep_polls_out() {
     let cluster = Cluster::start(3);
@@ -719,6 +923,71 @@ async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
     // Node 1 still listed it: that entry must go too, or a release there wakes nobody.
     lists_emptied(&cluster, &resource, "every entry removed").await;
     guard.release().await.unwrap();
+}
+
+/// A client waiting for two keys is in both keys' lists; a release of one of them takes it
+/// off that list only. Woken, it acquires by the acquire script (not a plain `SET`), which
+/// takes it off the other list too: an entry left there would swallow a later release's
+/// wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_for_several_keys_leaves_every_list() {
+    let cluster = Cluster::start(3);
+    let (a, b) = (unique("several-a"), unique("several-b"));
+    let holder = warmed(&cluster, client(&cluster.urls())).await;
+    let guard = holder.lock(&a, Duration::from_secs(30)).await.unwrap();
+    let waiting = warmed(&cluster, slow_poller(&cluster.urls())).await;
+    let task = {
+        let (a, b) = (a.clone(), b.clone());
+        tokio::spawn(async move {
+            waiting
+                .lock_many([a, b], Duration::from_secs(30))
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    queued(&cluster, &a, 1, "waiter queued for a").await;
+    assert_eq!(waiting_lists(&cluster, &b).len(), 1, "and for b");
+    guard.release().await.unwrap();
+    let both = acquired(task, "woken").await;
+    lists_emptied(&cluster, &a, "a's list emptied").await;
+    lists_emptied(&cluster, &b, "b's list emptied").await;
+    both.release().await.unwrap();
+}
+
+/// A waiter listed on node 1 (its subscription to node 0 was not up) moves to node 0's
+/// list as soon as that subscription stands: releases wake on one node only, the first
+/// for clients configured alike, and would never pop its old list. It polls only every
+/// 30-60 s, so only its move and a wake-up make it fast (before the move, it stayed on
+/// node 1 until its next poll).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_moves_to_the_list_that_releases_pop() {
+    let cluster = Cluster::start(3);
+    let resource = unique("move-list");
+    let holder = client(&cluster.urls());
+    let guard = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    cluster.nodes[0].pause();
+    let minute = Duration::from_secs(60);
+    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
+    eventually(Duration::from_secs(10), "waiter queued on node 1", || {
+        waiting_list(&cluster.nodes[1], &resource).len() == 1
+    })
+    .await;
+    let id = waiting_list(&cluster.nodes[1], &resource)[0].clone();
+    cluster.nodes[0].resume();
+    eventually(Duration::from_secs(8), "waiter queued on node 0", || {
+        waiting_list(&cluster.nodes[0], &resource) == [id.clone()]
+    })
+    .await;
+    // The holder never waited: its release wakes on node 0.
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let second = acquired(task, "woken").await;
+    let gap = released.elapsed();
+    assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
+    second.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -129,6 +129,9 @@ end
 /// First raises the ensemble record to the TTL (never lowers it), whatever follows: a vote
 /// for this TTL then comes from a node whose record covers it.
 ///
+/// One key is taken with `SET NX PX` (one call tells whether it was free); several are
+/// all checked with `EXISTS` before any is set.
+///
 /// Returns `{acquired, fence, fence_life, marker, record}`. `acquired` is 1 after setting
 /// every key to the token with the TTL, or (nothing set) when a key already exists: 0 when the first one found
 /// holds a string (a lock), -1 when it holds another type (a list, a hash, ...: foreign
@@ -173,21 +176,18 @@ if ARGV[5] == '1' then
         fence_life = false
     end
 end
-for i = 1, k do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-        if ARGV[3] ~= '' then
-            for j = 1, k do
-                queue(j)
-            end
+local function refused(i)
+    if ARGV[3] ~= '' then
+        for j = 1, k do
+            queue(j)
         end
-        if redis.call('TYPE', KEYS[i]).ok ~= 'string' then
-            return {-1, fence, fence_life, marker, record}
-        end
-        return {0, fence, fence_life, marker, record}
     end
+    if redis.call('TYPE', KEYS[i]).ok ~= 'string' then
+        return {-1, fence, fence_life, marker, record}
+    end
+    return {0, fence, fence_life, marker, record}
 end
-for i = 1, k do
-    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+local function listed(i)
     if ARGV[3] ~= '' then
         if ARGV[4] == '1' then
             queue(i)
@@ -195,6 +195,22 @@ for i = 1, k do
             redis.call('LREM', KEYS[2 * k + i], 0, ARGV[3])
         end
     end
+end
+if k == 1 then
+    if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+        return refused(1)
+    end
+    listed(1)
+    return {1, fence, fence_life, marker, record}
+end
+for i = 1, k do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+        return refused(i)
+    end
+end
+for i = 1, k do
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+    listed(i)
 end
 return {1, fence, fence_life, marker, record}
 "

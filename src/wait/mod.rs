@@ -44,9 +44,22 @@ pub(crate) struct Enqueue<'a> {
     pub(crate) stay: bool,
     /// Rejoin at the head after failure: a release woke us and someone overtook us.
     pub(crate) front: bool,
+    /// The lock has several keys: a release of one of them took us off its list only.
+    pub(crate) several: bool,
 }
 
 impl<'a> Enqueue<'a> {
+    /// Whether the attempt keeps the list by the acquire script on the waiting-list node.
+    /// Not for a woken client's attempt (`front`) on one key while no other task of the
+    /// client waits (`stay`): the release that woke it popped it from the list, so on
+    /// success there is no entry to remove and a plain `SET` does (the fast path's one
+    /// command instead of a script and its calls); on failure the clean-up puts it back at
+    /// the head ([`Requeue::unlisted`]). With several keys, the release of one of them
+    /// popped only that key's list: the others still hold us.
+    pub(crate) fn lists(self) -> bool {
+        !self.front || self.stay || self.several
+    }
+
     /// How a failed attempt's clean-up puts this client back in the waiting list: where the
     /// attempt's `SET` succeeded on the waiting-list node, the acquire script took the
     /// client off that list, and a client that still waits must be on it to be woken.
@@ -56,6 +69,7 @@ impl<'a> Enqueue<'a> {
             client: self.client,
             front: self.front,
             list_ttl_ms,
+            unlisted: !self.lists(),
         }
     }
 }
@@ -72,6 +86,9 @@ pub(crate) struct Requeue<'a> {
     pub(crate) front: bool,
     /// The list's expiry.
     pub(crate) list_ttl_ms: u64,
+    /// The attempt did not list the client (see [`Enqueue::lists`]): requeue it on the
+    /// waiting-list node even where the attempt's `SET` was refused.
+    pub(crate) unlisted: bool,
 }
 
 /// What the waiting protocol uses of the client: the nodes, the release notifier (when
@@ -147,6 +164,7 @@ impl<'a> Waiting<'a> {
                     client: notifier.client_id(),
                     stay: cx.queue.has_waiters(self.keys),
                     front: next.front,
+                    several: self.keys.len() > 1,
                 }
             }),
             _ => None,
@@ -252,22 +270,37 @@ impl<'a> Waiting<'a> {
             }
             AfterFailure::Wait { shift } => {
                 let delay = poll(shift).min(remaining);
-                match &self.listening {
-                    Some(registration) => {
-                        tokio::select! {
-                            () = registration.notified() => {
-                                metrics::wait_event("woken");
-                                self.state.woken();
-                            }
-                            () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
-                        }
-                    }
-                    None => {
-                        tokio::time::sleep(delay).await;
-                        metrics::wait_event("poll");
-                    }
+                self.wait_for_release(enqueue, delay).await;
+            }
+        }
+    }
+
+    /// Sleeps for `delay` unless a release wakes this client first (while listening).
+    /// Returns at once when the waiting-list node changed since the attempt `enqueue`
+    /// described (a subscription came up or dropped), before or while it waits: releases
+    /// pop the new node's list, where the next attempt lists this client.
+    async fn wait_for_release(&mut self, enqueue: Option<Enqueue<'_>>, delay: Duration) {
+        let (Some(registration), Some(notifier)) = (&self.listening, self.cx.notifier) else {
+            tokio::time::sleep(delay).await;
+            metrics::wait_event("poll");
+            return;
+        };
+        // Registered before the check, so a change right after it still wakes us.
+        let notified = registration.notified();
+        if notifier.wake_node() != enqueue.map(|e| e.node) {
+            metrics::wait_event("moved");
+            return;
+        }
+        tokio::select! {
+            moved = notified => {
+                if moved {
+                    metrics::wait_event("moved");
+                } else {
+                    metrics::wait_event("woken");
+                    self.state.woken();
                 }
             }
+            () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
         }
     }
 }

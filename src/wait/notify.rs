@@ -6,11 +6,14 @@
 //! attempt of a waiting client appends the id to the key's waiting list on one node, the
 //! first where its subscription stands (see [`scripts::ACQUIRE`](crate::protocol::scripts)); a release
 //! pops the first id whose client is still listening and publishes `<token>:<key>` to it
-//! alone. So clients are woken one at a time, in the order they started waiting, and a
-//! herd of waiters never splits the votes of one release between them. Inside the client, the local queue lets one task per resource
-//! wait on Redis; the message wakes that task once per distinct token (every node sends its
-//! own copy). Expiry announces nothing and a message can be lost, so waiters still poll with
-//! jittered backoff.
+//! alone, on the releasing client's waiting-list node only (the first node while it has
+//! none; see `release::Holding`). So clients are woken one at a time, in the order they
+//! started waiting, and a herd of waiters never splits the votes of one release between
+//! them. A waiter whose waiting-list node changes lists again on the new one
+//! ([`Registration::notified`]). Inside the client, the local queue lets one task per
+//! resource wait on Redis; the message wakes that task once per distinct token. Expiry
+//! announces nothing and a message can be lost, so waiters still poll with jittered
+//! backoff.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use crate::fanout::{self, Background, Round, Stop};
@@ -31,7 +35,7 @@ use crate::report::NodeOutcome;
 
 #[derive(Debug, Default)]
 struct Interest {
-    listeners: Vec<(u64, Arc<Notify>)>,
+    listeners: Vec<(u64, Arc<Signal>)>,
     last_token: Option<String>,
 }
 
@@ -66,13 +70,24 @@ pub(crate) struct Notifier {
     shutdown: watch::Sender<()>,
 }
 
+/// How a waiter is told to try again: a release of its keys, or its waiting-list node
+/// changed ([`Signal::moved`]).
+#[derive(Debug, Default)]
+struct Signal {
+    notify: Notify,
+    /// Set when the client's waiting-list node changed (a subscription came up or dropped):
+    /// the waiter is in a list that releases no longer pop, and must list again where they
+    /// do. Not a wake-up by a release: the next attempt is an ordinary (gated) one.
+    moved: AtomicBool,
+}
+
 /// A waiter's interest in some keys; withdrawn on drop.
 #[derive(Debug)]
 pub(crate) struct Registration {
     notifier: Arc<Notifier>,
     id: u64,
     keys: Arc<[String]>,
-    notify: Arc<Notify>,
+    signal: Arc<Signal>,
     /// The nodes whose waiting lists may hold this client for these keys: those it sent an
     /// enqueuing request to, less the one where it acquired (the acquire script took it
     /// off there). Left when the registration ends.
@@ -80,9 +95,20 @@ pub(crate) struct Registration {
 }
 
 impl Registration {
-    /// Completes when a release of one of the keys was announced since the last call.
-    pub(crate) async fn notified(&self) {
-        self.notify.notified().await;
+    /// Completes when a release of one of the keys was announced since the last call, or
+    /// (while waiting here) when the client's waiting-list node changed: `true` then (see
+    /// [`Signal::moved`]).
+    /// The future is registered when this is called, not when first polled, so a change of
+    /// the waiting-list node between the call and the first poll is not missed; a change
+    /// before the call is forgotten (the caller compares the node its attempt used with the
+    /// current one after this call).
+    pub(crate) fn notified(&self) -> impl Future<Output = bool> + '_ {
+        self.signal.moved.store(false, Ordering::Release);
+        let notified = self.signal.notify.notified();
+        async move {
+            notified.await;
+            self.signal.moved.swap(false, Ordering::AcqRel)
+        }
     }
 
     /// Notes that a request about to be sent may put this client in the waiting lists of
@@ -174,38 +200,44 @@ impl Notifier {
     pub(crate) fn register(self: &Arc<Self>, keys: &Arc<[String]>) -> Registration {
         self.start();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let notify = Arc::new(Notify::new());
+        let signal = Arc::new(Signal::default());
         let mut interests = self.lock();
         for key in keys.iter() {
             interests
                 .entry(key.clone())
                 .or_default()
                 .listeners
-                .push((id, Arc::clone(&notify)));
+                .push((id, Arc::clone(&signal)));
         }
         Registration {
             notifier: Arc::clone(self),
             id,
             keys: Arc::clone(keys),
-            notify,
+            signal,
             listed: Vec::new(),
         }
     }
 
     /// After an attempt won its majority before the waiting-list node `node` answered:
-    /// waits for that answer (`reply`, the acquire script's, bounded by its round's
-    /// deadline) in the background, and leaves the lists there unless the script set the
-    /// keys, which took this client off them.
+    /// waits for that answer (`reply`, the acquire script's or a woken client's plain
+    /// `SET`, bounded by its round's deadline) in the background, and leaves the lists there
+    /// unless the script set the keys, which took this client off them (a plain `SET` lists
+    /// nobody).
     pub(crate) fn settle(self: &Arc<Self>, keys: Arc<[String]>, node: usize, mut reply: Round) {
         let notifier = Arc::clone(self);
         self.background.spawn(async move {
             let collected = fanout::collect(
                 &notifier.nodes,
                 &mut reply,
-                |_, value| match reply::acquire_reply(value) {
-                    Ok(acquired) if acquired.set => NodeOutcome::Acquired,
-                    Ok(_) => NodeOutcome::HeldByOther,
-                    Err(failed) => failed,
+                |_, value| match value {
+                    // A woken client's plain `SET` (see `Enqueue::lists`), which lists
+                    // nobody: the release that woke us took us off the list already.
+                    Value::Okay | Value::Nil => NodeOutcome::Acquired,
+                    value => match reply::acquire_reply(value) {
+                        Ok(acquired) if acquired.set => NodeOutcome::Acquired,
+                        Ok(_) => NodeOutcome::HeldByOther,
+                        Err(failed) => failed,
+                    },
                 },
                 |o| *o == NodeOutcome::Acquired,
                 Stop::AtEnd,
@@ -241,10 +273,10 @@ impl Notifier {
             .absorb(Round::new(pending, self.node_timeout));
     }
 
-    /// The node whose waiting lists this client joins: the first in configuration order
-    /// where our subscription stands. Clients configured alike agree on it, so each
-    /// release pops exactly one list and wakes exactly one client; the lists of other nodes
-    /// stay empty and cost their releases a single `LPOP`.
+    /// The node whose waiting lists this client joins, and whose lists its releases pop:
+    /// the first in configuration order where our subscription stands. Clients configured
+    /// alike agree on it, so each release pops exactly one list and wakes exactly one
+    /// client; the other nodes get the plain compare-and-delete.
     pub(crate) fn wake_node(&self) -> Option<usize> {
         self.subscribed
             .iter()
@@ -252,6 +284,7 @@ impl Notifier {
     }
 
     fn set_subscribed(&self, index: usize, on: bool) {
+        let before = self.wake_node();
         let changed = self
             .subscribed
             .get(index)
@@ -260,6 +293,23 @@ impl Notifier {
             self.ready.send_modify(|r| {
                 *r = if on { *r + 1 } else { r.saturating_sub(1) };
             });
+        }
+        if before.is_some() && self.wake_node() != before {
+            self.moved();
+        }
+    }
+
+    /// The waiting-list node changed: waiters listed on the old one would not be woken
+    /// (releases pop only the releasing client's list node, the same for clients whose
+    /// subscriptions stand alike). Tells every waiter that is waiting for a wake-up right
+    /// now to try again, which lists it on the new node; one that is not waiting lists there
+    /// with its next attempt anyway, so nothing is stored for it.
+    fn moved(&self) {
+        for interest in self.lock().values() {
+            for (_, signal) in &interest.listeners {
+                signal.moved.store(true, Ordering::Release);
+                signal.notify.notify_waiters();
+            }
         }
     }
 
@@ -305,8 +355,8 @@ impl Notifier {
             return;
         }
         interest.last_token = Some(token.to_owned());
-        for (_, notify) in &interest.listeners {
-            notify.notify_one();
+        for (_, signal) in &interest.listeners {
+            signal.notify.notify_one();
         }
     }
 }
