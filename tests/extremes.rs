@@ -42,7 +42,10 @@ fn panics() -> (usize, Vec<String>) {
 /// One cluster for every case of this file.
 fn cluster() -> &'static Cluster {
     static CLUSTER: OnceLock<Cluster> = OnceLock::new();
-    CLUSTER.get_or_init(|| Cluster::start(3))
+    CLUSTER.get_or_init(|| {
+        Cluster::stop_at_exit(&CLUSTER);
+        Cluster::start(3)
+    })
 }
 
 fn runtime() -> &'static tokio::runtime::Runtime {

@@ -425,6 +425,15 @@ impl RedisServer {
         self.paused.store(false, Ordering::SeqCst);
     }
 
+    /// SIGKILL + wait() and the data directory removed, through a shared reference: for a
+    /// server kept in a `static`, which is never dropped (see [`Cluster::stop_at_exit`]).
+    pub fn stop(&self) {
+        if let Some(mut child) = lock(&self.proc_).child.take() {
+            kill_and_reap(&mut child);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+
     /// Kills if running, then starts again on the same port with the same
     /// options and data dir; waits until ready. Appendonly data survives,
     /// non-persistent nodes come back empty.
@@ -703,6 +712,25 @@ pub struct Cluster {
 impl Cluster {
     pub fn start(n: usize) -> Cluster {
         Self::start_with(n, ServerOptions::default())
+    }
+
+    /// A cluster shared by every test of a binary, in a `static` (never dropped): its
+    /// servers are stopped when the test process exits (`atexit`), so none outlives it.
+    pub fn stop_at_exit(cluster: &'static std::sync::OnceLock<Cluster>) {
+        static STATICS: Mutex<Vec<&'static std::sync::OnceLock<Cluster>>> =
+            Mutex::new(Vec::new());
+        extern "C" fn stop_all() {
+            for cluster in lock(&STATICS).iter().filter_map(|c| c.get()) {
+                cluster.nodes.iter().for_each(RedisServer::stop);
+            }
+        }
+        let mut statics = lock(&STATICS);
+        if statics.is_empty() {
+            // SAFETY: `stop_all` is a plain function that does not unwind (`stop` ignores
+            // every error) and may run at exit.
+            unsafe { nix::libc::atexit(stop_all) };
+        }
+        statics.push(cluster);
     }
 
     pub fn start_with(n: usize, opts: ServerOptions) -> Cluster {
