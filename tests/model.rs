@@ -161,7 +161,7 @@ enum Rule {
     /// No marker anywhere but records: every node marked complete at once, without
     /// waiting out the records.
     UnmarkedAtOnce,
-    /// `RecordUnread` with every node answered: admitted at once (incomplete), without the
+    /// `RecordUnread` with every node answered: marked at once (incomplete), without the
     /// fallback to the node's age.
     RecordUnreadAtOnce,
     /// `RecordUnread` with every node answered: the age fallback waits out this client's
@@ -939,20 +939,22 @@ fn voting_at_once_when_admitted_by_age_loses_exclusion() {
     );
 }
 
-/// The unmarked case without its wait: marked complete at once.
+/// The unmarked case without its wait: marked complete at once (the long client tries three
+/// times: marked by one attempt, counted by a later one).
 #[test]
 fn marking_an_unmarked_ensemble_complete_at_once_loses_exclusion() {
     assert_caught(
         Lock {
             rule: Rule::UnmarkedAtOnce,
-            attempts: [2, 2],
+            attempts: [3, 1],
             ..CONCURRENT
         },
         "mutual exclusion",
     );
 }
 
-/// `RecordUnread` admitted at once, without the age fallback. Both clients unfenced: a node
+/// `RecordUnread` marked at once, without the age fallback; the short client tries three
+/// times (it marks the node, then counts it). The short client is unfenced: a node
 /// admitted by its age is incomplete, its counter untrusted, so a fenced client cannot lock
 /// through it.
 #[test]
@@ -967,8 +969,9 @@ fn admitting_at_once_when_the_record_is_unread_loses_exclusion() {
     );
 }
 
-/// The age fallback by this client's TTL instead of the longest record. Time must pass for this one: the
-/// restarted node waits out the short client's TTL while the long client's lease is valid.
+/// The age fallback by this client's TTL instead of the longest record. Time must pass for
+/// this one: the restarted node waits out the short client's TTL while the long client's
+/// lease is valid, and the short client tries three times (horizon 8 finds nothing).
 #[test]
 fn the_age_fallback_by_this_clients_ttl_loses_exclusion() {
     assert_caught(
