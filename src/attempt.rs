@@ -400,7 +400,12 @@ fn decide_votes(
                 Admission::Votes {
                     mark: true,
                     complete,
-                } => marks.push((i, Arc::clone(life), complete, record_ms)),
+                } => marks.push((i, Arc::clone(life), complete, record_ms, true)),
+                // Marked, but not cached as admitted: a later answer must show the marker
+                // current before the fast path trusts this node.
+                Admission::MarkOnly { complete } => {
+                    marks.push((i, Arc::clone(life), complete, record_ms, false));
+                }
                 Admission::Votes { complete, .. } if marker.is_some() => {
                     node.seen(life, Some(complete), record_ms);
                 }
@@ -429,14 +434,14 @@ async fn settle(marks: Option<Marks>) {
     }
 }
 
-/// Writes the markers `(node, life, complete, record)` that admissions asked for: each is
-/// queued on its node's connection before this returns, so the fence commit that may
-/// follow finds it. See [`Marks`].
-fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) -> Option<Marks> {
+/// Writes the markers `(node, life, complete, record, voted)` that admissions asked for:
+/// each is queued on its node's connection before this returns, so the fence commit that
+/// may follow finds it. See [`Marks`].
+fn send_marks(ensemble: &Ensemble, marks: Vec<Mark>) -> Option<Marks> {
     if marks.is_empty() {
         return None;
     }
-    let pending = marks.iter().filter_map(|(i, life, complete, _)| {
+    let pending = marks.iter().filter_map(|(i, life, complete, ..)| {
         let call = Call::script(&scripts::MARK, &ensemble.config.key_prefix, &[])
             .arg(&**life)
             .arg(scripts::flag(*complete));
@@ -451,13 +456,17 @@ fn send_marks(ensemble: &Ensemble, marks: Vec<(usize, Arc<str>, bool, u64)>) -> 
     })
 }
 
+/// A marker to write: node, life, completeness, the record the node now holds, and
+/// whether the node's yes counted ([`Admission::Votes`]; not for [`Admission::MarkOnly`]).
+type Mark = (usize, Arc<str>, bool, u64, bool);
+
 /// Marker writes in flight. Once a node acknowledges, this client takes the fast path
 /// there. A won attempt leaves them to the background; a failed one waits for them (within
 /// the node timeout), so that a short-lived process (the CLI) does not exit before the
 /// markers are written, leaving the next client to find records without markers.
 struct Marks {
     round: Round,
-    marks: Vec<(usize, Arc<str>, bool, u64)>,
+    marks: Vec<Mark>,
     nodes: Vec<Arc<Node>>,
 }
 
@@ -470,10 +479,11 @@ impl Marks {
             &mut self.round,
             |i, answer| {
                 let written = reply::decode::<i64>(answer);
-                if let (Some((_, life, complete, record_ms)), Some(node), Ok(written)) =
+                if let (Some((_, life, complete, record_ms, voted)), Some(node), Ok(written)) =
                     (marks.iter().find(|m| m.0 == i), nodes.get(i), written)
                 {
-                    node.seen(life, Some(*complete && written == 1), *record_ms);
+                    let admitted = voted.then_some(*complete && written == 1);
+                    node.seen(life, admitted, *record_ms);
                 }
                 NodeOutcome::Reachable
             },

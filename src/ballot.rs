@@ -133,7 +133,7 @@ pub fn view(reads: &[Option<Read>], drift_factor: f64) -> View {
 /// - none has a marker, yet records exist (two clients starting together on a new
 ///   ensemble each see the record the other's attempt raised): every node is kept out
 ///   until all of them are older than the longest record plus drift, then all are marked
-///   complete together. Exclusion: a lease counted with its markers still in flight may
+///   complete together ([`Admission::MarkOnly`]: they vote from the next attempt). Exclusion: a lease counted with its markers still in flight may
 ///   have lost a node since; every node answered and, under the minority-loss assumption,
 ///   some node of any lease's majority kept its record, so the longest record covers every
 ///   live lease, as for a lost memory. Fencing: a counter is only written after the marker
@@ -142,7 +142,13 @@ pub fn view(reads: &[Option<Read>], drift_factor: f64) -> View {
 ///   an intact majority, and marking them incomplete would leave new counters untrusted.)
 /// - the rules want the record from an intact majority (`RecordUnread`): with every answer
 ///   in, the longest record covers every live lease by the same argument, so the node
-///   waits out its quarantine by it and is then marked incomplete.
+///   waits out its quarantine by it and is then marked incomplete
+///   ([`Admission::MarkOnly`], as [`safety::wait_out`]).
+///
+/// Both are admissions by age, as the rules' own waited-out quarantine: the answer's
+/// `run_id` and uptime may be those of a process that restarted after it answered, so the
+/// node is marked, naming that life, and votes only once a later answer shows the marker
+/// current (see `docs/safety-v2.md`, "Admission by age").
 pub fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
     if let Seen::Cached { life, .. } = &read.marker
         && read.run_id.as_deref() != Some(&**life)
@@ -156,10 +162,7 @@ pub fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
     if view.unmarked && view.rules.max_ttl.is_some() && identified {
         let period = safety::quarantine_period(max_ttl, drift_factor);
         return match view.unmarked_wait {
-            wait if wait.is_zero() => Admission::Votes {
-                complete: true,
-                mark: true,
-            },
+            wait if wait.is_zero() => Admission::MarkOnly { complete: true },
             remaining => Admission::Quarantined {
                 remaining,
                 period,
@@ -178,7 +181,7 @@ pub fn admit(read: &Read, view: &View, drift_factor: f64) -> Admission {
 }
 
 /// A node that may have lost its memory, every node having answered: kept out until its
-/// age covers the longest record plus drift, then admitted incomplete.
+/// age covers the longest record plus drift, then marked incomplete.
 fn by_uptime(read: &Read, max_ttl: Duration, drift_factor: f64) -> Admission {
     let age = read.uptime.map(Uptime::min_age).unwrap_or_default();
     let reason = match read.marker {
@@ -273,6 +276,10 @@ pub(crate) fn settled(
 pub(crate) fn outcome(admission: &Admission) -> NodeOutcome {
     match admission {
         Admission::Votes { .. } => NodeOutcome::Acquired,
+        Admission::MarkOnly { .. } => NodeOutcome::Quarantined {
+            reason: QuarantineReason::Readmitting,
+            remaining: None,
+        },
         Admission::Quarantined {
             remaining, reason, ..
         } => NodeOutcome::Quarantined {
@@ -444,10 +451,7 @@ mod tests {
         let reads = [old(), old(), old()];
         assert_eq!(
             admit(reads[1].as_ref().unwrap(), &view(&reads, 0.01), 0.01),
-            Admission::Votes {
-                complete: true,
-                mark: true
-            }
+            Admission::MarkOnly { complete: true }
         );
         // Some markers, too few intact, every node heard: by its age, then incomplete.
         let lone = Some(read(true, Some(("r2", true)), 30, Some(1_000)));
@@ -455,10 +459,7 @@ mod tests {
         let v = view(&reads, 0.01);
         assert_eq!(
             admit(reads[2].as_ref().unwrap(), &v, 0.01),
-            Admission::Votes {
-                complete: false,
-                mark: true
-            }
+            Admission::MarkOnly { complete: false }
         );
         assert!(matches!(
             admit(reads[0].as_ref().unwrap(), &v, 0.01),
@@ -546,6 +547,20 @@ mod tests {
             "kept out by restart quarantine: lost its data while locks may depend on it, \
              votes again in 1.5 s"
         );
+        // Admitted by its age: marked, kept out of this attempt.
+        let marked = outcome(&Admission::MarkOnly { complete: false });
+        assert_eq!(
+            marked,
+            NodeOutcome::Quarantined {
+                reason: QuarantineReason::Readmitting,
+                remaining: None,
+            }
+        );
+        assert_eq!(
+            marked.to_string(),
+            "kept out by restart quarantine: quarantine over: votes from the attempt after the \
+             one that marks it"
+        );
     }
 
     #[test]
@@ -591,5 +606,24 @@ mod tests {
         assert_eq!(token(&reads, &adm, Some(100), true), NextToken::Mint(101));
         let reads = [None, counter(false, 0, None), counter(true, 4, Some("r1"))];
         assert_eq!(token(&reads, &adm, None, false), NextToken::Mint(5));
+        // A node marked by its age gives no trusted counter in that attempt, even one
+        // written in its life.
+        let reads = [
+            None,
+            counter(false, 7, Some("r2")),
+            counter(true, 4, Some("r1")),
+        ];
+        let adm = [
+            None,
+            Some(Admission::MarkOnly { complete: false }),
+            votes(true),
+        ];
+        assert_eq!(
+            token(&reads, &adm, None, true),
+            NextToken::Undecidable {
+                trusted: 1,
+                needed: 2
+            }
+        );
     }
 }

@@ -18,7 +18,7 @@
 //! | `quorum_lock_releases_total` | counter | `kind`: `explicit`, `drop` (guard or cancelled attempt, released in a spawned task), `skipped` (dropped without a runtime: the TTL frees it) | releases |
 //! | `quorum_lock_node_failures_total` | counter | `node` (`host:port`), `kind`: `timeout`, `error`, `wrong_type` | per-node requests without a usable answer |
 //! | `quorum_lock_node_restarts_total` | counter | `node` | a new `run_id` seen on reconnect |
-//! | `quorum_lock_quarantined_votes_total` | counter | `node`, `reason`: `memory_lost` (the node lost its memory while the ensemble had served locks), `restarted` (a new process without durable persistence), `no_identity` (`INFO` refused or incomplete), `record_unread` (the longest TTL read from too few intact nodes), `fresh_needs_all` (a new ensemble: every node must answer first) | yes votes not counted by restart quarantine |
+//! | `quorum_lock_quarantined_votes_total` | counter | `node`, `reason`: `memory_lost` (the node lost its memory while the ensemble had served locks), `restarted` (a new process without durable persistence), `no_identity` (`INFO` refused or incomplete), `record_unread` (the longest TTL read from too few intact nodes), `fresh_needs_all` (a new ensemble: every node must answer first), `readmitting` (quarantine waited out: marked, votes from the next attempt) | yes votes not counted by restart quarantine |
 //! | `quorum_lock_node_quarantined` | gauge | `node` | 1 while the node's votes are quarantined, 0 once they count (set when a vote finds the state changed) |
 //! | `quorum_lock_node_clock_offset_seconds` | gauge | `node` | clock offset measured by the last [`check_deployment`](crate::Redlock::check_deployment) |
 

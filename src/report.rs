@@ -65,11 +65,16 @@ pub enum QuarantineReason {
     /// A new ensemble: every configured node must answer before the first lock, since a
     /// fresh ensemble cannot otherwise be told from one whose records were lost.
     FreshNeedsAll,
+    /// The node's quarantine is over (or a new ensemble's records are waited out), judged
+    /// from an answer whose `run_id` and uptime may be those of a process that restarted
+    /// after it answered: its marker is written now, naming that process, and it votes
+    /// from the next attempt, once an answer shows the marker current.
+    Readmitting,
 }
 
 impl QuarantineReason {
     /// A short machine-readable name: `memory_lost`, `restarted`, `no_identity`,
-    /// `record_unread` or `fresh_needs_all` (the metric's `reason` label).
+    /// `record_unread`, `fresh_needs_all` or `readmitting` (the metric's `reason` label).
     pub fn as_str(&self) -> &'static str {
         match self {
             QuarantineReason::MemoryLost => "memory_lost",
@@ -77,6 +82,7 @@ impl QuarantineReason {
             QuarantineReason::NoIdentity => "no_identity",
             QuarantineReason::RecordUnread => "record_unread",
             QuarantineReason::FreshNeedsAll => "fresh_needs_all",
+            QuarantineReason::Readmitting => "readmitting",
         }
     }
 }
@@ -89,6 +95,9 @@ impl fmt::Display for QuarantineReason {
             QuarantineReason::NoIdentity => "run_id or uptime unknown (info refused?)",
             QuarantineReason::RecordUnread => "the longest ttl was read from too few intact nodes",
             QuarantineReason::FreshNeedsAll => "new ensemble: every node must answer first",
+            QuarantineReason::Readmitting => {
+                "quarantine over: votes from the attempt after the one that marks it"
+            }
         })
     }
 }

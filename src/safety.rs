@@ -11,7 +11,7 @@
 //! - the **ensemble record** on every node: the longest TTL any client counted a vote (or
 //!   extended) for on that node, raised in the same script as the `SET NX` / `PEXPIRE`;
 //! - the node's **marker** `<run_id>:<complete>`, written when a client admits the node
-//!   ([`Admission::Votes`] with `mark`). A marker naming the current `run_id` means the
+//!   ([`Admission::Votes`] with `mark`, or [`Admission::MarkOnly`]). A marker naming the current `run_id` means the
 //!   node's memory is intact since it was admitted;
 //! - each fencing counter's **life**: the marker's `run_id` when the counter was written.
 //!
@@ -235,6 +235,16 @@ pub enum Admission {
         /// Whether the marker must be (re)written.
         mark: bool,
     },
+    /// Admitted by its age (its quarantine waited out): write the marker `<run_id>:<complete>`
+    /// naming the life the answer came from, but the yes does not count in this attempt.
+    /// The answer may predate a restart (it was sent before the node lost its memory and
+    /// arrived after), and its `run_id` and uptime are those of the old life; the marker
+    /// settles it: the next attempt finds it current (intact: votes) or naming an old life
+    /// (restarted: quarantined again). See `docs/safety-v2.md`, "Admission by age".
+    MarkOnly {
+        /// The completeness the marker must say.
+        complete: bool,
+    },
     /// Not yet: it votes once `remaining` has passed after the moment the `INFO` reply
     /// arrived ("quarantined until ~T").
     Quarantined {
@@ -265,8 +275,9 @@ pub fn quarantine_period(max_ttl: Duration, drift_factor: f64) -> Duration {
 /// In order: unknown identity → [`Admission::Unknown`]; intact (marker of this process,
 /// or durable) → votes at once; a fresh ensemble ([`EnsembleView::is_fresh`]) → votes at
 /// once; otherwise the node may have lost memory: the ensemble's longest TTL must be read
-/// from a majority of intact nodes, and the node votes once its uptime (rounded down by a
-/// whole unit) covers [`quarantine_period`] of it.
+/// from a majority of intact nodes, and the node is marked once its uptime (rounded down by
+/// a whole unit) covers [`quarantine_period`] of it ([`Admission::MarkOnly`]: it votes from
+/// the next attempt, see [`wait_out`]).
 pub fn admit(node: &NodeFacts<'_>, ensemble: &EnsembleView, drift_factor: f64) -> Admission {
     let (Some(run_id), Some(uptime)) = (node.run_id, node.uptime) else {
         return Admission::Unknown {
@@ -314,7 +325,10 @@ pub fn admit(node: &NodeFacts<'_>, ensemble: &EnsembleView, drift_factor: f64) -
 }
 
 /// A node that may have lost memory (`reason`) and is at least `age` old: quarantined until
-/// `age` reaches the quarantine period of `max_ttl`, then admitted with `complete = false`.
+/// `age` reaches the quarantine period of `max_ttl`, then marked with `complete = false`
+/// ([`Admission::MarkOnly`]): an admission by age never votes in the attempt that decides
+/// it, since `age` (and the life the marker names) may be those of a process that restarted
+/// after it answered.
 pub fn wait_out(max_ttl: Duration, age: Duration, reason: Reason, drift_factor: f64) -> Admission {
     let period = quarantine_period(max_ttl, drift_factor);
     match period.checked_sub(age) {
@@ -323,12 +337,10 @@ pub fn wait_out(max_ttl: Duration, age: Duration, reason: Reason, drift_factor: 
             period,
             reason,
         },
-        // Every lease that may have used the lost memory has ended. Its counters stay
+        // Every lease that may have used the lost memory has ended, if the answer is of the
+        // node's current life: the marker tells the next attempt. Its counters stay
         // untrusted until rewritten in this life (complete = false).
-        _ => Admission::Votes {
-            complete: false,
-            mark: true,
-        },
+        _ => Admission::MarkOnly { complete: false },
     }
 }
 
@@ -342,7 +354,8 @@ pub struct CounterRead {
 }
 
 /// Whether a node's counter reflects every commit that reached it: the node is admitted in
-/// its current life (`marker_current`: [`admit`] said [`Admission::Votes`]) and either
+/// its current life (`marker_current`: [`admit`] said [`Admission::Votes`], never
+/// [`Admission::MarkOnly`]) and either
 /// never lost memory (`complete`, from the marker) or the counter was written in this life
 /// (`written_this_life`: the counter's life tag equals the node's `run_id`).
 pub fn counter_trusted(marker_current: bool, complete: bool, written_this_life: bool) -> bool {
@@ -526,6 +539,7 @@ mod tests {
             complete: true,
         });
         let votes = |complete, mark| Admission::Votes { complete, mark };
+        let mark_only = Admission::MarkOnly { complete: false };
         let q = |ms, period, reason| Admission::Quarantined {
             remaining: MS(ms),
             period: MS(period),
@@ -556,15 +570,16 @@ mod tests {
                 served(60_000),
                 q(602, 60_602, Reason::MemoryLost),
             ),
-            (facts(None, "r2", 62), served(60_000), votes(false, true)),
+            // Waited out: marked, votes from the next attempt.
+            (facts(None, "r2", 62), served(60_000), mark_only),
             (
                 facts(old, "r2", 10),
                 served(60_000),
                 q(51_602, 60_602, Reason::Restarted),
             ),
-            (facts(old, "r2", 100), served(60_000), votes(false, true)),
+            (facts(old, "r2", 100), served(60_000), mark_only),
             // A short TTL of this client does not shorten it: the record is the ensemble's.
-            (facts(None, "r2", 3), served(1_000), votes(false, true)),
+            (facts(None, "r2", 3), served(1_000), mark_only),
             (
                 facts(None, "r2", 3),
                 served(2_000),

@@ -27,14 +27,15 @@
 //! plus the drift allowance decides in the tick it began (the builder refuses a TTL not
 //! above the node timeout plus drift). Optionally (`lost_marks`), the marker writes of a
 //! decision to the `dropped` nodes are lost too (any number of them: they are in flight
-//! when the lock is granted); nodes may start long before the clients (`Start::Aged`); and
-//! restarts may be kept out of attempts in flight (`quiet_restarts`).
+//! when the lock is granted); and nodes may start long before the clients
+//! (`Start::Aged`). A restart may come at any moment, also between two answers of one
+//! attempt.
 //!
 //! Each old rule, put back, must give a counterexample; the rules as written must give
-//! none, and the model must reach a lock, and one counted through a re-admitted node. One
-//! configuration documents a defect the model found (restarts between two answers of one
-//! attempt, `an_answer_from_before_a_restart_is_judged_by_its_old_life`), and one a
-//! candidate repair that removes it (`Rule::AgeMarksOnly`).
+//! none, and the model must reach a lock, and one counted through a re-admitted node. A
+//! node admitted by its age (`Admission::MarkOnly`) votes from the next attempt: voting at
+//! once (`Rule::AgeVotesAtOnce`) loses exclusion when a node restarts between two answers
+//! of one attempt, a defect this model found.
 //!
 //! Nodes are symmetric: the checker keeps one representative per permutation of nodes, so
 //! the printed counterexample paths use the representatives' node numbering.
@@ -160,17 +161,15 @@ enum Rule {
     /// No marker anywhere but records: every node marked complete at once, without
     /// waiting out the records.
     UnmarkedAtOnce,
-    /// `RecordUnread` with every node answered: admitted at once (incomplete), without the
+    /// `RecordUnread` with every node answered: marked at once (incomplete), without the
     /// fallback to the node's age.
     RecordUnreadAtOnce,
     /// `RecordUnread` with every node answered: the age fallback waits out this client's
     /// own TTL instead of the longest record.
     RecordUnreadOwnTtl,
-    /// A candidate repair (not the client's rule): a node admitted by its age (quarantine
-    /// waited out, the unmarked case, the age fallback) is marked, naming the life its
-    /// answer came from, but does not vote in that attempt; the next attempt finds it
-    /// intact, or, if it restarted since that answer, restarted.
-    AgeMarksOnly,
+    /// A node admitted by its age (quarantine waited out, the unmarked case, the age
+    /// fallback: `Admission::MarkOnly`) votes in the attempt that marks it.
+    AgeVotesAtOnce,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,9 +199,6 @@ struct Lock {
     /// Whether a decision's marker writes may be lost (on the `dropped` nodes, any number
     /// of them): they are in flight when the lock is granted. Off: they always land.
     lost_marks: bool,
-    /// Whether a node restarts only while no attempt is in flight (no answer of an
-    /// attempt predates a restart that another answer of it follows).
-    quiet_restarts: bool,
 }
 
 fn ms(ticks: u8) -> Duration {
@@ -307,10 +303,7 @@ impl Lock {
             }
         };
         let admission = match self.rule {
-            Rule::RecordUnreadAtOnce if path == BY_AGE => Admission::Votes {
-                complete: false,
-                mark: true,
-            },
+            Rule::RecordUnreadAtOnce if path == BY_AGE => Admission::MarkOnly { complete: false },
             Rule::RecordUnreadOwnTtl if path == BY_AGE => {
                 let mut own = *view;
                 own.rules.max_ttl = Some(ms(self.ttls[c]));
@@ -318,7 +311,16 @@ impl Lock {
             }
             _ => ballot::admit(read, view, 0.0),
         };
-        (admission, path)
+        match (self.rule, admission) {
+            (Rule::AgeVotesAtOnce, Admission::MarkOnly { complete }) => {
+                let votes = Admission::Votes {
+                    complete,
+                    mark: true,
+                };
+                (votes, path)
+            }
+            _ => (admission, path),
+        }
     }
 
     /// The decision of client `c`'s attempt; the marker writes to the nodes in `lost` are
@@ -337,16 +339,13 @@ impl Lock {
             };
             let (admission, path) = self.admit(c, p, read, &view);
             admissions[i] = Some(admission);
-            let Admission::Votes { complete, mark } = admission else {
-                continue;
+            let (complete, mark, votes) = match admission {
+                Admission::Votes { complete, mark } => (complete, mark, true),
+                Admission::MarkOnly { complete } => (complete, true, false),
+                _ => continue,
             };
-            let by_age = mark && !Self::facts(p).is_intact() && !view.rules.is_fresh();
-            let marks_only = self.rule == Rule::AgeMarksOnly && by_age;
-            if marks_only {
-                admissions[i] = None;
-            }
             let node = &mut s.nodes[i];
-            if p.set && !marks_only {
+            if p.set && votes {
                 voters |= 1 << i;
                 via_restarted |= p.life > 0;
                 paths |= path | (node.via * u8::from(node.life == p.life));
@@ -577,9 +576,7 @@ impl Model for Lock {
             }
         }
         let lost = s.degraded.count_ones() as usize;
-        let in_flight = (s.clients.iter()).any(|cl| matches!(cl.phase, Phase::Acquiring { .. }));
-        let quiet = !self.quiet_restarts || !in_flight;
-        if quiet && s.restarts > 0 && lost + 1 + safety::majority(self.nodes) <= self.nodes {
+        if s.restarts > 0 && lost + 1 + safety::majority(self.nodes) <= self.nodes {
             out.extend((0..self.nodes).map(Action::Restart));
         }
     }
@@ -759,7 +756,6 @@ const SERVED: Lock = Lock {
     start: Start::Served(2),
     rule: Rule::Current,
     lost_marks: false,
-    quiet_restarts: false,
 };
 
 /// A second attempt for the short client (no extensions, a shorter horizon): a node
@@ -822,11 +818,17 @@ fn rules_keep_exclusion_and_fencing_with_five_nodes() {
     );
 }
 
+/// Attempts for a mutant of [`SERVED`]: a node re-admitted by its age is marked by one
+/// attempt and votes in the next, so the short client tries twice.
+const MARK_THEN_VOTE: [u8; CLIENTS] = [1, 2];
+
 #[test]
 fn quarantine_from_this_clients_ttl_loses_exclusion() {
     assert_caught(
         Lock {
             rule: Rule::OwnTtlQuarantine,
+            attempts: MARK_THEN_VOTE,
+            extends: 0,
             ..SERVED
         },
         "mutual exclusion",
@@ -860,6 +862,8 @@ fn the_longest_ttl_from_any_majority_loses_exclusion() {
     assert_caught(
         Lock {
             rule: Rule::RecordFromAnyMajority,
+            attempts: MARK_THEN_VOTE,
+            extends: 0,
             ..SERVED
         },
         "mutual exclusion",
@@ -881,69 +885,76 @@ fn keeping_validity_after_a_failed_extension_loses_exclusion() {
 /// A new ensemble of nodes that have run for a while (6 ticks, longer than any quarantine
 /// here, so a restarted node is the only young one), whose marker writes may be lost (any
 /// of them: a lock is granted with its markers in flight). No time passes: what differs
-/// between the rules is how a young restarted node is judged. Client 0 (long, fenced) and
-/// client 1 (short, unfenced) try twice each; one restart, while no attempt is in flight
-/// (see [`CONCURRENT`] for the other case). Clients starting together leave records
-/// without markers (the wiring's unmarked case); a lock whose markers landed on one node
-/// leaves too few intact nodes to read the record (`RecordUnread`: the age fallback).
+/// between the rules is how a young restarted node is judged. Client 0 (long, fenced) tries
+/// once and client 1 (short, unfenced) twice; one restart, at any moment, also between two
+/// answers of one attempt. Clients starting together leave records without markers (the
+/// wiring's unmarked case); a lock whose markers landed on one node leaves too few intact
+/// nodes to read the record (`RecordUnread`: the age fallback).
 const NEW: Lock = Lock {
     t_max: 6,
     attempts: [1, 2],
     extends: 0,
     start: Start::Aged(6),
     lost_marks: true,
-    quiet_restarts: true,
     ..SERVED
 };
 
 /// [`NEW`] with the roles swapped: the long, fenced client tries twice.
-const NEW_LONG_TWICE: Lock = Lock {
+const CONCURRENT: Lock = Lock {
     attempts: [2, 1],
     ..NEW
 };
 
-/// [`NEW_LONG_TWICE`] with the restart at any moment, also between two answers of one
-/// attempt.
-const CONCURRENT: Lock = Lock {
-    quiet_restarts: false,
-    ..NEW_LONG_TWICE
-};
-
+/// Admissions by age (the quarantine waited out, the unmarked case, the age fallback) mark
+/// the node and vote from the next attempt, and are still reached for a lock then.
 #[test]
 fn rules_keep_exclusion_and_fencing_on_a_new_ensemble_with_lost_markers() {
     assert_safe(NEW, &[UNMARKED_REACHED, BY_AGE_REACHED]);
-    assert_safe(NEW_LONG_TWICE, &[UNMARKED_REACHED, BY_AGE_REACHED]);
 }
 
-/// A defect of the rules as written, found by this model: an answer given before its node
-/// restarted is judged by its old life. N = 3, a new ensemble whose nodes have run longer
-/// than any TTL. B's acquire reaches node 0 (B's key set there); its requests to nodes 1
-/// and 2 are slow. Node 0 restarts empty. A finds all three nodes without record or marker
-/// (fresh), locks, marks them, releases, and locks again on {0, 1}. B's answers from 1
-/// (held) and 2 (free) arrive: two intact nodes give the record, and node 0, whose answer
-/// shows no marker and an old process, has waited out its quarantine (`MemoryLost` by its
-/// age): B holds {0, 2} while A holds {0, 1}; B's key on 0 was lost before A came. The
-/// wiring's two cases fail the same way. No message is lost. This test documents the
-/// defect: once the rules are repaired (see `Rule::AgeMarksOnly`) it fails, and this
-/// configuration must then be checked with `assert_safe`.
+/// An answer given before its node restarted, judged by its old life, must not vote. N = 3,
+/// a new ensemble whose nodes have run longer than any TTL. B's acquire reaches node 0 (B's
+/// key set there); its requests to nodes 1 and 2 are slow. Node 0 restarts empty. A finds
+/// all three nodes without record or marker (fresh), locks, marks them, releases, and locks
+/// again on {0, 1}. B's answers from 1 (held) and 2 (free) arrive: two intact nodes give
+/// the record, and node 0, whose answer shows no marker and an old process, has waited out
+/// its quarantine (`MemoryLost` by its age). Voting at once (the rule before
+/// `Admission::MarkOnly`), B held {0, 2} while A held {0, 1}: see
+/// `voting_at_once_when_admitted_by_age_loses_exclusion`. Marked only, node 0's marker
+/// names its old life, and B's next attempt finds it restarted.
 #[test]
-fn an_answer_from_before_a_restart_is_judged_by_its_old_life() {
-    assert_caught(CONCURRENT, "mutual exclusion");
+fn rules_keep_exclusion_and_fencing_when_a_node_restarts_between_two_answers() {
+    assert_safe(CONCURRENT, &[UNMARKED_REACHED, BY_AGE_REACHED]);
 }
 
-/// The unmarked case without its wait: marked complete at once.
+/// The old rule: a node admitted by its age votes in the attempt that marks it.
 #[test]
-fn marking_an_unmarked_ensemble_complete_at_once_loses_exclusion() {
+fn voting_at_once_when_admitted_by_age_loses_exclusion() {
     assert_caught(
         Lock {
-            rule: Rule::UnmarkedAtOnce,
-            ..NEW_LONG_TWICE
+            rule: Rule::AgeVotesAtOnce,
+            ..CONCURRENT
         },
         "mutual exclusion",
     );
 }
 
-/// `RecordUnread` admitted at once, without the age fallback. Both clients unfenced: a node
+/// The unmarked case without its wait: marked complete at once (the long client tries three
+/// times: marked by one attempt, counted by a later one).
+#[test]
+fn marking_an_unmarked_ensemble_complete_at_once_loses_exclusion() {
+    assert_caught(
+        Lock {
+            rule: Rule::UnmarkedAtOnce,
+            attempts: [3, 1],
+            ..CONCURRENT
+        },
+        "mutual exclusion",
+    );
+}
+
+/// `RecordUnread` marked at once, without the age fallback; the short client tries three
+/// times (it marks the node, then counts it). The short client is unfenced: a node
 /// admitted by its age is incomplete, its counter untrusted, so a fenced client cannot lock
 /// through it.
 #[test]
@@ -951,41 +962,25 @@ fn admitting_at_once_when_the_record_is_unread_loses_exclusion() {
     assert_caught(
         Lock {
             rule: Rule::RecordUnreadAtOnce,
+            attempts: [1, 3],
             ..NEW
         },
         "mutual exclusion",
     );
 }
 
-/// The age fallback by this client's TTL instead of the longest record. Time must pass for this one: the
-/// restarted node waits out the short client's TTL while the long client's lease is valid.
+/// The age fallback by this client's TTL instead of the longest record. Time must pass for
+/// this one: the restarted node waits out the short client's TTL while the long client's
+/// lease is valid, and the short client tries three times (horizon 8 finds nothing).
 #[test]
 fn the_age_fallback_by_this_clients_ttl_loses_exclusion() {
     assert_caught(
         Lock {
             rule: Rule::RecordUnreadOwnTtl,
             t_max: 9,
+            attempts: [1, 3],
             ..NEW
         },
         "mutual exclusion",
     );
-}
-
-/// The candidate repair keeps exclusion and fencing with restarts between answers, and a
-/// node admitted by its age still counts, at the next attempt.
-#[test]
-fn marking_without_voting_by_age_survives_restarts_between_answers() {
-    let repaired = |model: Lock| Lock {
-        rule: Rule::AgeMarksOnly,
-        ..model
-    };
-    assert_safe(repaired(CONCURRENT), &[UNMARKED_REACHED, BY_AGE_REACHED]);
-    assert_safe(
-        repaired(Lock {
-            quiet_restarts: false,
-            ..NEW
-        }),
-        &[UNMARKED_REACHED, BY_AGE_REACHED],
-    );
-    assert_safe(repaired(SERVED), &[READMITTED]);
 }

@@ -452,7 +452,9 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
 }
 
 /// A rolling restart through every node, each waiting out its quarantine, with fenced
-/// locks all along: tokens strictly increase and every node votes again.
+/// locks all along: tokens strictly increase and every node votes again. A node that lost
+/// its memory after the ensemble served locks is admitted by its age: the attempt that
+/// finds its quarantine over marks it (`Readmitting`) and the next one counts its vote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_increase_through_a_rolling_restart() {
     let mut cluster = Cluster::start(3);
@@ -461,25 +463,42 @@ async fn fencing_tokens_increase_through_a_rolling_restart() {
     let redlock = client(&urls, ttl);
     let resource = unique("rolling");
     let mut tokens = Vec::new();
+    let readmitting = NodeOutcome::Quarantined {
+        reason: QuarantineReason::Readmitting,
+        remaining: None,
+    };
     for restarted in 0..3 {
         tokio::task::block_in_place(|| cluster.nodes[restarted].restart());
         let began = Instant::now();
+        let (mut marked, mut attempts) = (false, 0);
         loop {
             assert!(
                 began.elapsed() < Duration::from_secs(15),
                 "node never voted"
             );
+            attempts += 1;
             let guard = match redlock.lock(&resource, ttl).fenced().max_attempts(1).await {
                 Ok(guard) => guard,
-                Err(e) if e.is_unavailable() || e.is_contended() => continue,
+                Err(e) if e.is_unavailable() || e.is_contended() => {
+                    let report = e.report().map(|r| r.results()[restarted].outcome.clone());
+                    marked |= report.as_ref() == Some(&readmitting);
+                    continue;
+                }
                 Err(e) => panic!("{e}"),
             };
             tokens.push(guard.fencing_token().get());
-            let voted = guard.report().results()[restarted].outcome == NodeOutcome::Acquired;
+            let outcome = guard.report().results()[restarted].outcome.clone();
             guard.release().await.ok();
-            if voted {
+            // Marked by an earlier attempt: its marker is current now, it votes (or its
+            // answer was not waited for).
+            let counts = matches!(outcome, NodeOutcome::Acquired | NodeOutcome::Pending);
+            assert!(!marked || counts, "{outcome}");
+            marked |= outcome == readmitting;
+            if outcome == NodeOutcome::Acquired {
+                // Node 0 restarts before any lock: a fresh ensemble, it votes at once.
+                assert_eq!(marked, restarted > 0, "node {restarted}");
                 eprintln!(
-                    "node {restarted} votes again {:.1?} after its restart",
+                    "node {restarted} votes again {:.1?} after its restart ({attempts} attempts)",
                     began.elapsed()
                 );
                 break;
@@ -730,4 +749,134 @@ async fn quarantine_off_on_volatile_nodes_warns_at_connect() {
     build(&[durable.url()], false).connect().await.unwrap();
     let after = logs.text();
     assert!(!after[before..].contains(UNSAFE_FENCING), "{after}");
+}
+
+fn info_field(node: &RedisServer, field: &str) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut node.conn())
+        .unwrap();
+    let prefix = format!("{field}:");
+    let line = info.lines().find(|l| l.starts_with(&prefix)).unwrap();
+    line[prefix.len()..].trim().to_owned()
+}
+
+fn marker(node: &RedisServer) -> Option<String> {
+    redis::cmd("GET")
+        .arg("quorum-lock:node:marker")
+        .query(&mut node.conn())
+        .unwrap()
+}
+
+/// The model's counterexample to voting at once when admitted by age (issue 14, see
+/// `tests/model.rs`, `voting_at_once_when_admitted_by_age_loses_exclusion`), on real
+/// servers: B's acquire sets its key on node 0, its requests to nodes 1 and 2 are held
+/// (black-holed proxies); node 0 restarts empty; A finds a fresh ensemble, locks, releases
+/// and locks again on nodes 0 and 1 (node 2 holds a stale key); then B's requests arrive.
+/// Node 0's answer (no marker, a process older than any TTL) came from its old life: B
+/// marks node 0 but must not count it, so B holds nothing while A holds its lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_from_before_a_restart_does_not_vote() {
+    use common::proxy::{FaultProxy, Link};
+    use std::net::SocketAddr;
+    let mut cluster = Cluster::start(3);
+    let resource = unique("old-life");
+    let ttl_a = Duration::from_secs(1);
+    // Older than A's TTL plus drift, rounding down: uptime 3 means more than 2 s.
+    for node in &cluster.nodes {
+        eventually(Duration::from_secs(10), "nodes up 3 s", || {
+            uptime_secs(node) >= 3
+        })
+        .await;
+    }
+    let old_life = info_field(&cluster.nodes[0], "run_id");
+    let proxies: Vec<FaultProxy> = (cluster.nodes[1..].iter())
+        .map(|n| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], n.port()))))
+        .collect();
+    let urls_b = [cluster.nodes[0].url(), proxies[0].url(), proxies[1].url()];
+    let b = Redlock::builder()
+        .nodes(urls_b)
+        .node_timeout(Duration::from_secs(20))
+        .default_ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    b.connect().await.unwrap();
+    for proxy in &proxies {
+        proxy.set_link(Link::Blackhole);
+    }
+    let attempt = {
+        let (b, resource) = (b.clone(), resource.clone());
+        tokio::spawn(async move {
+            b.lock(&resource, Duration::from_secs(60))
+                .max_attempts(1)
+                .await
+        })
+    };
+    let node0 = &cluster.nodes[0];
+    eventually(Duration::from_secs(5), "B's key on node 0", || {
+        exists(node0, &resource)
+    })
+    .await;
+    tokio::task::block_in_place(|| cluster.nodes[0].restart());
+
+    // A: every node answers without record or marker (fresh), so A locks on all three.
+    let a = client(&cluster.urls(), ttl_a);
+    lock_and_release(&a, &resource, ttl_a).await;
+    for node in &cluster.nodes {
+        eventually(Duration::from_secs(5), "A's markers written", || {
+            marker(node).is_some()
+        })
+        .await;
+    }
+    stale_key(&cluster.nodes[2], &resource, 300);
+    let held = a.lock(&resource, ttl_a).max_attempts(1).await.unwrap();
+    let votes: Vec<NodeOutcome> = (held.report().results().iter())
+        .map(|r| r.outcome.clone())
+        .collect();
+    // Node 2's answer (held by the stale key) may not have been waited for.
+    assert_eq!(votes[..2], [NodeOutcome::Acquired, NodeOutcome::Acquired]);
+    assert!(
+        matches!(votes[2], NodeOutcome::HeldByOther | NodeOutcome::Pending),
+        "{votes:?}"
+    );
+    stale_key_expired(&cluster.nodes[2], &resource).await;
+    // B's requests arrive: node 1 is A's, node 2 is free.
+    for proxy in &proxies {
+        proxy.set_link(Link::Up);
+    }
+    let outcome = attempt.await.unwrap();
+    assert!(held.is_valid(), "A's lock outlived the scenario: retry");
+    let err = match outcome {
+        Ok(guard) => panic!(
+            "two holders: B holds {} while A holds {:?}",
+            guard.report(),
+            votes
+        ),
+        Err(Error::Timeout { last, .. }) => *last,
+        Err(e) => e,
+    };
+    let report = err.report().unwrap_or_else(|| panic!("{err}"));
+    let got: Vec<NodeOutcome> = report.results().iter().map(|r| r.outcome.clone()).collect();
+    assert_eq!(
+        got,
+        [
+            NodeOutcome::Quarantined {
+                reason: QuarantineReason::Readmitting,
+                remaining: None
+            },
+            NodeOutcome::HeldByOther,
+            NodeOutcome::Acquired,
+        ],
+        "{err}"
+    );
+    // B's marker for node 0 names the life its answer came from, so if it lands (its
+    // connection broke with the restart: it may be lost), the next attempt finds node 0
+    // restarted; if lost, A's marker stays. Never one naming the new life incomplete.
+    let new_life = info_field(&cluster.nodes[0], "run_id");
+    let marked = marker(&cluster.nodes[0]);
+    assert!(
+        [format!("{old_life}:0"), format!("{new_life}:1")].contains(marked.as_ref().unwrap()),
+        "{marked:?}"
+    );
+    held.release().await.unwrap();
 }

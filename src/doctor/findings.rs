@@ -625,14 +625,29 @@ pub(crate) fn kept_out(
     (infos.iter().zip(verdicts))
         .filter_map(|(info, kept)| {
             let (reason, remaining) = kept?;
-            let when = match remaining {
-                Some(d) => format!("votes again within {} s", d.as_secs_f64().ceil()),
-                None => "votes again once that is resolved".to_owned(),
+            let (message, severity) = match (reason, remaining) {
+                // Over by itself at the next acquisition: worth knowing, not a warning.
+                (QuarantineReason::Readmitting, _) => {
+                    (format!("restart quarantine: {reason}"), Severity::Info)
+                }
+                (_, Some(d)) => (
+                    format!(
+                        "restart quarantine keeps its vote out: {reason}; votes again within {} s",
+                        d.as_secs_f64().ceil()
+                    ),
+                    Severity::Warning,
+                ),
+                (_, None) => (
+                    format!(
+                        "restart quarantine keeps its vote out: {reason}; votes again once that \
+                         is resolved"
+                    ),
+                    Severity::Warning,
+                ),
             };
-            let message = format!("restart quarantine keeps its vote out: {reason}; {when}");
             Some(finding(
                 FindingKind::KeptOut,
-                Severity::Warning,
+                severity,
                 Some(&info.name),
                 message,
                 kept_out_fix(reason),
@@ -676,6 +691,9 @@ fn kept_out_fix(reason: QuarantineReason) -> &'static str {
         }
         QuarantineReason::FreshNeedsAll => {
             "bring every node up: the first lock of a new ensemble needs every node's answer"
+        }
+        QuarantineReason::Readmitting => {
+            "none needed: the next acquisition writes its marker, and it votes from the one after"
         }
     }
 }

@@ -787,11 +787,25 @@ fn kept_out_nodes_are_judged_as_an_acquisition_judges_them() {
         )),
         "{report}"
     );
-    // Without a marker but up for an hour (longer than the record plus drift): they vote.
-    // An unread node leaves a new ensemble waiting for every answer; nothing is kept out
-    // on a served set whose markers name the current processes.
+    // Without a marker but up for an hour (longer than the record plus drift): quarantine
+    // over, they vote once an acquisition has marked them (an admission by age), told as
+    // information. An unread node leaves a new ensemble waiting for every answer; nothing
+    // is kept out on a served set whose markers name the current processes.
     let old = set(5);
-    assert!(kept_out(&old, &ledgers, 0.01).is_empty());
+    let text = "restart quarantine: quarantine over: votes from the attempt after the one that \
+                marks it";
+    let readmitting: Vec<(Option<String>, String, Severity)> = (kept_out(&old, &ledgers, 0.01))
+        .into_iter()
+        .map(|f| (f.node, f.message, f.severity))
+        .collect();
+    let want = [3, 4].map(|i| {
+        (
+            Some(format!("10.0.0.{i}:6379")),
+            text.to_owned(),
+            Severity::Info,
+        )
+    });
+    assert_eq!(readmitting, want);
     let fresh = [None, Some(Ledger::default()), Some(Ledger::default())];
     let waiting = kept_out(&infos[..3], &fresh, 0.01);
     assert_eq!(waiting.len(), 2, "{waiting:?}");
