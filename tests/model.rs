@@ -102,6 +102,8 @@ struct State {
     regress: bool,
     acquired: bool,
     readmitted_acquired: bool,
+    /// Counter repair (see the repair block below).
+    repair: RepairState,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +114,9 @@ enum Action {
     Extend(usize, u8),
     Release(usize),
     Restart(usize),
+    /// Counter repair of node `x`, reading the nodes in the mask (see the repair block).
+    RepairRead(usize, u8),
+    RepairWrite,
 }
 
 /// The rule the model runs: the crate's, or one old rule put back.
@@ -128,6 +133,8 @@ enum Rule {
     RecordFromAnyMajority,
     /// A failed extension leaves the old validity.
     KeepValidityAfterFailedExtension,
+    /// Counter repair scans fewer than a majority of complete nodes for resources.
+    RepairFromAMinority,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,6 +157,8 @@ struct Lock {
     fenced: [bool; CLIENTS],
     extends: u8,
     restarts: u8,
+    /// Counter repairs the clients may start (see the repair block).
+    repairs: u8,
     start: Start,
     rule: Rule,
 }
@@ -221,12 +230,14 @@ impl Lock {
             .collect();
         let view = self.view(c, &answered);
         let (mut voters, mut via_restarted, mut reads) = (0u8, false, Vec::new());
+        let mut via_repaired = false;
         for &(i, p) in &answered {
             let admission = safety::admit(&Self::facts(p), &view, 0.0);
             let mut trusted = self.rule == Rule::TrustEveryCounter;
             if let Admission::Votes { complete, mark } = admission {
                 let this_life = p.counter.is_some_and(|(_, life)| life == p.life);
                 trusted |= safety::counter_trusted(true, complete, this_life);
+                via_repaired |= repaired(p, this_life);
                 if p.set {
                     voters |= 1 << i;
                     via_restarted |= p.life > 0;
@@ -256,6 +267,7 @@ impl Lock {
         };
         match token {
             NextToken::Mint(t) if enough && valid => {
+                s.repair.used |= via_repaired && self.fenced[c];
                 s.clients[c].phase = Phase::Committing {
                     start,
                     token: u8::try_from(t).unwrap_or(u8::MAX),
@@ -403,6 +415,10 @@ impl Model for Lock {
             regress: false,
             acquired: false,
             readmitted_acquired: false,
+            repair: RepairState {
+                left: self.repairs,
+                ..RepairState::default()
+            },
         }]
     }
 
@@ -446,6 +462,7 @@ impl Model for Lock {
         if s.restarts > 0 && lost + 1 + safety::majority(self.nodes) <= self.nodes {
             out.extend((0..self.nodes).map(Action::Restart));
         }
+        self.repair_actions(s, out);
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -503,6 +520,8 @@ impl Model for Lock {
                 };
                 s.degraded |= 1 << i;
             }
+            Action::RepairRead(x, reached) => self.repair_read(&mut s, x, reached)?,
+            Action::RepairWrite => repair_write(&mut s),
         }
         Some(s)
     }
@@ -515,6 +534,10 @@ impl Model for Lock {
             Property::sometimes("a re-admitted node counts for a lock", |_, s: &State| {
                 s.readmitted_acquired
             }),
+            Property::sometimes(
+                "a repaired node's counter is used for a token",
+                |_, s: &State| s.repair.used,
+            ),
         ]
     }
 }
@@ -549,6 +572,9 @@ fn representative(s: &State) -> State {
             Phase::Committing { voters, .. } => *voters = remap(*voters),
             _ => {}
         }
+    }
+    if let Some(pending) = &mut r.repair.pending {
+        pending.node = order.iter().position(|&i| i == pending.node).unwrap_or(0);
     }
     r
 }
@@ -611,6 +637,7 @@ const SERVED: Lock = Lock {
     fenced: [true, false],
     extends: 1,
     restarts: 1,
+    repairs: 0,
     start: Start::Served(2),
     rule: Rule::Current,
 };
@@ -728,5 +755,156 @@ fn keeping_validity_after_a_failed_extension_loses_exclusion() {
             ..SERVED
         },
         "mutual exclusion",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Counter repair of a re-admitted node (issue 14's rolling-restart liveness), kept apart.
+//
+// A client that admits node `x` with a current, incomplete marker repairs it in the
+// background, in two steps so that commits, attempts and restarts interleave with it:
+// - `RepairRead(x, reached)`: the nodes in `reached` answer. The sources are the reached
+//   nodes other than `x` whose marker is current and complete (`safety::repair_sources`,
+//   a majority needed); the resource is "found" when a source holds its counter (the
+//   scan); its counters are read on every reached node, trusted as the ballot trusts them,
+//   and `safety::repair_value` gives the value (`None`: skip, `x` stays incomplete).
+// - `RepairWrite`: only while `x`'s marker still reads `(life, incomplete)` (the
+//   compare-and-set of the `COMPLETE` script, which compares the marker alone): raise
+//   `x`'s counter to the value, tagged with `life`, then mark it complete.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+struct RepairState {
+    /// Repairs still allowed (a bound of the model).
+    left: u8,
+    /// Read, not yet written.
+    pending: Option<PendingRepair>,
+    /// A token was minted from a counter trusted only because a repair completed its node.
+    used: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct PendingRepair {
+    node: usize,
+    /// The life the repair was read for (`x`'s marker and `run_id` then).
+    life: u8,
+    /// The value to write, when the resource was found.
+    value: Option<u8>,
+}
+
+/// Whether a probe's counter is trusted only because a repair marked its node complete
+/// (a restarted node, complete, the counter not rewritten in its life).
+fn repaired(p: &Probe, this_life: bool) -> bool {
+    p.life > 0 && p.marker == Some((p.life, true)) && !this_life
+}
+
+impl Lock {
+    fn repair_actions(&self, s: &State, out: &mut Vec<Action>) {
+        if s.repair.pending.is_some() {
+            out.push(Action::RepairWrite);
+            return;
+        }
+        if s.repair.left == 0 {
+            return;
+        }
+        for (x, node) in s.nodes.iter().enumerate() {
+            if node.marker == Some((node.life, false)) {
+                out.extend(
+                    subsets(self.all())
+                        .filter(|m| m.count_ones() as usize >= safety::majority(self.nodes))
+                        .map(|m| Action::RepairRead(x, m)),
+                );
+            }
+        }
+    }
+
+    /// `None` when the repair cannot proceed now (too few sources, an undecidable value).
+    fn repair_read(&self, s: &mut State, x: usize, reached: u8) -> Option<()> {
+        let current = |n: &Node| n.marker.filter(|(life, _)| *life == n.life);
+        let complete: Vec<bool> = (s.nodes.iter().enumerate())
+            .map(|(i, n)| reached & 1 << i != 0 && current(n).is_some_and(|(_, c)| c))
+            .collect();
+        let sources = match self.rule {
+            Rule::RepairFromAMinority => {
+                Some((0..self.nodes).filter(|&i| complete[i] && i != x).collect())
+                    .filter(|v: &Vec<usize>| !v.is_empty())
+            }
+            _ => safety::repair_sources(&complete, x, self.nodes),
+        }?;
+        let found = sources.iter().any(|&i| s.nodes[i].counter.is_some());
+        let reads: Vec<CounterRead> = (bits(reached).map(|i| &s.nodes[i]))
+            .map(|n| CounterRead {
+                value: n.counter.map(|(v, _)| u64::from(v)),
+                trusted: current(n).is_some_and(|(_, complete)| {
+                    let this_life = n.counter.is_some_and(|(_, life)| life == n.life);
+                    safety::counter_trusted(true, complete, this_life)
+                }),
+            })
+            .collect();
+        let value = match found {
+            true => Some(u8::try_from(safety::repair_value(&reads, self.nodes)?).ok()?),
+            false => None,
+        };
+        s.repair.left -= 1;
+        s.repair.pending = Some(PendingRepair {
+            node: x,
+            life: s.nodes[x].life,
+            value,
+        });
+        Some(())
+    }
+}
+
+fn repair_write(s: &mut State) {
+    let Some(PendingRepair { node, life, value }) = s.repair.pending.take() else {
+        return;
+    };
+    let node = &mut s.nodes[node];
+    if node.marker != Some((life, false)) {
+        return;
+    }
+    if let Some(v) = value.filter(|v| *v > 0) {
+        let old = node.counter.map_or(0, |(c, _)| c);
+        node.counter = Some((old.max(v), life));
+    }
+    node.marker = Some((life, true));
+}
+
+/// Short fenced leases for both clients (2 ticks, so the quarantine is 3), restarts of a
+/// majority one at a time, each re-admitted before the next, repairs on.
+const REPAIR: Lock = Lock {
+    ttls: [2, 2],
+    t_max: 6,
+    attempts: [1, 2],
+    fenced: [true, true],
+    extends: 0,
+    restarts: 2,
+    repairs: 1,
+    ..SERVED
+};
+
+#[test]
+fn repair_keeps_exclusion_and_fencing_through_a_rolling_restart() {
+    let checker = check(REPAIR, false);
+    checker.assert_no_discovery("mutual exclusion");
+    checker.assert_no_discovery("fencing tokens increase");
+    let path = checker.assert_any_discovery("a repaired node's counter is used for a token");
+    eprintln!(
+        "a repaired counter used after {} steps",
+        path.into_actions().len()
+    );
+}
+
+#[test]
+fn repair_from_a_minority_of_complete_nodes_repeats_tokens() {
+    assert_caught(
+        Lock {
+            rule: Rule::RepairFromAMinority,
+            restarts: 1,
+            repairs: 1,
+            t_max: 5,
+            ..REPAIR
+        },
+        "fencing tokens increase",
     );
 }
