@@ -391,6 +391,18 @@ fn decide_votes(
                     _ => None,
                 });
             }
+            let incomplete = matches!(
+                admission,
+                Admission::Votes {
+                    complete: false,
+                    ..
+                }
+            );
+            if let (true, true, Some(life)) = (quarantine, incomplete, &read.run_id) {
+                // Re-admitted after a loss: repair its counters in the background.
+                let prefix = &ensemble.config.key_prefix;
+                ensemble.repairs.admitted(ensemble.view(), prefix, i, life);
+            }
             let (Some(life), Seen::Read(marker)) = (&read.run_id, &read.marker) else {
                 return Some(admission);
             };

@@ -32,6 +32,8 @@ pub(crate) struct Ensemble {
     pub(crate) background: Arc<Background>,
     /// Whether the warning about fencing without quarantine on volatile nodes was given.
     warned_unfenced: AtomicBool,
+    /// Counter repairs of re-admitted nodes (see `repair`).
+    pub(crate) repairs: Arc<crate::repair::Repairs>,
     /// Set by `Redlock::shutdown`: no new lock, request or background work after it.
     closed: AtomicBool,
     /// The locks this client holds (their leases), for `Redlock::shutdown`.
@@ -112,6 +114,7 @@ impl Ensemble {
             config,
             quorum,
             warned_unfenced: AtomicBool::new(false),
+            repairs: Arc::default(),
             queue: Arc::new(LocalQueue::default()),
             notifier,
             closed: AtomicBool::new(false),

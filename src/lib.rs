@@ -30,6 +30,7 @@ mod node;
 mod protocol;
 mod quorum;
 mod release;
+mod repair;
 mod report;
 mod retry;
 mod scoped;

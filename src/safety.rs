@@ -17,7 +17,9 @@
 //!
 //! Entry points, in the order an attempt uses them: [`duplicate_server`] (at connect),
 //! [`EnsembleView::read`] and [`admit`] (per node, per attempt), [`counter_trusted`] and
-//! [`next_token`] (fencing), [`lease_validity`] (the decision), [`after_failed_extension`].
+//! [`next_token`] (fencing), [`lease_validity`] (the decision), [`after_failed_extension`];
+//! in the background, [`repair_sources`] and [`repair_value`] (counter repair of a
+//! re-admitted node).
 
 use std::fmt;
 use std::time::Duration;
@@ -382,21 +384,56 @@ pub enum NextToken {
 /// the `nodes` gave trusted reads, and above `floor` (a user's floor after a majority lost
 /// its memory: every token issued before must be at most `floor`).
 pub fn next_token(reads: &[CounterRead], nodes: usize, floor: Option<u64>) -> NextToken {
-    let needed = majority(nodes);
-    let trusted = reads.iter().filter(|r| r.trusted).count();
-    if trusted < needed {
-        return NextToken::Undecidable { trusted, needed };
-    }
-    let highest = reads
-        .iter()
-        .filter(|r| r.trusted)
-        .filter_map(|r| r.value)
-        .chain(floor)
-        .max()
-        .unwrap_or(0);
+    let highest = match trusted_max(reads, nodes) {
+        Ok(highest) => highest.max(floor.unwrap_or(0)),
+        Err((trusted, needed)) => return NextToken::Undecidable { trusted, needed },
+    };
     highest
         .checked_add(1)
         .map_or(NextToken::Exhausted, NextToken::Mint)
+}
+
+/// The highest trusted counter (0 when every trusted read is absent), provided a majority
+/// of the `nodes` gave trusted reads; else `(trusted reads, needed)`. The one rule behind
+/// [`next_token`] and [`repair_value`].
+fn trusted_max(reads: &[CounterRead], nodes: usize) -> Result<u64, (usize, usize)> {
+    let needed = majority(nodes);
+    let trusted = reads.iter().filter(|r| r.trusted).count();
+    if trusted < needed {
+        return Err((trusted, needed));
+    }
+    Ok((reads.iter().filter(|r| r.trusted))
+        .filter_map(|r| r.value)
+        .max()
+        .unwrap_or(0))
+}
+
+/// Counter repair of a re-admitted node (marker current, incomplete): the value to write
+/// to its counter of one resource, raise-only, from `reads` of that resource's counter on
+/// the reachable nodes (trust as for [`next_token`]: [`counter_trusted`]). The same rule
+/// as the token: the highest trusted counter, provided a majority of the `nodes` gave
+/// trusted reads; `None` otherwise (skip: the node must then not be marked complete).
+/// `Some(0)`: every trusted read is absent, nothing to write.
+///
+/// Why a repaired node may be marked complete: a token `t` committed on a majority `M`
+/// reaches any trusted majority `T` through a node of `M ∩ T` that shows at least `t` (the
+/// argument of [`next_token`]), so the value is at least every token committed so far; the
+/// resources to repair come from a full scan of a majority of complete nodes, which meets
+/// `M` in a node showing the counter (`docs/safety-v2.md`, "Counter repair").
+pub fn repair_value(reads: &[CounterRead], nodes: usize) -> Option<u64> {
+    trusted_max(reads, nodes).ok()
+}
+
+/// The nodes whose counters a repair of node `x` scans for resource names: every node
+/// other than `x` whose marker is current and complete (`intact_complete[i]`). `None` when
+/// they are fewer than a majority of the `nodes` (the repair then waits for a later
+/// admission): only a majority of complete nodes is sure to meet every token's majority.
+pub fn repair_sources(intact_complete: &[bool], x: usize, nodes: usize) -> Option<Vec<usize>> {
+    let sources: Vec<usize> = (intact_complete.iter().enumerate())
+        .filter(|&(i, &ok)| ok && i != x)
+        .map(|(i, _)| i)
+        .collect();
+    (sources.len() >= majority(nodes)).then_some(sources)
 }
 
 /// Vote de-duplication: the first pair of configured nodes (by index) reporting the same
@@ -759,6 +796,56 @@ mod tests {
         ];
         for (i, (reads, n, floor, want)) in table.into_iter().enumerate() {
             assert_eq!(next_token(reads, n, floor), want, "row {i}");
+        }
+    }
+
+    #[test]
+    fn repair_uses_the_token_rule_without_the_increment() {
+        let t = |value| CounterRead {
+            value,
+            trusted: true,
+        };
+        let u = |value| CounterRead {
+            value,
+            trusted: false,
+        };
+        let table: [(&[CounterRead], usize, Option<u64>); 8] = [
+            (&[t(Some(5)), t(Some(3)), t(None)], 3, Some(5)),
+            (&[t(None), t(None)], 3, Some(0)),
+            // The node under repair reads untrusted: a majority of the others is needed.
+            (&[u(None), t(Some(3))], 3, None),
+            (&[u(Some(9)), t(Some(3)), t(Some(4))], 3, Some(4)),
+            (&[t(Some(5)), t(Some(3))], 5, None),
+            (&[t(Some(5)), t(Some(3)), t(None)], 5, Some(5)),
+            (&[t(Some(u64::MAX)), t(None)], 3, Some(u64::MAX)),
+            (&[t(Some(1))], 1, Some(1)),
+        ];
+        for (i, (reads, n, want)) in table.into_iter().enumerate() {
+            assert_eq!(repair_value(reads, n), want, "row {i}");
+            // Exactly where the token rule mints `value + 1`.
+            let token = next_token(reads, n, None);
+            match want {
+                Some(v) if v < u64::MAX => assert_eq!(token, NextToken::Mint(v + 1)),
+                Some(_) => assert_eq!(token, NextToken::Exhausted),
+                None => assert!(matches!(token, NextToken::Undecidable { .. })),
+            }
+        }
+    }
+
+    #[test]
+    fn repair_scans_a_majority_of_complete_nodes_other_than_the_node() {
+        type Row = (&'static [bool], usize, Option<Vec<usize>>);
+        let table: [Row; 6] = [
+            (&[false, true, true], 0, Some(vec![1, 2])),
+            // The node itself never counts, even if it reads complete.
+            (&[true, true, false], 0, None),
+            (&[false, true, false, true, true], 0, Some(vec![1, 3, 4])),
+            (&[false, true, false, true, false], 0, None),
+            (&[true, false, true, true, true], 1, Some(vec![0, 2, 3, 4])),
+            (&[false], 0, None),
+        ];
+        for (i, (ok, x, want)) in table.into_iter().enumerate() {
+            assert_eq!(repair_sources(ok, x, ok.len()), want, "row {i}");
         }
     }
 

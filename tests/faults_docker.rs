@@ -219,22 +219,6 @@ impl DockerEnsemble {
         }
     }
 
-    /// Kills and starts every node (without persistence: all restart empty, with new
-    /// `run_id`s), so the next run starts on what is a new deployment to every client.
-    /// Needed between two restart runs: after nodes restarted empty, their markers say
-    /// "incomplete" for good, and once a majority is, a fenced lock on a resource never
-    /// locked before gets no token (`FenceUnknown`) without a fence floor. `FLUSHALL` would
-    /// not do: it loses memory without a new life, outside the quarantine's assumptions
-    /// (DESIGN.md, section 7).
-    fn restart_all_empty(&mut self) {
-        for i in 0..5 {
-            self.inject(i, &Fault::Kill);
-        }
-        for i in 0..5 {
-            self.heal(i, &Fault::Kill);
-        }
-    }
-
     /// Whether `iptables` works inside a node's namespace (root, iptables, nsenter).
     fn probe_drops(&mut self) {
         self.drops = self
@@ -419,8 +403,9 @@ fn docker_tier() {
 
     // First, on the fresh ensemble: nodes without persistence restarted empty (`docker
     // kill` / `docker start`), restart quarantine and fencing on, workers with 1 s and 3 s
-    // TTLs. Every node is restarted empty between the two runs, so each starts on a new
-    // deployment, as the portable runs do (see `restart_all_empty`).
+    // TTLs. The rolling run follows on the nodes the first run restarted: their clients
+    // repaired the readmitted nodes' fencing counters (`src/repair.rs`), so fencing stays
+    // live through both runs.
     rows.push(nemesis::run(
         &mut ens,
         &store,
@@ -428,7 +413,6 @@ fn docker_tier() {
         &nemesis::minority_empty_restarts("docker kill+start minority (empty, quarantine)"),
         next_seed(),
     ));
-    ens.restart_all_empty();
     rows.push(nemesis::run(
         &mut ens,
         &store,

@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use quorum_lock::ballot::{self, Read, Seen, View};
 use quorum_lock::safety::{
-    self, Admission, Marker, NextToken, NodeFacts, Persistence, Reason, Uptime,
+    self, Admission, CounterRead, Marker, NextToken, NodeFacts, Persistence, Reason, Uptime,
 };
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -125,6 +125,8 @@ struct State {
     readmitted_acquired: bool,
     /// The wiring's paths ([`UNMARKED`], [`BY_AGE`]) that admitted a voter of a lock.
     paths_acquired: u8,
+    /// Counter repair (see the repair block below).
+    repair: RepairState,
 }
 
 /// `ballot::admit`'s case for an ensemble without markers but with records (every node
@@ -142,6 +144,9 @@ enum Action {
     Extend(usize, u8),
     Release(usize),
     Restart(usize),
+    /// Counter repair of node `x`, reading the nodes in the mask (see the repair block).
+    RepairRead(usize, u8),
+    RepairWrite,
 }
 
 /// The rule the model runs: the crate's, or one old rule put back.
@@ -170,6 +175,8 @@ enum Rule {
     /// A node admitted by its age (quarantine waited out, the unmarked case, the age
     /// fallback: `Admission::MarkOnly`) votes in the attempt that marks it.
     AgeVotesAtOnce,
+    /// Counter repair scans fewer than a majority of complete nodes for resources.
+    RepairFromAMinority,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +201,8 @@ struct Lock {
     fenced: [bool; CLIENTS],
     extends: u8,
     restarts: u8,
+    /// Counter repairs the clients may start (see the repair block).
+    repairs: u8,
     start: Start,
     rule: Rule,
     /// Whether a decision's marker writes may be lost (on the `dropped` nodes, any number
@@ -333,6 +342,7 @@ impl Lock {
         let view = self.view(c, &reads);
         let (mut voters, mut via_restarted, mut paths) = (0u8, false, 0u8);
         let mut admissions = vec![None; self.nodes];
+        let mut via_repaired = false;
         for (i, (p, read)) in probes.iter().zip(&reads).enumerate() {
             let (Some(p), Some(read)) = (p, read) else {
                 continue;
@@ -344,6 +354,10 @@ impl Lock {
                 Admission::MarkOnly { complete } => (complete, true, false),
                 _ => continue,
             };
+            if votes {
+                let this_life = p.counter.is_some_and(|(_, life)| life == p.life);
+                via_repaired |= repaired(p, this_life);
+            }
             let node = &mut s.nodes[i];
             if p.set && votes {
                 voters |= 1 << i;
@@ -372,6 +386,7 @@ impl Lock {
         };
         match token {
             NextToken::Mint(t) if enough && valid => {
+                s.repair.used |= via_repaired && self.fenced[c];
                 s.clients[c].phase = Phase::Committing {
                     start,
                     token: u8::try_from(t).unwrap_or(u8::MAX),
@@ -527,6 +542,10 @@ impl Model for Lock {
             acquired: false,
             readmitted_acquired: false,
             paths_acquired: 0,
+            repair: RepairState {
+                left: self.repairs,
+                ..RepairState::default()
+            },
         }]
     }
 
@@ -579,6 +598,7 @@ impl Model for Lock {
         if s.restarts > 0 && lost + 1 + safety::majority(self.nodes) <= self.nodes {
             out.extend((0..self.nodes).map(Action::Restart));
         }
+        self.repair_actions(s, out);
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -637,6 +657,8 @@ impl Model for Lock {
                 };
                 s.degraded |= 1 << i;
             }
+            Action::RepairRead(x, reached) => self.repair_read(&mut s, x, reached)?,
+            Action::RepairWrite => repair_write(&mut s),
         }
         Some(s)
     }
@@ -653,6 +675,10 @@ impl Model for Lock {
             Property::sometimes(BY_AGE_REACHED, |_, s: &State| {
                 s.paths_acquired & BY_AGE != 0
             }),
+            Property::sometimes(
+                "a repaired node's counter is used for a token",
+                |_, s: &State| s.repair.used,
+            ),
         ]
     }
 }
@@ -687,6 +713,9 @@ fn representative(s: &State) -> State {
             Phase::Committing { voters, .. } => *voters = remap(*voters),
             _ => {}
         }
+    }
+    if let Some(pending) = &mut r.repair.pending {
+        pending.node = order.iter().position(|&i| i == pending.node).unwrap_or(0);
     }
     r
 }
@@ -753,6 +782,7 @@ const SERVED: Lock = Lock {
     fenced: [true, false],
     extends: 1,
     restarts: 1,
+    repairs: 0,
     start: Start::Served(2),
     rule: Rule::Current,
     lost_marks: false,
@@ -982,5 +1012,149 @@ fn the_age_fallback_by_this_clients_ttl_loses_exclusion() {
             ..NEW
         },
         "mutual exclusion",
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Counter repair of a re-admitted node (issue 14's rolling-restart liveness), kept apart.
+//
+// A client that admits node `x` with a current, incomplete marker repairs it in the
+// background, in two steps so that commits, attempts and restarts interleave with it:
+// - `RepairRead(x, reached)`: the nodes in `reached` answer. The sources are the reached
+//   nodes other than `x` whose marker is current and complete (`safety::repair_sources`,
+//   a majority needed); the resource is "found" when a source holds its counter (the
+//   scan); its counters are read on every reached node, trusted as the ballot trusts them,
+//   and `safety::repair_value` gives the value (`None`: skip, `x` stays incomplete).
+// - `RepairWrite`: only while `x`'s marker still reads `(life, incomplete)` (the
+//   compare-and-set of the `COMPLETE` script, which compares the marker alone): raise
+//   `x`'s counter to the value, tagged with `life`, then mark it complete.
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+struct RepairState {
+    /// Repairs still allowed (a bound of the model).
+    left: u8,
+    /// Read, not yet written.
+    pending: Option<PendingRepair>,
+    /// A token was minted from a counter trusted only because a repair completed its node.
+    used: bool,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct PendingRepair {
+    node: usize,
+    /// The life the repair was read for (`x`'s marker and `run_id` then).
+    life: u8,
+    /// The value to write, when the resource was found.
+    value: Option<u8>,
+}
+
+/// Whether a probe's counter is trusted only because a repair marked its node complete
+/// (a restarted node, complete, the counter not rewritten in its life).
+fn repaired(p: &Probe, this_life: bool) -> bool {
+    p.life > 0 && p.marker == Some((p.life, true)) && !this_life
+}
+
+impl Lock {
+    fn repair_actions(&self, s: &State, out: &mut Vec<Action>) {
+        if s.repair.pending.is_some() {
+            out.push(Action::RepairWrite);
+            return;
+        }
+        if s.repair.left == 0 {
+            return;
+        }
+        for (x, node) in s.nodes.iter().enumerate() {
+            if node.marker == Some((node.life, false)) {
+                out.extend(
+                    subsets(self.all())
+                        .filter(|m| m.count_ones() as usize >= safety::majority(self.nodes))
+                        .map(|m| Action::RepairRead(x, m)),
+                );
+            }
+        }
+    }
+
+    /// `None` when the repair cannot proceed now (too few sources, an undecidable value).
+    fn repair_read(&self, s: &mut State, x: usize, reached: u8) -> Option<()> {
+        let current = |n: &Node| n.marker.filter(|(life, _)| *life == n.life);
+        let complete: Vec<bool> = (s.nodes.iter().enumerate())
+            .map(|(i, n)| reached & 1 << i != 0 && current(n).is_some_and(|(_, c)| c))
+            .collect();
+        let sources = match self.rule {
+            Rule::RepairFromAMinority => {
+                Some((0..self.nodes).filter(|&i| complete[i] && i != x).collect())
+                    .filter(|v: &Vec<usize>| !v.is_empty())
+            }
+            _ => safety::repair_sources(&complete, x, self.nodes),
+        }?;
+        let found = sources.iter().any(|&i| s.nodes[i].counter.is_some());
+        let reads: Vec<CounterRead> = (bits(reached).map(|i| &s.nodes[i]))
+            .map(|n| CounterRead {
+                value: n.counter.map(|(v, _)| u64::from(v)),
+                trusted: current(n).is_some_and(|(_, complete)| {
+                    let this_life = n.counter.is_some_and(|(_, life)| life == n.life);
+                    safety::counter_trusted(true, complete, this_life)
+                }),
+            })
+            .collect();
+        let value = match found {
+            true => Some(u8::try_from(safety::repair_value(&reads, self.nodes)?).ok()?),
+            false => None,
+        };
+        s.repair.left -= 1;
+        s.repair.pending = Some(PendingRepair {
+            node: x,
+            life: s.nodes[x].life,
+            value,
+        });
+        Some(())
+    }
+}
+
+fn repair_write(s: &mut State) {
+    let Some(PendingRepair { node, life, value }) = s.repair.pending.take() else {
+        return;
+    };
+    let node = &mut s.nodes[node];
+    if node.marker != Some((life, false)) {
+        return;
+    }
+    if let Some(v) = value.filter(|v| *v > 0) {
+        let old = node.counter.map_or(0, |(c, _)| c);
+        node.counter = Some((old.max(v), life));
+    }
+    node.marker = Some((life, true));
+}
+
+/// Short fenced leases for both clients (2 ticks, so the quarantine is 3), restarts of a
+/// majority one at a time, each re-admitted before the next, repairs on.
+const REPAIR: Lock = Lock {
+    ttls: [2, 2],
+    t_max: 6,
+    attempts: [1, 2],
+    fenced: [true, true],
+    extends: 0,
+    restarts: 2,
+    repairs: 1,
+    ..SERVED
+};
+
+#[test]
+fn repair_keeps_exclusion_and_fencing_through_a_rolling_restart() {
+    assert_safe(REPAIR, &["a repaired node's counter is used for a token"]);
+}
+
+#[test]
+fn repair_from_a_minority_of_complete_nodes_repeats_tokens() {
+    assert_caught(
+        Lock {
+            rule: Rule::RepairFromAMinority,
+            restarts: 1,
+            repairs: 1,
+            t_max: 5,
+            ..REPAIR
+        },
+        "fencing tokens increase",
     );
 }

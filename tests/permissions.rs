@@ -362,3 +362,69 @@ fn the_cli_exits_77_when_the_release_is_refused() {
         .count();
     assert!(holding >= 2, "the refused release left the key: {holding}");
 }
+
+/// Counter repair (issue 14) needs `SCAN`, which the README's user lacks: a node readmitted
+/// after an empty restart then stays incomplete (the safe side: its counters count only
+/// once rewritten), and the refusal is counted (and warned about once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_scan_a_readmitted_node_stays_incomplete() {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    metrics::set_global_recorder(recorder).expect("the only recorder of this binary");
+    let mut cluster = Cluster::start(3);
+    create_user(&cluster, &[]);
+    let urls: Vec<String> = (cluster.nodes.iter())
+        .map(|n| format!("redis://locker:{PASSWORD}@127.0.0.1:{}", n.port()))
+        .collect();
+    let redlock = (builder(&urls).key_prefix(PREFIX).restart_quarantine(true))
+        .build()
+        .expect("valid configuration");
+    let ttl = Duration::from_secs(1);
+    let fenced = || redlock.lock("used", ttl).fenced().max_attempts(1);
+    fenced()
+        .await
+        .expect("fresh nodes")
+        .release()
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| cluster.nodes[0].restart());
+    // ACL users live in memory: the restarted node needs its user again.
+    create_user(&cluster, &[]);
+    // Locking readmits node 0 once its quarantine is over, which starts its repair.
+    let (mut refused, mut repaired) = (0, 0);
+    let began = std::time::Instant::now();
+    while refused == 0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(15),
+            "no repair refused"
+        );
+        if let Ok(guard) = fenced().await {
+            guard.release().await.unwrap();
+        }
+        for (key, _, _, value) in snapshotter.snapshot().into_vec() {
+            let key = key.key().clone();
+            let outcome = key.labels().find(|l| l.key() == "outcome");
+            if let (true, Some(outcome), metrics_util::debugging::DebugValue::Counter(n)) = (
+                key.name() == quorum_lock::metrics::FENCE_REPAIRS,
+                outcome,
+                value,
+            ) {
+                match outcome.value() {
+                    "refused" => refused += n,
+                    "repaired" => repaired += n,
+                    _ => {}
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(repaired, 0);
+    let marker = get(
+        &cluster.nodes[0],
+        &format!("{PREFIX}quorum-lock:node:marker"),
+    );
+    assert!(
+        marker.as_deref().is_some_and(|m| m.ends_with(":0")),
+        "{marker:?}"
+    );
+}

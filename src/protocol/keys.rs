@@ -75,6 +75,27 @@ pub(crate) fn global(prefix: &str, global: Global) -> String {
     }
 }
 
+/// The `SCAN MATCH` pattern of every fencing counter under `prefix` (glob characters of
+/// the prefix escaped), for counter repair.
+pub(crate) fn fence_pattern(prefix: &str) -> String {
+    let mut escaped = String::with_capacity(prefix.len());
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    internal(&escaped, "fence", "*")
+}
+
+/// The resource whose fencing counter is `key` under `prefix` (the inverse of
+/// [`derived`] with [`Kind::Fence`]); `None` for any other key.
+pub(crate) fn fence_resource<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
+    key.strip_prefix(prefix)?
+        .strip_prefix("quorum-lock:fence:")
+        .filter(|r| !r.is_empty())
+}
+
 /// The lock key of `resource` under `prefix`.
 pub(crate) fn lock(prefix: &str, resource: &str) -> String {
     concat(&[prefix, resource])
@@ -116,6 +137,22 @@ mod tests {
         assert_eq!(global("", Global::MaxTtl), "quorum-lock:node:max-ttl");
         assert_eq!(global("", Global::Marker), "quorum-lock:node:marker");
         assert_eq!(fence_seen("r"), "quorum-lock:fence-seen:r");
+    }
+
+    #[test]
+    fn repair_finds_counters_and_their_resources() {
+        assert_eq!(fence_pattern(""), "quorum-lock:fence:*");
+        assert_eq!(
+            fence_pattern("a*b?[c]\\:"),
+            "a\\*b\\?\\[c\\]\\\\:quorum-lock:fence:*"
+        );
+        for (prefix, resource) in [("", "r"), ("app:", "orders:1"), ("p*", "x")] {
+            let key = derived(Kind::Fence, prefix, &lock(prefix, resource));
+            assert_eq!(fence_resource(prefix, &key), Some(resource));
+        }
+        assert_eq!(fence_resource("", "quorum-lock:fence-life:r"), None);
+        assert_eq!(fence_resource("", "quorum-lock:fence:"), None);
+        assert_eq!(fence_resource("app:", "quorum-lock:fence:r"), None);
     }
 
     #[test]

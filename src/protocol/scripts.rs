@@ -236,6 +236,75 @@ return 1
 ";
 pub(crate) static MARK: Lua = Lua::with_globals(&[], &[Global::Marker], MARK_SRC);
 
+/// Counter repair, read side: a node's marker and the fencing counters of some resources
+/// with their lives.
+///
+/// KEYS: the counters, then their lives (see [`keys`]), then the node's marker
+/// ([`Global::Marker`]). No ARGV. Returns `{marker, counter_1, life_1, ..., counter_k,
+/// life_k}`, each `false` when absent. Read only.
+const REPAIR_READ_SRC: &str = r"
+local k = (#KEYS - 1) / 2
+local out = {redis.call('GET', KEYS[2 * k + 1])}
+for i = 1, k do
+    out[2 * i] = redis.call('GET', KEYS[i])
+    out[2 * i + 1] = redis.call('GET', KEYS[k + i])
+end
+return out
+";
+pub(crate) static REPAIR_READ: Lua = Lua::with_globals(
+    &[Kind::Fence, Kind::FenceLife],
+    &[Global::Marker],
+    REPAIR_READ_SRC,
+)
+.repeatable();
+
+/// Counter repair, write side: raises a re-admitted node's counters to the values read
+/// from a trusted majority, tagging them with the node's life.
+///
+/// KEYS: the counters, then their lives, then the node's marker. ARGV[1]: the node's life
+/// (`run_id`) the repair was read for. ARGV[2..k+1]: one value per counter (`'0'`: leave
+/// it). Returns 0, changing nothing, unless the marker reads `<ARGV[1]>:0` (the node
+/// restarted, or was completed, since); else raises each counter to at least its value
+/// (never lowering one), sets its life to ARGV[1], and returns 1.
+const REPAIR_SRC: &str = r"
+local k = (#KEYS - 1) / 2
+if redis.call('GET', KEYS[2 * k + 1]) ~= ARGV[1] .. ':0' then
+    return 0
+end
+for i = 1, k do
+    local value = tonumber(ARGV[i + 1])
+    if value > 0 then
+        if value > (tonumber(redis.call('GET', KEYS[i]) or '0') or 0) then
+            redis.call('SET', KEYS[i], ARGV[i + 1])
+        end
+        redis.call('SET', KEYS[k + i], ARGV[1])
+    end
+end
+return 1
+";
+pub(crate) static REPAIR: Lua = Lua::with_globals(
+    &[Kind::Fence, Kind::FenceLife],
+    &[Global::Marker],
+    REPAIR_SRC,
+)
+.repeatable();
+
+/// Marks a repaired node complete: compare-and-set of its marker.
+///
+/// KEYS: the marker ([`Global::Marker`]). ARGV[1]: the life the repair was read for.
+/// Returns 1 after turning `<ARGV[1]>:0` into `<ARGV[1]>:1`; 0, changing nothing, when the
+/// marker reads anything else (the node restarted: its marker is gone or names another
+/// life).
+const COMPLETE_SRC: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] .. ':0' then
+    return 0
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':1')
+return 1
+";
+pub(crate) static COMPLETE: Lua =
+    Lua::with_globals(&[], &[Global::Marker], COMPLETE_SRC).repeatable();
+
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
 /// KEYS: the lock keys, then their waiting lists, then their turns (see [`keys`]).

@@ -717,8 +717,7 @@ impl Cluster {
     /// A cluster shared by every test of a binary, in a `static` (never dropped): its
     /// servers are stopped when the test process exits (`atexit`), so none outlives it.
     pub fn stop_at_exit(cluster: &'static std::sync::OnceLock<Cluster>) {
-        static STATICS: Mutex<Vec<&'static std::sync::OnceLock<Cluster>>> =
-            Mutex::new(Vec::new());
+        static STATICS: Mutex<Vec<&'static std::sync::OnceLock<Cluster>>> = Mutex::new(Vec::new());
         extern "C" fn stop_all() {
             for cluster in lock(&STATICS).iter().filter_map(|c| c.get()) {
                 cluster.nodes.iter().for_each(RedisServer::stop);
