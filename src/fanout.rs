@@ -411,6 +411,15 @@ pub(crate) fn collected_one(
     Collected { outcomes, tally }
 }
 
+/// The [`Collected`] of a round that sent nothing: every node [`NodeOutcome::Pending`].
+pub(crate) fn collected_none(nodes: &[Arc<Node>]) -> Collected {
+    let n = nodes.len();
+    Collected {
+        outcomes: vec![(NodeOutcome::Pending, Duration::ZERO); n],
+        tally: Tally::new(n),
+    }
+}
+
 /// One task per client that waits for the requests rounds left behind, so every node's
 /// failure is still counted, without spawning a task per round.
 ///

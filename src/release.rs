@@ -266,6 +266,12 @@ impl Holding {
         which: impl IntoIterator<Item = usize>,
         requeue: Option<Requeue<'_>>,
     ) -> Option<NodeReport> {
+        let ensemble = Arc::clone(&self.ensemble);
+        if let [node] = &ensemble.nodes[..] {
+            return self
+                .release_on_direct(&ensemble, node, which, requeue)
+                .await;
+        }
         let special = requeue.map(|r| {
             let call = self
                 .release_script(false)
@@ -291,6 +297,41 @@ impl Holding {
         )
         .await;
         self.armed = false;
+        self.refused(&collected)
+    }
+
+    /// [`release_on`](Self::release_on) with a single node, on the direct path (see
+    /// [`fanout::direct`]): only the call that node gets is built, and awaited in place.
+    async fn release_on_direct(
+        &mut self,
+        ensemble: &Ensemble,
+        node: &Arc<Node>,
+        which: impl IntoIterator<Item = usize>,
+        requeue: Option<Requeue<'_>>,
+    ) -> Option<NodeReport> {
+        self.gate.close();
+        let nodes = &ensemble.nodes;
+        let collected = if which.into_iter().any(|i| i == 0) {
+            let call = match requeue {
+                Some(r) if r.node == 0 => self
+                    .release_script(false)
+                    .arg(r.client)
+                    .arg(scripts::flag(r.front))
+                    .arg(r.list_ttl_ms),
+                _ => self.release_call(false),
+            };
+            let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
+            fanout::collected_one(nodes, 0, answer, |_, r| self.released(r), |_| false)
+        } else {
+            // Nothing to release: what an empty round collects.
+            fanout::collected_none(nodes)
+        };
+        self.armed = false;
+        self.refused(&collected)
+    }
+
+    /// The report of a clean-up round when a node's ACL refused it.
+    fn refused(&self, collected: &Collected) -> Option<NodeReport> {
         let refused =
             (collected.outcomes.iter()).any(|(o, _)| matches!(o, NodeOutcome::PermissionDenied(_)));
         refused.then(|| collected.report(&self.ensemble.nodes))
