@@ -225,3 +225,34 @@ async fn late_release_at_n1_still_removes_the_key() {
     }
     assert_no_keys(&cluster, &resource, 1).await;
 }
+
+/// An extension at N = 1 (direct path) whose answer comes after the node timeout: reported
+/// as the node timing out, the guard's validity not lengthened, and the release after it
+/// (queued behind the late extension on the same connection) still removes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_extension_at_n1_times_out_and_the_release_still_removes_the_key() {
+    let cluster = Cluster::start(1);
+    let redlock = builder(&cluster.urls())
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let resource = unique("leak-late-extend-n1");
+    let guard = redlock.lock(&resource, TTL).await.unwrap();
+    let before = guard.validity();
+    cluster.nodes[0].pause();
+    let extended = guard.extend(TTL).await;
+    cluster.nodes[0].resume();
+    match extended {
+        Err(quorum_lock::Error::Unavailable { quorum: 1, report }) => assert_eq!(
+            only_outcome(&report),
+            &quorum_lock::NodeOutcome::TimedOut
+        ),
+        other => panic!("expected unavailable (timed out), got {other:?}"),
+    }
+    assert!(
+        guard.validity() <= before,
+        "a failed extension must not lengthen the validity"
+    );
+    guard.release().await.expect("released");
+    assert_no_keys(&cluster, &resource, 1).await;
+}
