@@ -121,8 +121,9 @@ async fn attempt_inner(
     let token = new_token(&ensemble.config.holder);
     let holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
-    let (mut round, lives) = acquire_round(ensemble, plan, &holding, enqueue);
-    let (mut collected, reads) = collect_votes(ensemble, plan, &mut round, lives.as_deref()).await;
+    let (requests, lives) = acquire_round(ensemble, plan, &holding, enqueue);
+    let (mut collected, reads, mut round) =
+        collect_votes(ensemble, plan, requests, lives.as_deref()).await;
     // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
     // the decision (see `ballot`).
     let (ballot, marks) = decide_votes(ensemble, plan, reads, &mut collected);
@@ -140,13 +141,17 @@ async fn attempt_inner(
         settle(marks).await;
         return Err(no_majority(ensemble, plan, enqueue, holding, collected, &votes, start).await);
     }
-    let list_reply = take_list_reply(enqueue, &collected, &mut round);
+    let list_reply = round
+        .as_mut()
+        .and_then(|round| take_list_reply(enqueue, &collected, round));
     // The slower nodes still get their SET (queued on their connections, or sent once the
     // connection is up): copies beyond the bare majority let the lock survive, and be
     // extended through, the loss of one of the first nodes. Every release of this token
     // closes the attempt's send gate first: a SET already queued is ahead of the release on
     // the same connection, and one not yet queued is never sent.
-    round.finish_in_background(ensemble.view());
+    if let Some(round) = round {
+        round.finish_in_background(ensemble.view());
+    }
     let won = Won {
         holding,
         plan,
@@ -280,55 +285,68 @@ impl Won<'_> {
 /// path's plan, the life each node was seen admitted in and its completeness (for plain
 /// `SET NX PX` replies).
 /// Outcomes of yes votes are provisional until [`decide_votes`].
+/// Returns the round with what is still in flight (none on the direct path).
 async fn collect_votes(
     ensemble: &Ensemble,
     plan: &Plan,
-    round: &mut Round,
+    requests: Requests<'_>,
     lives: Option<&[(Arc<str>, bool)]>,
-) -> (Collected, Vec<Option<Read>>) {
+) -> (Collected, Vec<Option<Read>>, Option<Round>) {
     let n = ensemble.nodes.len();
     let quarantine = ensemble.config.quarantine;
     // Shared by the two closures below, one at a time (a `Mutex` for `Sync`: the future
     // is sent between threads).
     let reads: std::sync::Mutex<Vec<Option<Read>>> = std::sync::Mutex::new(vec![None; n]);
     let lock = || reads.lock().unwrap_or_else(|p| p.into_inner());
-    let collected = fanout::collect_until(
-        &ensemble.nodes,
-        round,
-        |i, answer| {
-            let Some(node) = ensemble.nodes.get(i) else {
-                return NodeOutcome::Failed("no such node".into());
-            };
-            let read = match read_vote(node, answer, lives.and_then(|l| l.get(i))) {
-                Ok(read) => read,
-                Err(failed) => return failed,
-            };
-            let outcome = match ballot::early(&read, n, quarantine) {
-                _ if !read.set => NodeOutcome::HeldByOther,
-                ballot::Early::Yes { .. } => NodeOutcome::Acquired,
-                // Decided once the answers are in (`decide_votes`).
-                _ => NodeOutcome::Quarantined {
-                    reason: QuarantineReason::RecordUnread,
-                    remaining: None,
+    let interpret = |i: usize, answer: Value| {
+        let Some(node) = ensemble.nodes.get(i) else {
+            return NodeOutcome::Failed("no such node".into());
+        };
+        let read = match read_vote(node, answer, lives.and_then(|l| l.get(i))) {
+            Ok(read) => read,
+            Err(failed) => return failed,
+        };
+        let outcome = match ballot::early(&read, n, quarantine) {
+            _ if !read.set => NodeOutcome::HeldByOther,
+            ballot::Early::Yes { .. } => NodeOutcome::Acquired,
+            // Decided once the answers are in (`decide_votes`).
+            _ => NodeOutcome::Quarantined {
+                reason: QuarantineReason::RecordUnread,
+                remaining: None,
+            },
+        };
+        if let Some(slot) = lock().get_mut(i) {
+            *slot = Some(read);
+        }
+        outcome
+    };
+    let (collected, round) = match requests {
+        Requests::Direct(node, call) => {
+            let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
+            let collected =
+                fanout::collected_one(&ensemble.nodes, 0, answer, interpret, is_acquired);
+            (collected, None)
+        }
+        Requests::Round(mut round) => {
+            let collected = fanout::collect_until(
+                &ensemble.nodes,
+                &mut round,
+                interpret,
+                is_acquired,
+                |outcomes, _| {
+                    let pending = outcomes
+                        .iter()
+                        .filter(|(o, _)| *o == NodeOutcome::Pending)
+                        .count();
+                    ballot::settled(&lock(), pending, ensemble.quorum, plan.fencing, quarantine)
                 },
-            };
-            if let Some(slot) = lock().get_mut(i) {
-                *slot = Some(read);
-            }
-            outcome
-        },
-        is_acquired,
-        |outcomes, _| {
-            let pending = outcomes
-                .iter()
-                .filter(|(o, _)| *o == NodeOutcome::Pending)
-                .count();
-            ballot::settled(&lock(), pending, ensemble.quorum, plan.fencing, quarantine)
-        },
-    )
-    .await;
+            )
+            .await;
+            (collected, Some(round))
+        }
+    };
     let reads = reads.into_inner().unwrap_or_else(|p| p.into_inner());
-    (collected, reads)
+    (collected, reads, round)
 }
 
 /// What one acquire reply says for the ballot: a plain `SET NX PX` (`OK` or nil) or the
@@ -709,12 +727,12 @@ fn is_acquired(o: &NodeOutcome) -> bool {
 /// for). Otherwise every node gets the script, which raises the record and reads the
 /// marker and the record for the ballot. Clients with quarantine off raise the record
 /// too: other clients' quarantine protects their leases as well.
-fn acquire_round(
-    ensemble: &Ensemble,
+fn acquire_round<'a>(
+    ensemble: &'a Ensemble,
     plan: &Plan,
     holding: &Holding,
     enqueue: Option<Enqueue<'_>>,
-) -> (Round, Option<Lives>) {
+) -> (Requests<'a>, Option<Lives>) {
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
     let quarantine = ensemble.config.quarantine;
@@ -746,14 +764,24 @@ fn acquire_round(
                 .gated(holding.gate())
         }
     };
-    let special = enqueue
-        .filter(|e| e.lists())
-        .map(|e| (e.node, call(enqueue)));
+    let enqueue = enqueue.filter(|e| e.lists());
+    if let [node] = &ensemble.nodes[..] {
+        // The direct path: the one node's call, whichever it is, awaited in place.
+        return (Requests::Direct(node, call(enqueue)), lives);
+    }
+    let special = enqueue.map(|e| (e.node, call(enqueue)));
     let round = Round::broadcast_with(
         ensemble.view(),
         call(None),
         0..ensemble.nodes.len(),
         special,
     );
-    (round, lives)
+    (Requests::Round(round), lives)
+}
+
+/// An attempt's acquire requests: a round over several nodes, or, with a single node, its
+/// call alone, sent and awaited in place by [`collect_votes`] (see [`fanout::direct`]).
+enum Requests<'a> {
+    Round(Round),
+    Direct(&'a Arc<Node>, Call),
 }

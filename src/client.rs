@@ -24,7 +24,8 @@ use crate::report::{NodeOutcome, NodeReport};
 /// A Redlock client over N independent Redis masters.
 ///
 /// Cheap to clone (an `Arc`): create one with [`Redlock::builder`] and share it. With one
-/// node it is a plain single-instance lock through the same code path.
+/// node it is a plain single-instance lock with the same API, errors and guarantees (its
+/// acquire and release await the one node's request directly, without fan-out rounds).
 #[derive(Debug, Clone)]
 pub struct Redlock {
     inner: Arc<Ensemble>,

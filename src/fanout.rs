@@ -325,11 +325,7 @@ pub(crate) async fn collect_until(
                 break;
             }
         };
-        let outcome = match (result, nodes.get(index)) {
-            (Ok(value), _) => interpret(index, value),
-            (Err(failure), Some(node)) => failed(node, failure),
-            (Err(failure), None) => failure.into(),
-        };
+        let outcome = answered(nodes, index, result, &mut interpret);
         let verdict = tally.record(is_yes(&outcome));
         if let Some(slot) = outcomes.get_mut(index) {
             *slot = (outcome, latency);
@@ -345,6 +341,83 @@ pub(crate) async fn collect_until(
         }
     }
     Collected { outcomes, tally }
+}
+
+/// A node's answer as an outcome: a reply through `interpret`, a failure counted.
+fn answered(
+    nodes: &[Arc<Node>],
+    index: usize,
+    result: Result<Value, NodeFailure>,
+    interpret: &mut impl FnMut(usize, Value) -> NodeOutcome,
+) -> NodeOutcome {
+    match (result, nodes.get(index)) {
+        (Ok(value), _) => interpret(index, value),
+        (Err(failure), Some(node)) => failed(node, failure),
+        (Err(failure), None) => failure.into(),
+    }
+}
+
+/// The direct path of a client with a single node: its request awaited in place, bounded
+/// by `timeout` from now, with no [`Round`] (no boxed future, no shared call, no vectors
+/// of requests, no collector). What [`collect`] makes of a round of that one node, the
+/// same in every respect: at the deadline the request is dropped and the node
+/// [`NodeOutcome::TimedOut`] (counted as a failure); a command already written to the
+/// connection stays ahead of anything sent there later (the clean-up's release), exactly
+/// as when a round drops it.
+///
+/// Poll it once before awaiting it to queue the command on the connection first (see
+/// [`start`]).
+pub(crate) async fn direct(
+    node: &Arc<Node>,
+    call: &Call,
+    timeout: Duration,
+) -> (Result<Value, NodeFailure>, Duration) {
+    let start = Instant::now();
+    let deadline = crate::deadline::after(start, timeout);
+    match tokio::time::timeout_at(deadline, node.send(call)).await {
+        Ok(result) => (result, start.elapsed()),
+        Err(_) => (Err(NodeFailure::TimedOut), start.elapsed()),
+    }
+}
+
+/// Polls `request` once without waiting, as [`Round::start`] does: once this returns, its
+/// command is queued on its connection if the node is connected. The answer, if it came
+/// already.
+pub(crate) fn start<F: Future>(request: Pin<&mut F>) -> Option<F::Output> {
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    match request.poll(&mut cx) {
+        Poll::Ready(answer) => Some(answer),
+        Poll::Pending => None,
+    }
+}
+
+/// The [`Collected`] of a round of the single node `index` of `nodes` that gave `answer`
+/// (see [`direct`]): what [`collect`] records for it.
+pub(crate) fn collected_one(
+    nodes: &[Arc<Node>],
+    index: usize,
+    (result, latency): (Result<Value, NodeFailure>, Duration),
+    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+) -> Collected {
+    let n = nodes.len();
+    let mut outcomes = vec![(NodeOutcome::Pending, Duration::ZERO); n];
+    let mut tally = Tally::new(n);
+    let outcome = answered(nodes, index, result, &mut interpret);
+    tally.record(is_yes(&outcome));
+    if let Some(slot) = outcomes.get_mut(index) {
+        *slot = (outcome, latency);
+    }
+    Collected { outcomes, tally }
+}
+
+/// The [`Collected`] of a round that sent nothing: every node [`NodeOutcome::Pending`].
+pub(crate) fn collected_none(nodes: &[Arc<Node>]) -> Collected {
+    let n = nodes.len();
+    Collected {
+        outcomes: vec![(NodeOutcome::Pending, Duration::ZERO); n],
+        tally: Tally::new(n),
+    }
 }
 
 /// One task per client that waits for the requests rounds left behind, so every node's

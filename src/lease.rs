@@ -244,17 +244,26 @@ impl Lease {
             }
             _ => call,
         };
-        let mut round = Round::everywhere(ensemble.view(), call);
-        let collected = fanout::collect(
-            &ensemble.nodes,
-            &mut round,
-            |_, r| reply::one_or(r, NodeOutcome::Extended, NodeOutcome::NotHeld),
-            |o| *o == NodeOutcome::Extended,
-            Stop::WhenCertain,
-        )
-        .await;
-        // The other nodes still get their extension: more copies of the lock, same token.
-        round.finish_in_background(ensemble.view());
+        let interpret = |_, r| reply::one_or(r, NodeOutcome::Extended, NodeOutcome::NotHeld);
+        let is_yes = |o: &NodeOutcome| *o == NodeOutcome::Extended;
+        let collected = if let [node] = &ensemble.nodes[..] {
+            // The direct path of a single node (see `fanout::direct`).
+            let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
+            fanout::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
+        } else {
+            let mut round = Round::everywhere(ensemble.view(), call);
+            let collected = fanout::collect(
+                &ensemble.nodes,
+                &mut round,
+                interpret,
+                is_yes,
+                Stop::WhenCertain,
+            )
+            .await;
+            // The other nodes still get their extension: more copies of the lock, same token.
+            round.finish_in_background(ensemble.view());
+            collected
+        };
         let decided = Instant::now();
         let elapsed = decided - start;
         let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Extended);

@@ -9,9 +9,9 @@ use redis::Value;
 use crate::config::whole_ms;
 use crate::ensemble::{Ensemble, InFlight};
 use crate::error::{Error, Result};
-use crate::fanout::{self, Round, Stop};
+use crate::fanout::{self, Collected, Round, Stop};
 use crate::metrics;
-use crate::node::{Call, SendGate};
+use crate::node::{Call, Node, SendGate};
 use crate::protocol::{keys, native, reply, scripts};
 use crate::quorum;
 use crate::report::{NodeOutcome, NodeReport};
@@ -207,6 +207,9 @@ impl Holding {
             self.armed = false;
             return Err(Error::ShutDown);
         }
+        if let [node] = &ensemble.nodes[..] {
+            return self.release_direct(node, expired).await;
+        }
         let n = ensemble.nodes.len();
         let mut round = self.release_round(0..n, true);
         // Local hand-off: the next task of this client waiting for these keys may send its
@@ -231,13 +234,43 @@ impl Holding {
         )
         .await;
         round.finish_in_background(ensemble.view());
+        self.released_explicitly(&collected, expired)
+    }
+
+    /// [`release`](Self::release) with a single node, on the direct path (see
+    /// [`fanout::direct`]): the same steps, the request awaited in place.
+    async fn release_direct(&mut self, node: &Arc<Node>, expired: bool) -> Result<NodeReport> {
+        let call = self.release_call(true);
+        self.gate.close();
+        let request = fanout::direct(node, &call, self.ensemble.config.node_timeout);
+        tokio::pin!(request);
+        // Queued on the connection before the local hand-off, as `Round::start` does.
+        let early = fanout::start(request.as_mut());
+        drop(self.local.take());
+        let answer = match early {
+            Some(answer) => answer,
+            None => request.await,
+        };
+        let this = &*self;
+        let collected = fanout::collected_one(
+            &self.ensemble.nodes,
+            0,
+            answer,
+            |_, r| this.released(r),
+            |o| *o == NodeOutcome::Released,
+        );
+        self.released_explicitly(&collected, expired)
+    }
+
+    /// Disarms and decides on an explicit release's outcomes.
+    fn released_explicitly(&mut self, collected: &Collected, expired: bool) -> Result<NodeReport> {
         self.armed = false;
         metrics::released("explicit");
         // After the validity ran out, whatever was still on the nodes is gone now, but the
         // lock was not safely held up to this release: say so, like the seeds'
         // `ExpiredLockError`.
         let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Released);
-        let report = collected.report(&ensemble.nodes);
+        let report = collected.report(&self.ensemble.nodes);
         quorum::decide_release(&votes, expired)
             .into_result(|| report.clone())
             .map(|_| report)
@@ -260,6 +293,12 @@ impl Holding {
         // `SET` there) requeues us there even where that `SET` was refused.
         if let Some(r) = requeue.filter(|r| r.unlisted && !which.contains(&r.node)) {
             which.push(r.node);
+        }
+        let ensemble = Arc::clone(&self.ensemble);
+        if let [node] = &ensemble.nodes[..] {
+            return self
+                .release_on_direct(&ensemble, node, which, requeue)
+                .await;
         }
         let special = requeue.map(|r| {
             let call = self
@@ -286,6 +325,41 @@ impl Holding {
         )
         .await;
         self.armed = false;
+        self.refused(&collected)
+    }
+
+    /// [`release_on`](Self::release_on) with a single node, on the direct path (see
+    /// [`fanout::direct`]): only the call that node gets is built, and awaited in place.
+    async fn release_on_direct(
+        &mut self,
+        ensemble: &Ensemble,
+        node: &Arc<Node>,
+        which: impl IntoIterator<Item = usize>,
+        requeue: Option<Requeue<'_>>,
+    ) -> Option<NodeReport> {
+        self.gate.close();
+        let nodes = &ensemble.nodes;
+        let collected = if which.into_iter().any(|i| i == 0) {
+            let call = match requeue {
+                Some(r) if r.node == 0 => self
+                    .release_script(false)
+                    .arg(r.client)
+                    .arg(scripts::flag(r.front))
+                    .arg(r.list_ttl_ms),
+                _ => self.release_call(false),
+            };
+            let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
+            fanout::collected_one(nodes, 0, answer, |_, r| self.released(r), |_| false)
+        } else {
+            // Nothing to release: what an empty round collects.
+            fanout::collected_none(nodes)
+        };
+        self.armed = false;
+        self.refused(&collected)
+    }
+
+    /// The report of a clean-up round when a node's ACL refused it.
+    fn refused(&self, collected: &Collected) -> Option<NodeReport> {
         let refused =
             (collected.outcomes.iter()).any(|(o, _)| matches!(o, NodeOutcome::PermissionDenied(_)));
         refused.then(|| collected.report(&self.ensemble.nodes))

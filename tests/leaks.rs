@@ -163,3 +163,95 @@ async fn failed_attempts_of_fresh_clients_leave_no_key() {
     held.release().await.unwrap();
     assert_no_keys(&cluster, &resource, 1).await;
 }
+
+/// The outcome of the only node in `report`.
+fn only_outcome(report: &quorum_lock::NodeReport) -> &quorum_lock::NodeOutcome {
+    match report.results() {
+        [only] => &only.outcome,
+        other => panic!("expected one node's result, got {other:?}"),
+    }
+}
+
+/// A single node (the direct path: its request awaited in place, no round) that answers
+/// only after the node timeout: the attempt fails as unavailable, its request is dropped
+/// unanswered, and the clean-up's release, queued behind the late `SET` on the same
+/// connection, removes the key the server applies once it runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_answer_at_n1_leaves_no_key() {
+    let cluster = Cluster::start(1);
+    let redlock = builder(&cluster.urls())
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    redlock.connect().await.unwrap();
+    let prefix = unique("leak-late-n1");
+    // Warm: the next attempt is a plain `SET NX PX` on the fast path.
+    cycle(&redlock, &format!("{prefix}:warm")).await;
+    let resource = format!("{prefix}:late");
+    cluster.nodes[0].pause();
+    let attempt = redlock.try_lock(&resource, TTL).await;
+    cluster.nodes[0].resume();
+    match attempt {
+        Err(quorum_lock::Error::Unavailable { quorum: 1, report }) => {
+            assert_eq!(only_outcome(&report), &quorum_lock::NodeOutcome::TimedOut)
+        }
+        other => panic!("expected unavailable (timed out), got {other:?}"),
+    }
+    assert_no_keys(&cluster, &format!("{prefix}:*"), 2).await;
+    // The connection is still usable afterwards, and the resource free.
+    cycle(&redlock, &resource).await;
+    assert_no_keys(&cluster, &format!("{prefix}:*"), 3).await;
+}
+
+/// A release at N = 1 whose answer comes after the node timeout reports the node timed
+/// out, and its compare-and-delete, already on the connection, still removes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_release_at_n1_still_removes_the_key() {
+    let cluster = Cluster::start(1);
+    let redlock = builder(&cluster.urls())
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let resource = unique("leak-late-release-n1");
+    let guard = redlock.lock(&resource, TTL).await.unwrap();
+    cluster.nodes[0].pause();
+    let released = guard.release().await;
+    cluster.nodes[0].resume();
+    match released {
+        Err(quorum_lock::Error::Unavailable { quorum: 1, report }) => {
+            assert_eq!(only_outcome(&report), &quorum_lock::NodeOutcome::TimedOut)
+        }
+        other => panic!("expected unavailable (timed out), got {other:?}"),
+    }
+    assert_no_keys(&cluster, &resource, 1).await;
+}
+
+/// An extension at N = 1 (direct path) whose answer comes after the node timeout: reported
+/// as the node timing out, the guard's validity not lengthened, and the release after it
+/// (queued behind the late extension on the same connection) still removes the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_extension_at_n1_times_out_and_the_release_still_removes_the_key() {
+    let cluster = Cluster::start(1);
+    let redlock = builder(&cluster.urls())
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let resource = unique("leak-late-extend-n1");
+    let guard = redlock.lock(&resource, TTL).await.unwrap();
+    let before = guard.validity();
+    cluster.nodes[0].pause();
+    let extended = guard.extend(TTL).await;
+    cluster.nodes[0].resume();
+    match extended {
+        Err(quorum_lock::Error::Unavailable { quorum: 1, report }) => {
+            assert_eq!(only_outcome(&report), &quorum_lock::NodeOutcome::TimedOut)
+        }
+        other => panic!("expected unavailable (timed out), got {other:?}"),
+    }
+    assert!(
+        guard.validity() <= before,
+        "a failed extension must not lengthen the validity"
+    );
+    guard.release().await.expect("released");
+    assert_no_keys(&cluster, &resource, 1).await;
+}
