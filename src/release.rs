@@ -218,12 +218,15 @@ impl Holding {
         // it waited for our answers.
         round.start();
         drop(self.local.take());
-        // With wake-ups on, hear the node that keeps the waiting lists even when it is not
-        // among the first answers: its reply says whether another client was woken, and
-        // only then does this client let it go first on its next `lock()`. A release that
-        // finds no majority waits for every answer (bounded by the node timeout): "not held"
-        // and "unavailable" are told apart by what each node said.
-        let stop = Stop::WhenReached(self.list_node());
+        // With wake-ups on and a subscription of this client standing, hear the node that
+        // keeps the waiting lists even when it is not among the first answers: its reply
+        // says whether another client was woken, and only then does this client let it go
+        // first on its next `lock()`. A client that never waited does not wait for that node
+        // (a slow list node would slow every release: bench scenario 3a); a waiter it wakes
+        // then races its next `lock()` fairly. A release that finds no majority waits for
+        // every answer (bounded by the node timeout): "not held" and "unavailable" are told
+        // apart by what each node said.
+        let stop = Stop::WhenReached(ensemble.notifier.as_ref().and_then(|n| n.wake_node()));
         let this = &*self;
         let collected = fanout::collect(
             &ensemble.nodes,

@@ -1220,3 +1220,42 @@ async fn several_resources_at_once() {
             .unwrap();
     }
 }
+
+/// A client that never waited does not wait for the waiting-list node's answer to its
+/// release: with that node (the first) silent, the release returns once the majority
+/// confirmed, long before the node timeout. Wake-ups on, the default. (It waited for the
+/// first node on every release, 5 ms a cycle behind a 5 ms proxy: bench scenario 3a.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_does_not_wait_for_a_silent_list_node() {
+    use common::proxy::{FaultProxy, Link};
+    let cluster = Cluster::start(3);
+    let port = |n: &RedisServer| std::net::SocketAddr::from(([127, 0, 0, 1], n.port()));
+    let proxy = FaultProxy::start(port(&cluster.nodes[0]));
+    let mut urls = cluster.urls();
+    urls[0] = proxy.url();
+    let node_timeout = Duration::from_secs(5);
+    let client = Redlock::builder()
+        .nodes(&urls)
+        .restart_quarantine(false)
+        .node_timeout(node_timeout)
+        .build()
+        .unwrap();
+    let resource = unique("silent-list-node");
+    client
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    proxy.set_link(Link::Blackhole);
+    let guard = client
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let began = Instant::now();
+    guard.release().await.expect("released on a majority");
+    let took = began.elapsed();
+    assert!(took < node_timeout / 2, "the release took {took:?}");
+    proxy.set_link(Link::Up);
+}
