@@ -750,16 +750,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn token_needs_a_trusted_majority() {
-        let t = |value| CounterRead {
+    /// A trusted counter read.
+    fn t(value: Option<u64>) -> CounterRead {
+        CounterRead {
             value,
             trusted: true,
-        };
-        let u = |value| CounterRead {
+        }
+    }
+
+    /// An untrusted counter read.
+    fn u(value: Option<u64>) -> CounterRead {
+        CounterRead {
             value,
             trusted: false,
-        };
+        }
+    }
+
+    #[test]
+    fn token_needs_a_trusted_majority() {
         let undecidable = |trusted, needed| NextToken::Undecidable { trusted, needed };
         let table: [(&[CounterRead], usize, Option<u64>, NextToken); 9] = [
             (
@@ -801,14 +809,6 @@ mod tests {
 
     #[test]
     fn repair_uses_the_token_rule_without_the_increment() {
-        let t = |value| CounterRead {
-            value,
-            trusted: true,
-        };
-        let u = |value| CounterRead {
-            value,
-            trusted: false,
-        };
         let table: [(&[CounterRead], usize, Option<u64>); 8] = [
             (&[t(Some(5)), t(Some(3)), t(None)], 3, Some(5)),
             (&[t(None), t(None)], 3, Some(0)),

@@ -645,6 +645,39 @@ fn early_readmission_is_flagged() {
     assert!(nemesis::early_readmissions(&[restart(4_000 * MS)], &holds, grace, 1_000).is_empty());
 }
 
+/// Five nodes without persistence, quarantine on, and a client whose fenced
+/// lock-and-release returns the token: the set-up of the two rolling-restart tests below.
+struct FencedFive {
+    ens: LocalEnsemble,
+    rt: tokio::runtime::Runtime,
+    redlock: quorum_lock::Redlock,
+}
+
+impl FencedFive {
+    const TTL: Duration = Duration::from_secs(1);
+
+    fn start() -> FencedFive {
+        let ens = LocalEnsemble::uniform(5, PLAIN, false);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let urls = ens.client_urls();
+        let redlock = kit::worker::client(&urls, Self::TTL, Duration::from_millis(200), true);
+        FencedFive { ens, rt, redlock }
+    }
+
+    fn lock(&self, resource: &str, wait: Duration) -> quorum_lock::Result<u64> {
+        self.rt.block_on(async {
+            let request = self.redlock.lock(resource, Self::TTL).wait(wait);
+            let guard = request.fenced().await?;
+            let token = u64::from(guard.fencing_token());
+            guard.release().await?;
+            Ok(token)
+        })
+    }
+}
+
 /// Issue 14's rolling-restart liveness: once three of five nodes have each restarted empty
 /// and been readmitted, one at a time, a fenced lock on a resource never locked before
 /// still gets token 1. Each readmitted node's counters are repaired from a majority of
@@ -653,35 +686,25 @@ fn early_readmission_is_flagged() {
 /// `FenceUnknown`, "2 trusted counters read, 3 needed".
 #[test]
 fn fenced_lock_on_a_new_resource_after_minority_restarts() {
-    let mut ens = LocalEnsemble::uniform(5, PLAIN, false);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let ttl = Duration::from_secs(1);
-    let redlock = kit::worker::client(&ens.client_urls(), ttl, Duration::from_millis(200), true);
-    let fenced_lock = |resource: &str, wait: Duration| {
-        rt.block_on(async {
-            let guard = redlock.lock(resource, ttl).wait(wait).fenced().await?;
-            let token = guard.fencing_token();
-            guard.release().await?;
-            Ok::<_, quorum_lock::Error>(token)
-        })
-    };
-    fenced_lock("used", Duration::from_secs(5)).expect("first lock on fresh nodes");
+    let mut fenced = FencedFive::start();
+    fenced
+        .lock("used", Duration::from_secs(5))
+        .expect("first lock on fresh nodes");
     for i in 0..3 {
-        ens.inject(i, &Fault::Kill);
-        ens.heal(i, &Fault::Kill);
+        fenced.ens.inject(i, &Fault::Kill);
+        fenced.ens.heal(i, &Fault::Kill);
         // Locking "used" admits the node once its quarantine is over, which starts its
         // repair in the background; the next node goes down once it is complete.
         common::wait_until(Duration::from_secs(15), "the node's repair", || {
-            fenced_lock("used", Duration::from_millis(200)).expect("lock while a minority is out");
-            ens.complete(i)
+            fenced
+                .lock("used", Duration::from_millis(200))
+                .expect("lock while a minority is out");
+            fenced.ens.complete(i)
         });
     }
     let fresh = common::unique("never-locked");
-    match fenced_lock(&fresh, Duration::from_secs(3)) {
-        Ok(token) => assert_eq!(u64::from(token), 1),
+    match fenced.lock(&fresh, Duration::from_secs(3)) {
+        Ok(token) => assert_eq!(token, 1),
         Err(e) => panic!("a resource never locked before gets no token: {e}"),
     }
 }
@@ -694,35 +717,23 @@ fn fenced_lock_on_a_new_resource_after_minority_restarts() {
 /// trusted) until a fence floor was set.
 #[test]
 fn a_rolling_restart_never_reissues_an_old_token() {
-    let mut ens = LocalEnsemble::uniform(5, PLAIN, false);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let ttl = Duration::from_secs(1);
-    let redlock = kit::worker::client(&ens.client_urls(), ttl, Duration::from_millis(200), true);
-    let fenced_lock = |resource: &str, wait: Duration| {
-        rt.block_on(async {
-            let guard = redlock.lock(resource, ttl).wait(wait).fenced().await?;
-            let token = guard.fencing_token();
-            guard.release().await?;
-            Ok::<_, quorum_lock::Error>(u64::from(token))
-        })
-    };
+    let mut fenced = FencedFive::start();
     let victim = common::unique("victim");
     let mut last = 0;
     for _ in 0..3 {
-        last = fenced_lock(&victim, Duration::from_secs(5)).expect("lock on fresh nodes");
+        last = fenced
+            .lock(&victim, Duration::from_secs(5))
+            .expect("lock on fresh nodes");
     }
     for i in 0..5 {
-        ens.inject(i, &Fault::Kill);
-        ens.heal(i, &Fault::Kill);
+        fenced.ens.inject(i, &Fault::Kill);
+        fenced.ens.heal(i, &Fault::Kill);
         common::wait_until(Duration::from_secs(15), "the node's repair", || {
-            let _ = fenced_lock("used", Duration::from_millis(200));
-            ens.complete(i)
+            let _ = fenced.lock("used", Duration::from_millis(200));
+            fenced.ens.complete(i)
         });
     }
-    match fenced_lock(&victim, Duration::from_secs(3)) {
+    match fenced.lock(&victim, Duration::from_secs(3)) {
         Ok(token) => assert_eq!(token, last + 1, "the sequence continues"),
         Err(e) => panic!("no token after a rolling restart: {e}"),
     }
