@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Cluster, RedisServer, eventually, unique};
-use quorum_lock::{AutoExtend, Error, LockGuard, LostReason, Redlock};
+use quorum_lock::{AutoExtend, Error, LockGuard, LostReason, Redlock, RedlockBuilder};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -20,6 +20,10 @@ fn client(urls: &[String]) -> Redlock {
 
 /// A client whose retries start `first` apart and grow to at most `at_most`.
 fn polling(urls: &[String], first: Duration, at_most: Duration) -> Redlock {
+    polling_builder(urls, first, at_most).build().unwrap()
+}
+
+fn polling_builder(urls: &[String], first: Duration, at_most: Duration) -> RedlockBuilder {
     Redlock::builder()
         // Quarantine off: these tests count every vote (quarantine has its own tests).
         .restart_quarantine(false)
@@ -27,6 +31,18 @@ fn polling(urls: &[String], first: Duration, at_most: Duration) -> Redlock {
         .node_timeout(NODE_TIMEOUT)
         .retry_delay(first)
         .max_retry_delay(at_most)
+}
+
+/// [`client`] (or, `slow`, [`slow_poller`]) with the scripts on every server, for the exact
+/// command counts below: on servers with native commands (Valkey) the plain release would
+/// be `DELIFEQ` instead (`tests/native.rs` counts those).
+fn scripted(urls: &[String], slow: bool) -> Redlock {
+    let (first, at_most) = match slow {
+        true => (Duration::from_secs(10), Duration::from_secs(10)),
+        false => (Duration::from_millis(5), Duration::from_millis(50)),
+    };
+    (polling_builder(urls, first, at_most))
+        .native_commands(false)
         .build()
         .unwrap()
 }
@@ -495,8 +511,14 @@ async fn a_waiter_that_wins_through_the_other_nodes_leaves_the_list() {
     .await;
     let (wake_node, ids) = waiting_lists(&cluster, &resource)[0].clone();
     // The foreign lock goes away everywhere but on the waiting-list node, and the waiter
-    // is told: it wins on the other two nodes, while the list node lists it again.
+    // is woken as a release wakes it (the waking script pops it from the list, then
+    // publishes): it wins on the other two nodes while its plain `SET` on the list node is
+    // refused, and nothing may list it there again.
     free_all_but(&cluster, &resource, wake_node);
+    let _: Option<String> = redis::cmd("LPOP")
+        .arg(format!("quorum-lock:waiters:{resource}"))
+        .query(&mut cluster.nodes[wake_node].conn())
+        .unwrap();
     let _: i64 = redis::cmd("PUBLISH")
         .arg(format!("quorum-lock:wake:{}", ids[0]))
         .arg(format!("some-token:{resource}"))
@@ -762,7 +784,7 @@ async fn an_uncontended_cycle_does_the_wake_up_work_on_the_list_node_only() {
 
     // A client that never waited: plain `SET NX PX` everywhere; it knows no list node and
     // wakes on the first node, where clients configured alike list.
-    let redlock = warmed(&cluster, client(&cluster.urls())).await;
+    let redlock = warmed(&cluster, scripted(&cluster.urls(), false)).await;
     reset_stats(&cluster);
     let guard = redlock.lock(unique("cycle"), ttl).await.unwrap();
     guard.release().await.unwrap();
@@ -817,14 +839,14 @@ async fn an_uncontended_cycle_does_the_wake_up_work_on_the_list_node_only() {
 async fn a_hand_off_between_clients_costs_the_plain_commands_and_one_wake_up() {
     let cluster = Cluster::start(3);
     let resource = unique("hand-off");
-    let holder = warmed(&cluster, client(&cluster.urls())).await;
+    let holder = warmed(&cluster, scripted(&cluster.urls(), false)).await;
     let guard = holder
         .lock(&resource, Duration::from_secs(30))
         .await
         .unwrap();
     // A waiter that polls only every 10 s (no poll among the counts), warmed too, queued
     // on node 0.
-    let waiting = warmed(&cluster, slow_poller(&cluster.urls())).await;
+    let waiting = warmed(&cluster, scripted(&cluster.urls(), true)).await;
     let task = waiter(waiting, &resource);
     queued(&cluster, &resource, 1, "waiter queued").await;
     assert_eq!(waiting_lists(&cluster, &resource)[0].0, 0);
@@ -939,9 +961,9 @@ async fn a_waiter_whose_wake_node_changed_leaves_the_old_list() {
 async fn a_woken_waiter_for_several_keys_leaves_every_list() {
     let cluster = Cluster::start(3);
     let (a, b) = (unique("several-a"), unique("several-b"));
-    let holder = warmed(&cluster, client(&cluster.urls())).await;
+    let holder = warmed(&cluster, scripted(&cluster.urls(), false)).await;
     let guard = holder.lock(&a, Duration::from_secs(30)).await.unwrap();
-    let waiting = warmed(&cluster, slow_poller(&cluster.urls())).await;
+    let waiting = warmed(&cluster, scripted(&cluster.urls(), true)).await;
     let task = {
         let (a, b) = (a.clone(), b.clone());
         tokio::spawn(async move {
