@@ -27,6 +27,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use crate::deadline;
 use crate::fanout::View;
 use crate::metrics;
 use crate::node::{Call, Node, NodeFailure};
@@ -115,7 +116,7 @@ impl Repairs {
             && seen == life
             && outcome == Outcome::Deferred
         {
-            *status = Status::RetryAt(Instant::now() + RETRY_AFTER);
+            *status = Status::RetryAt(deadline::after(Instant::now(), RETRY_AFTER));
         }
     }
 }
