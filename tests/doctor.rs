@@ -98,6 +98,13 @@ fn only_the_first_answers(names: &[String]) -> Summary {
     )
 }
 
+/// The report's finding of `kind` (the test fails when there is none).
+fn finding_of(report: &DeploymentReport, kind: FindingKind) -> &quorum_lock::Finding {
+    (report.findings.iter())
+        .find(|f| f.kind == kind)
+        .unwrap_or_else(|| panic!("no {} finding: {report}", kind.as_str()))
+}
+
 fn kept_out<'a>(
     names: impl IntoIterator<Item = &'a String>,
 ) -> impl Iterator<Item = (FindingKind, Severity, Option<String>)> {
@@ -547,11 +554,7 @@ async fn a_ttl_eaten_by_drift_and_node_timeout() {
         summary(&report),
         expected(no_persistence(&names).chain([(K::TtlBudget, W, None), memory_loss()]))
     );
-    let finding = report
-        .findings
-        .iter()
-        .find(|f| f.kind == K::TtlBudget)
-        .expect("ttl finding");
+    let finding = finding_of(&report, K::TtlBudget);
     assert!(finding.fix.contains("at least 209 ms"), "{}", finding.fix);
 }
 
@@ -740,11 +743,7 @@ async fn nodes_that_differ_in_persistence() {
             (K::PersistenceMismatch, W, None),
         ])
     );
-    let mismatch = report
-        .findings
-        .iter()
-        .find(|f| f.kind == K::PersistenceMismatch)
-        .expect("mismatch");
+    let mismatch = finding_of(&report, K::PersistenceMismatch);
     let want = format!(
         "appendonly is on at {}, {} but off at {}",
         name(&on[0]),
@@ -802,11 +801,7 @@ async fn a_majority_that_can_lose_its_data_together() {
     );
     assert_eq!(report.nodes[1].save.as_deref(), Some(""));
     assert_eq!(report.nodes[2].save.as_deref(), Some("3600 1"));
-    let finding = report
-        .findings
-        .iter()
-        .find(|f| f.kind == K::MajorityMemoryLoss)
-        .expect("memory loss finding");
+    let finding = finding_of(&report, K::MajorityMemoryLoss);
     assert!(
         finding.message.starts_with(&format!(
             "2 of 3 nodes, a majority, can lose their data together: {v} (no persistence at \
@@ -843,11 +838,7 @@ async fn a_majority_that_can_lose_its_data_together() {
 
     // appendfsync no counts too: the OS decides when writes reach the disk.
     let report = check(&client(&[durable.url(), volatile.url(), lazy.url()])).await;
-    let finding = report
-        .findings
-        .iter()
-        .find(|f| f.kind == K::MajorityMemoryLoss)
-        .expect("memory loss finding");
+    let finding = finding_of(&report, K::MajorityMemoryLoss);
     assert!(
         finding.message.contains(&format!(
             "{v} (no persistence at all), {l} (appendfsync no)"

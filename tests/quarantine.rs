@@ -14,14 +14,7 @@ use common::{Cluster, RedisServer, eventually, lock_and_release, unique, wait_un
 use quorum_lock::{Error, NodeOutcome, QuarantineReason, Redlock};
 
 fn client(urls: &[String], ttl: Duration) -> Redlock {
-    Redlock::builder()
-        .nodes(urls)
-        .node_timeout(Duration::from_millis(200))
-        .retry_delay(Duration::from_millis(2))
-        .max_retry_delay(Duration::from_millis(20))
-        .default_ttl(ttl)
-        .build()
-        .unwrap()
+    common::safety_client(urls, true, ttl)
 }
 
 fn uptime_secs(node: &RedisServer) -> u64 {

@@ -5,20 +5,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cluster, RedisServer, eventually, unique};
-use quorum_lock::{NodeOutcome, Redlock, fencing};
-
-fn client(urls: &[String], quarantine: bool, ttl: Duration) -> Redlock {
-    Redlock::builder()
-        .nodes(urls)
-        .node_timeout(Duration::from_millis(200))
-        .retry_delay(Duration::from_millis(2))
-        .max_retry_delay(Duration::from_millis(20))
-        .default_ttl(ttl)
-        .restart_quarantine(quarantine)
-        .build()
-        .unwrap()
-}
+use common::{Cluster, RedisServer, eventually, safety_client as client, unique};
+use quorum_lock::{NodeOutcome, fencing};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_strictly_increase_across_holders_and_a_restart() {

@@ -33,3 +33,17 @@ pub async fn lock_and_release(redlock: &Redlock, resource: &str, ttl: Duration) 
     let guard = redlock.lock(resource, ttl).await.unwrap();
     guard.release().await.unwrap();
 }
+
+/// The safety tests' client: a 200 ms node timeout, retries every 2 ms backing off to
+/// 20 ms, `ttl` by default, restart quarantine as given.
+pub fn safety_client(urls: &[String], quarantine: bool, ttl: Duration) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(2))
+        .max_retry_delay(Duration::from_millis(20))
+        .default_ttl(ttl)
+        .restart_quarantine(quarantine)
+        .build()
+        .unwrap()
+}

@@ -11,7 +11,7 @@ pub mod clients;
 pub mod proxy;
 
 #[allow(unused_imports)] // Each test target uses what it needs.
-pub use clients::{NODE_TIMEOUT, builder, client, lock_and_release};
+pub use clients::{NODE_TIMEOUT, builder, client, lock_and_release, safety_client};
 
 use std::fs;
 use std::io::{self, Read, Write};
