@@ -140,6 +140,16 @@ async fn failed_attempts_of_fresh_clients_leave_no_key() {
     let holder = client(&urls);
     let held = holder.lock(&resource, TTL).await.unwrap();
     let token = held.token().to_owned();
+    // The holder's SETs beyond its majority land in the background: a contender may take a
+    // node they have not reached yet, and the holder's later SET NX is refused there (a
+    // minority without its key, as Redlock allows). Start once every node holds it.
+    let everywhere = || cluster.keys_everywhere(&resource).len() == cluster.nodes.len();
+    common::eventually(
+        Duration::from_secs(5),
+        "the holder's key on every node",
+        everywhere,
+    )
+    .await;
     let load = load_runtime(2);
     for _ in 0..100 {
         let contender = client(&urls);
