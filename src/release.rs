@@ -144,24 +144,41 @@ impl Holding {
         Some(notifier.wake_node().unwrap_or(0))
     }
 
-    /// The release's call: the release script, or on nodes that have it `DELIFEQ` where
-    /// that has the script's exact effect (one key, nobody to wake: see
-    /// [`native`](crate::protocol::native)). When it announces, the client it wakes gets
-    /// the turn for two node timeouts (see [`scripts::GATE`]).
+    /// The release's call. One key: the waking script when it announces (see
+    /// [`scripts::RELEASE_ONE`]), else the plain compare-and-delete ([`scripts::UNLOCK`], or
+    /// `DELIFEQ` on nodes that have it: see [`native`](crate::protocol::native)). Several
+    /// keys: the general release script. When it announces, the client it wakes gets the
+    /// turn for two node timeouts (see [`scripts::GATE`]).
     fn release_call(&self, announce: bool) -> Call {
         let wakes = announce && self.ensemble.notifier.is_some();
-        let call = self.release_script(wakes);
+        let config = &self.ensemble.config;
         match &*self.keys {
-            [key] if !wakes && self.ensemble.config.native_commands => {
-                call.or_native(native::del_if_eq(key, &self.token))
+            [_] if wakes => Call::script(&scripts::RELEASE_ONE, &config.key_prefix, &self.keys)
+                .arg(&*self.token)
+                .arg(self.turn_ms())
+                .arg(keys::wake_channel_prefix(&config.key_prefix)),
+            [key] => {
+                let call = Call::script(&scripts::UNLOCK, &config.key_prefix, &self.keys)
+                    .arg(&*self.token);
+                if config.native_commands {
+                    call.or_native(native::del_if_eq(key, &self.token))
+                } else {
+                    call
+                }
             }
-            _ => call,
+            _ => self.release_script(wakes),
         }
     }
 
-    /// The release script alone, waking the next waiter when `wakes`; more arguments may
-    /// follow (the requeue of [`release_on`](Self::release_on), which no native command
-    /// does).
+    /// The lifetime of the turn a waking release gives the client it wakes: two node
+    /// timeouts, at least 1 ms.
+    fn turn_ms(&self) -> u64 {
+        whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1)
+    }
+
+    /// The general release script, waking the next waiter when `wakes`; more arguments may
+    /// follow (the requeue of [`release_on`](Self::release_on), which no other script or
+    /// native command does).
     fn release_script(&self, wakes: bool) -> Call {
         let call = Call::script(
             &scripts::RELEASE,
@@ -170,25 +187,25 @@ impl Holding {
         )
         .arg(&*self.token);
         let call = if wakes {
-            call.arg(whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1))
+            call.arg(self.turn_ms())
         } else {
             call.arg("0")
         };
         call.arg(keys::wake_channel_prefix(&self.ensemble.config.key_prefix))
     }
 
-    /// Turns a release reply `{deleted, woke}` into an outcome.
+    /// Turns a release reply (see [`reply::release_reply`]) into an outcome.
     fn released(&self, reply: Value) -> NodeOutcome {
-        match reply::decode::<(i64, i64)>(reply) {
-            Ok((deleted, woke)) => {
-                if woke == 1 {
+        match reply::release_reply(reply) {
+            Ok(released) => {
+                if released.woke {
                     // Another client was woken to take over: let it go first (see
                     // `LocalQueue::handed_off`).
                     self.ensemble
                         .queue
                         .handed_off(&self.keys, self.ensemble.config.node_timeout);
                 }
-                if deleted > 0 {
+                if released.deleted {
                     NodeOutcome::Released
                 } else {
                     NodeOutcome::NotHeld

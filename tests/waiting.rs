@@ -734,6 +734,32 @@ async fn assert_commands(cluster: &Cluster, want: &[Vec<(String, u64)>], what: &
     assert_eq!(seen(), want, "{what}");
 }
 
+/// How many keys a node holds, read from `INFO keyspace` (an `info` call, which
+/// [`commands`] leaves out, so counting keys does not change the counts under test).
+fn key_count(node: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("keyspace")
+        .query(&mut node.conn())
+        .unwrap();
+    info.lines()
+        .filter_map(|l| l.strip_prefix("db0:keys="))
+        .filter_map(|rest| rest.split(',').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Locks a fresh resource and waits until its key is on every node before returning the
+/// guard: the acquisition returns at a majority, and a `SET` still unsent when the release
+/// closes the send gate is rightly never sent (one command less on that node).
+async fn locked_everywhere(cluster: &Cluster, redlock: &Redlock, ttl: Duration) -> LockGuard {
+    let before: Vec<u64> = cluster.nodes.iter().map(key_count).collect();
+    let guard = redlock.lock(unique("cycle"), ttl).await.unwrap();
+    eventually(Duration::from_secs(5), "the key on every node", || {
+        (cluster.nodes.iter().zip(&before)).all(|(n, b)| key_count(n) == b + 1)
+    })
+    .await;
+    guard
+}
+
 /// `redlock` with its fast path warm (the first cycle writes the node markers, a later one
 /// reads them back): cycles until one acquires by plain `SET NX PX`, with no acquire
 /// script, on every node. (The cluster's command counts are reset.)
@@ -786,7 +812,7 @@ async fn an_uncontended_cycle_does_the_wake_up_work_on_the_list_node_only() {
     // wakes on the first node, where clients configured alike list.
     let redlock = warmed(&cluster, scripted(&cluster.urls(), false)).await;
     reset_stats(&cluster);
-    let guard = redlock.lock(unique("cycle"), ttl).await.unwrap();
+    let guard = locked_everywhere(&cluster, &redlock, ttl).await;
     guard.release().await.unwrap();
     let others = counts(&[
         ("set", 1),
@@ -815,7 +841,7 @@ async fn an_uncontended_cycle_does_the_wake_up_work_on_the_list_node_only() {
     subscribed_everywhere(&cluster).await;
     lists_emptied(&cluster, "held", "the waiter left the list").await;
     reset_stats(&cluster);
-    let guard = redlock.lock(unique("cycle"), ttl).await.unwrap();
+    let guard = locked_everywhere(&cluster, &redlock, ttl).await;
     guard.release().await.unwrap();
     let list_node = counts(&[
         // The acquire script: ensemble record and marker, `SET NX PX`, our list entry.

@@ -7,10 +7,10 @@
 //! Both fail with `WRONGTYPE` on a key of another type, as the scripts' `GET` does. They
 //! replace a script only where they have exactly its effect:
 //!
-//! - [`del_if_eq`] for [`RELEASE`](super::scripts::RELEASE) on **one** lock key that wakes
-//!   nobody and requeues nobody (the script's ARGV[2] is `'0'` and it has no ARGV[4]): the
-//!   script then only compares and deletes. A release that wakes waiters (notifications on)
-//!   or requeues this client, and every multi-key lock, keep the script.
+//! - [`del_if_eq`] for [`UNLOCK`](super::scripts::UNLOCK), the release of **one** lock key
+//!   that wakes nobody and requeues nobody: the script only compares and deletes. A release
+//!   that wakes waiters (notifications on) or requeues this client, and every multi-key
+//!   lock, keep their scripts.
 //! - [`set_if_eq`] for [`EXTEND`](super::scripts::EXTEND) on **one** lock key: the script
 //!   compares and resets the key's expiry and touches nothing else (not the fencing counter,
 //!   not the waiting list); `SET key token IFEQ token PX ttl` writes the same value back
@@ -120,19 +120,15 @@ impl Native {
     }
 }
 
-/// `DELIFEQ key token`, standing in for [`RELEASE`](super::scripts::RELEASE) on one key that
-/// wakes and requeues nobody. Its reply, 1 or 0 keys deleted, becomes the script's
-/// `{deleted, woke}` with `woke` 0.
+/// `DELIFEQ key token`, standing in for [`UNLOCK`](super::scripts::UNLOCK), the release of
+/// one key that wakes and requeues nobody. Its reply, 1 or 0 keys deleted, is the script's.
 pub(crate) fn del_if_eq(key: &str, token: &str) -> Native {
     let mut cmd = redis::cmd("DELIFEQ");
     cmd.arg(key).arg(token);
     Native {
         needs: Needs::DelIfEq,
         cmd,
-        shape: |reply| match reply {
-            Value::Int(n) => Value::Array(vec![Value::Int(n), Value::Int(0)]),
-            other => other,
-        },
+        shape: |reply| reply,
     }
 }
 
@@ -228,14 +224,8 @@ mod tests {
     fn native_replies_take_the_scripts_shape() {
         let del = del_if_eq("k", "t");
         assert_eq!(del.needs, Needs::DelIfEq);
-        assert_eq!(
-            del.reply(Value::Int(1)),
-            Value::Array(vec![Value::Int(1), Value::Int(0)])
-        );
-        assert_eq!(
-            del.reply(Value::Int(0)),
-            Value::Array(vec![Value::Int(0), Value::Int(0)])
-        );
+        assert_eq!(del.reply(Value::Int(1)), Value::Int(1));
+        assert_eq!(del.reply(Value::Int(0)), Value::Int(0));
         let set = set_if_eq("k", "t", 10_000);
         assert_eq!(set.needs, Needs::SetIfEq);
         assert_eq!(set.reply(Value::Okay), Value::Int(1));

@@ -117,6 +117,31 @@ pub(crate) fn inspect_reply(reply: Value) -> Result<Inspected, NodeOutcome> {
     })
 }
 
+/// A release's reply, decoded: [`RELEASE`](super::scripts::RELEASE)'s `{deleted, woke}`,
+/// or the one-key scripts' integer ([`UNLOCK`](super::scripts::UNLOCK) and `DELIFEQ`: 0 or
+/// 1 deleted; [`RELEASE_ONE`](super::scripts::RELEASE_ONE): 2 deleted and woke a client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Release {
+    /// Whether it deleted a key holding our token.
+    pub(crate) deleted: bool,
+    /// Whether it woke a waiting client.
+    pub(crate) woke: bool,
+}
+
+/// Decodes a release's reply (see [`Release`]).
+pub(crate) fn release_reply(reply: Value) -> Result<Release, NodeOutcome> {
+    let (deleted, woke) = match reply {
+        Value::Int(n @ 0..=1) => (n, 0),
+        Value::Int(2) => (1, 1),
+        Value::Int(n) => return Err(NodeOutcome::Failed(format!("unexpected release reply {n}"))),
+        other => decode::<(i64, i64)>(other)?,
+    };
+    Ok(Release {
+        deleted: deleted > 0,
+        woke: woke == 1,
+    })
+}
+
 /// A reply `1` (the script did it) or anything else (it did not), as `yes` or `no`.
 pub(crate) fn one_or(reply: Value, yes: NodeOutcome, no: NodeOutcome) -> NodeOutcome {
     match decode::<i64>(reply) {
@@ -130,6 +155,20 @@ pub(crate) fn one_or(reply: Value, yes: NodeOutcome, no: NodeOutcome) -> NodeOut
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn release_replies_of_every_shape() {
+        let r = |deleted, woke| Ok(Release { deleted, woke });
+        assert_eq!(release_reply(Value::Int(0)), r(false, false));
+        assert_eq!(release_reply(Value::Int(1)), r(true, false));
+        assert_eq!(release_reply(Value::Int(2)), r(true, true));
+        let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(release_reply(pair(0, 0)), r(false, false));
+        assert_eq!(release_reply(pair(2, 1)), r(true, true));
+        assert!(release_reply(Value::Int(3)).is_err());
+        assert!(release_reply(Value::Int(-1)).is_err());
+        assert!(release_reply(Value::Nil).is_err());
+    }
 
     /// Any reply a server (or something posing as one) could send, nested a few levels.
     fn any_value() -> impl Strategy<Value = Value> {
@@ -187,6 +226,7 @@ mod tests {
         fn decoders_never_panic(value in any_value()) {
             // Every decoder, and `decode` at every type the client reads.
             let _ = acquire_reply(value.clone());
+            let _ = release_reply(value.clone());
             let _ = one_or(value.clone(), NodeOutcome::Acquired, NodeOutcome::NotHeld);
             let _ = decode::<i64>(value.clone());
             let _ = decode::<(i64, i64)>(value.clone());
