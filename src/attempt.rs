@@ -149,8 +149,10 @@ async fn attempt_inner(
     // extended through, the loss of one of the first nodes. Every release of this token
     // closes the attempt's send gate first: a SET already queued is ahead of the release on
     // the same connection, and one not yet queued is never sent.
-    if let Some(round) = round {
-        round.finish_in_background(ensemble.view());
+    match (round, &lives) {
+        (Some(round), None) => read_late_records(ensemble, plan, round),
+        (Some(round), Some(_)) => round.finish_in_background(ensemble.view()),
+        (None, _) => {}
     }
     let won = Won {
         holding,
@@ -162,6 +164,39 @@ async fn attempt_inner(
         start,
     };
     won.into_guard(ensemble, &ballot, &votes).await
+}
+
+/// Reads the acquire script's answers that come after the decision, in the background:
+/// each raised its node's ensemble record to this TTL in the node's current life, which is
+/// what the plain `SET NX PX` fast path needs to know of every node (with quarantine on, it
+/// also needs the node seen admitted, which only a ballot decides). Without this, a node
+/// that always answers after the majority (a slow one) would keep every later attempt of
+/// this client on the script, on every node.
+fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Round) {
+    if round.is_empty() {
+        return;
+    }
+    let nodes = ensemble.nodes.clone();
+    let ttl_ms = plan.ttl_ms();
+    ensemble.background.spawn(async move {
+        let nodes = &nodes;
+        fanout::collect(
+            nodes,
+            &mut round,
+            |i, answer| {
+                if let Some(node) = nodes.get(i)
+                    && let Ok(read) = read_vote(node, answer, None)
+                    && let Some(life) = &read.run_id
+                {
+                    node.seen(life, None, read.record_ms.unwrap_or(0).max(ttl_ms));
+                }
+                NodeOutcome::Reachable
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+    });
 }
 
 /// The waiting-list node's answer, if it is still to come, split off `round`: it says

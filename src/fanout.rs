@@ -107,7 +107,7 @@ impl Round {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.early.is_empty() && self.pending.iter().all(Option::is_none)
     }
 
