@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::common::proxy::FaultProxy;
 use crate::common::{BlackHole, Cluster, unique};
 use crate::support::contender::{
-    Contender, FloorNode, Subject, defaults, floor_conn, floor_nodes, quorum,
+    Contender, FloorNode, Subject, defaults, floor_conn, floor_nodes, load_script, quorum,
 };
 use crate::support::measure::{
     Servers, interleaved, join_within, measure, measure_redlock_bounded,
@@ -60,7 +60,11 @@ pub async fn run(cfg: Cfg) {
         urls[0] = hole.url();
         let mut nodes = vec![FloorNode::Silent];
         for url in &urls[1..] {
-            nodes.push(floor_conn(url).await);
+            let node = floor_conn(url).await;
+            // Without it every release was refused (`NOSCRIPT`) and the floors' keys stayed:
+            // both 3b floors refused all their cycles in runs G and H.
+            load_script(&node).await;
+            nodes.push(node);
         }
         let setup = SlowSetup {
             title: "Scenario 3b: lock + unlock, N = 5, node 0 a black hole (accepts TCP, never \

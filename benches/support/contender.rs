@@ -83,9 +83,11 @@ async fn ask(node: &FloorNode, cmd: &redis::Cmd) -> bool {
 }
 
 /// Sends `cmd` to every node at once and returns when `need` of them answered, with how
-/// many of those answers were a yes; the rest are dropped (a command already written is
-/// still executed by its server). Everything is awaited in place, in the calling task: one
-/// node is one plain request, all nodes one `join_all`.
+/// many of those answers were a yes. Everything is awaited in place, in the calling task:
+/// one node is one plain request, all nodes one `join_all`. Requests still in flight at
+/// `need` answers go on in one spawned task: the driver does not write a request whose
+/// caller has gone, so dropping them would leave keys behind (a majority floor that then
+/// refused most of its later acquisitions, runs G and H, scenario 3).
 pub async fn round(nodes: &[FloorNode], need: usize, cmd: &redis::Cmd) -> usize {
     if let [node] = nodes {
         return usize::from(ask(node, cmd).await);
@@ -94,7 +96,13 @@ pub async fn round(nodes: &[FloorNode], need: usize, cmd: &redis::Cmd) -> usize 
         let answers = join_all(nodes.iter().map(|node| ask(node, cmd))).await;
         return answers.into_iter().filter(|&yes| yes).count();
     }
-    let mut pending: FuturesUnordered<_> = nodes.iter().map(|node| ask(node, cmd)).collect();
+    let cmd = Arc::new(cmd.clone());
+    let mut pending: FuturesUnordered<_> = (nodes.iter())
+        .map(|node| {
+            let (node, cmd) = (node.clone(), Arc::clone(&cmd));
+            async move { ask(&node, &cmd).await }
+        })
+        .collect();
     let (mut answered, mut yes) = (0, 0);
     while let Some(y) = pending.next().await {
         answered += 1;
@@ -102,6 +110,9 @@ pub async fn round(nodes: &[FloorNode], need: usize, cmd: &redis::Cmd) -> usize 
         if answered >= need {
             break;
         }
+    }
+    if !pending.is_empty() {
+        tokio::spawn(async move { while pending.next().await.is_some() {} });
     }
     yes
 }
