@@ -37,22 +37,21 @@ pub(crate) struct View<'a> {
     pub(crate) background: &'a Background,
 }
 
-/// One node's request in flight, tagged with the node's index: resolves to the index, the
-/// raw reply and the latency.
+/// One node's request in flight, tagged with the node's index: resolves to the index and
+/// the raw reply. Its latency is read by its [`Round`] when the answer is taken, from the
+/// round's start (the requests of a round are sent together): a request left to the
+/// [`Background`] collector reads no clock.
 pub(crate) struct NodeFuture {
     index: usize,
-    request: BoxFuture<'static, (Result<Value, NodeFailure>, Duration)>,
+    request: BoxFuture<'static, Result<Value, NodeFailure>>,
 }
 
 impl Future for NodeFuture {
-    type Output = (usize, Result<Value, NodeFailure>, Duration);
+    type Output = (usize, Result<Value, NodeFailure>);
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let index = self.index;
-        self.request
-            .as_mut()
-            .poll(cx)
-            .map(|(result, latency)| (index, result, latency))
+        self.request.as_mut().poll(cx).map(|result| (index, result))
     }
 }
 
@@ -63,11 +62,7 @@ pub(crate) fn send(index: usize, node: &Arc<Node>, call: &Arc<Call>) -> NodeFutu
     let node = Arc::clone(node);
     NodeFuture {
         index,
-        request: Box::pin(async move {
-            let start = Instant::now();
-            let result = node.send(&call).await;
-            (result, start.elapsed())
-        }),
+        request: Box::pin(async move { node.send(&call).await }),
     }
 }
 
@@ -79,16 +74,26 @@ pub(crate) struct Round {
     pending: Vec<Option<NodeFuture>>,
     /// Answers that came in during [`Round::start`], not yet collected.
     early: Vec<(usize, Result<Value, NodeFailure>, Duration)>,
+    /// When the requests were made: their latencies count from here.
+    start: Instant,
     deadline: Instant,
 }
 
 impl Round {
     /// A round over requests made just now, each bounded by `timeout` from now.
     pub(crate) fn new(pending: impl IntoIterator<Item = NodeFuture>, timeout: Duration) -> Self {
+        let pending = pending.into_iter();
+        // Sized once: a request per node, where collecting a `filter_map` would start with
+        // room for four and grow at the fifth.
+        let (least, most) = pending.size_hint();
+        let mut slots = Vec::with_capacity(most.unwrap_or(least));
+        slots.extend(pending.map(Some));
+        let start = Instant::now();
         Round {
-            pending: pending.into_iter().map(Some).collect(),
+            pending: slots,
             early: Vec::new(),
-            deadline: crate::deadline::after(Instant::now(), timeout),
+            start,
+            deadline: crate::deadline::after(start, timeout),
         }
     }
 
@@ -99,10 +104,10 @@ impl Round {
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
         for slot in &mut self.pending {
             if let Some(request) = slot
-                && let Poll::Ready(answer) = Pin::new(request).poll(&mut cx)
+                && let Poll::Ready((index, result)) = Pin::new(request).poll(&mut cx)
             {
                 *slot = None;
-                self.early.push(answer);
+                self.early.push((index, result, self.start.elapsed()));
             }
         }
     }
@@ -123,6 +128,7 @@ impl Round {
         (slot.is_some() || early.is_some()).then(|| Round {
             pending: slot.into_iter().map(Some).collect(),
             early: early.into_iter().collect(),
+            start: self.start,
             deadline: self.deadline,
         })
     }
@@ -141,9 +147,9 @@ impl Round {
             let mut waiting = false;
             for slot in &mut self.pending {
                 if let Some(request) = slot {
-                    if let Poll::Ready(answer) = Pin::new(request).poll(cx) {
+                    if let Poll::Ready((index, result)) = Pin::new(request).poll(cx) {
                         *slot = None;
-                        return Poll::Ready(Some(answer));
+                        return Poll::Ready(Some((index, result, self.start.elapsed())));
                     }
                     waiting = true;
                 }
@@ -507,6 +513,7 @@ impl Background {
             pending,
             early,
             deadline,
+            ..
         } = round;
         let mut state = lock(&self.shared);
         if state.stopped {
@@ -535,7 +542,7 @@ impl Background {
             // and one already in is counted without it.
             if let Some(waker) = &waker {
                 let mut cx = Context::from_waker(waker);
-                if let Poll::Ready((index, result, _)) = Pin::new(&mut request).poll(&mut cx) {
+                if let Poll::Ready((index, result)) = Pin::new(&mut request).poll(&mut cx) {
                     count(&self.nodes, index, result);
                     continue;
                 }
@@ -671,7 +678,7 @@ impl Collector {
         state
             .requests
             .retain_mut(|(request, _)| match Pin::new(request).poll(cx) {
-                Poll::Ready((index, result, _)) => {
+                Poll::Ready((index, result)) => {
                     count(nodes, index, result);
                     false
                 }
