@@ -13,7 +13,7 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -37,22 +37,21 @@ pub(crate) struct View<'a> {
     pub(crate) background: &'a Background,
 }
 
-/// One node's request in flight, tagged with the node's index: resolves to the index, the
-/// raw reply and the latency.
+/// One node's request in flight, tagged with the node's index: resolves to the index and
+/// the raw reply. Its latency is read by its [`Round`] when the answer is taken, from the
+/// round's start (the requests of a round are sent together): a request left to the
+/// [`Background`] collector reads no clock.
 pub(crate) struct NodeFuture {
     index: usize,
-    request: BoxFuture<'static, (Result<Value, NodeFailure>, Duration)>,
+    request: BoxFuture<'static, Result<Value, NodeFailure>>,
 }
 
 impl Future for NodeFuture {
-    type Output = (usize, Result<Value, NodeFailure>, Duration);
+    type Output = (usize, Result<Value, NodeFailure>);
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let index = self.index;
-        self.request
-            .as_mut()
-            .poll(cx)
-            .map(|(result, latency)| (index, result, latency))
+        self.request.as_mut().poll(cx).map(|result| (index, result))
     }
 }
 
@@ -63,11 +62,7 @@ pub(crate) fn send(index: usize, node: &Arc<Node>, call: &Arc<Call>) -> NodeFutu
     let node = Arc::clone(node);
     NodeFuture {
         index,
-        request: Box::pin(async move {
-            let start = Instant::now();
-            let result = node.send(&call).await;
-            (result, start.elapsed())
-        }),
+        request: Box::pin(async move { node.send(&call).await }),
     }
 }
 
@@ -79,16 +74,26 @@ pub(crate) struct Round {
     pending: Vec<Option<NodeFuture>>,
     /// Answers that came in during [`Round::start`], not yet collected.
     early: Vec<(usize, Result<Value, NodeFailure>, Duration)>,
+    /// When the requests were made: their latencies count from here.
+    start: Instant,
     deadline: Instant,
 }
 
 impl Round {
     /// A round over requests made just now, each bounded by `timeout` from now.
     pub(crate) fn new(pending: impl IntoIterator<Item = NodeFuture>, timeout: Duration) -> Self {
+        let pending = pending.into_iter();
+        // Sized once: a request per node, where collecting a `filter_map` would start with
+        // room for four and grow at the fifth.
+        let (least, most) = pending.size_hint();
+        let mut slots = Vec::with_capacity(most.unwrap_or(least));
+        slots.extend(pending.map(Some));
+        let start = Instant::now();
         Round {
-            pending: pending.into_iter().map(Some).collect(),
+            pending: slots,
             early: Vec::new(),
-            deadline: crate::deadline::after(Instant::now(), timeout),
+            start,
+            deadline: crate::deadline::after(start, timeout),
         }
     }
 
@@ -99,10 +104,10 @@ impl Round {
         let mut cx = Context::from_waker(futures::task::noop_waker_ref());
         for slot in &mut self.pending {
             if let Some(request) = slot
-                && let Poll::Ready(answer) = Pin::new(request).poll(&mut cx)
+                && let Poll::Ready((index, result)) = Pin::new(request).poll(&mut cx)
             {
                 *slot = None;
-                self.early.push(answer);
+                self.early.push((index, result, self.start.elapsed()));
             }
         }
     }
@@ -127,6 +132,7 @@ impl Round {
         (slot.is_some() || early.is_some()).then(|| Round {
             pending: slot.into_iter().map(Some).collect(),
             early: early.into_iter().collect(),
+            start: self.start,
             deadline: self.deadline,
         })
     }
@@ -145,9 +151,9 @@ impl Round {
             let mut waiting = false;
             for slot in &mut self.pending {
                 if let Some(request) = slot {
-                    if let Poll::Ready(answer) = Pin::new(request).poll(cx) {
+                    if let Poll::Ready((index, result)) = Pin::new(request).poll(cx) {
                         *slot = None;
-                        return Poll::Ready(Some(answer));
+                        return Poll::Ready(Some((index, result, self.start.elapsed())));
                     }
                     waiting = true;
                 }
@@ -423,121 +429,286 @@ pub(crate) fn collected_none(nodes: &[Arc<Node>]) -> Collected {
 /// One task per client that waits for the requests rounds left behind, so every node's
 /// failure is still counted, without spawning a task per round.
 ///
-/// Started with the first round handed over (when a tokio runtime is there); ends when the
-/// client is dropped and the last request is done. Without a runtime, or once its runtime
-/// is gone, requests handed over are dropped: a command already written to a connection
-/// is still executed by its server, and only the failure count is lost.
-#[derive(Debug)]
+/// Requests are handed over one by one, not as rounds: each goes into one list shared with
+/// the collector, polled once on the way in with the collector's waker, so that one which
+/// has answered by then is counted at once and never reaches the collector (no message, no
+/// wake-up), and one still in flight wakes the collector only when it answers. One timer
+/// bounds the whole list: it stays set for the earliest deadline of the requests handed
+/// over, and each request keeps its round's deadline, past which it is counted as timed
+/// out. The client wakes the collector only when a request's deadline comes before the
+/// timer's (or no timer is set).
+///
+/// Started with the first work handed over (when a tokio runtime is there); ends when the
+/// client is dropped (or shut down) and the last request is done. Without a runtime, or once
+/// its runtime is gone, work handed over is dropped: a command already written to a
+/// connection is still executed by its server, and only the failure count is lost.
 pub(crate) struct Background {
     nodes: Vec<Arc<Node>>,
-    sender: std::sync::Mutex<Option<mpsc::UnboundedSender<Job>>>,
-    /// Set by the client's shutdown: jobs handed over later are dropped.
-    stopped: std::sync::atomic::AtomicBool,
+    shared: Arc<std::sync::Mutex<Leftovers>>,
 }
 
-/// Work for the collector.
-enum Job {
-    /// Requests to wait for, only to count their failures.
-    Drain(Round),
-    /// Anything else that must outlive the call that started it, bounded by the caller.
-    Task(BoxFuture<'static, ()>),
+impl std::fmt::Debug for Background {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = lock(&self.shared);
+        f.debug_struct("Background")
+            .field("nodes", &self.nodes.len())
+            .field("in_flight", &state.requests.len())
+            .field("running", &state.running)
+            .field("stopped", &state.stopped)
+            .finish()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        // Closes the collector's channel: it ends once its work is done.
+        lock(&self.shared).tasks = None;
+    }
+}
+
+/// What the client and its collector share.
+#[derive(Default)]
+struct Leftovers {
+    /// Requests in flight, each with its round's deadline.
+    requests: Vec<(NodeFuture, Instant)>,
+    /// Whether a collector task exists (cleared when it is dropped: done, or its runtime
+    /// gone).
+    running: bool,
+    /// The collector's waker, once it has run.
+    waker: Option<Waker>,
+    /// When the collector's timer fires, if it is set.
+    timer: Option<Instant>,
+    /// Where to send tasks for the collector (see [`Background::spawn`]).
+    tasks: Option<mpsc::UnboundedSender<BoxFuture<'static, ()>>>,
+    /// Set by the client's shutdown: work handed over later is dropped.
+    stopped: bool,
+}
+
+fn lock(shared: &std::sync::Mutex<Leftovers>) -> std::sync::MutexGuard<'_, Leftovers> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counts `result`'s failure, if it is one, against node `index` (see [`failed`]).
+fn count(nodes: &[Arc<Node>], index: usize, result: Result<Value, NodeFailure>) {
+    if let (Err(failure), Some(node)) = (result, nodes.get(index)) {
+        failed(node, failure);
+    }
 }
 
 impl Background {
     pub(crate) fn new(nodes: Vec<Arc<Node>>) -> Self {
         Background {
             nodes,
-            sender: std::sync::Mutex::new(None),
-            stopped: std::sync::atomic::AtomicBool::new(false),
+            shared: Arc::default(),
         }
     }
 
-    /// Takes no more jobs; the collector ends once the jobs it has are done (each bounded
-    /// by its round's deadline or its caller).
+    /// Takes no more work; the collector ends once the work it has is done (each request
+    /// bounded by its round's deadline, each task by its caller).
     pub(crate) fn stop(&self) {
-        let mut sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
-        self.stopped
-            .store(true, std::sync::atomic::Ordering::Release);
-        *sender = None;
+        let mut state = lock(&self.shared);
+        state.stopped = true;
+        state.tasks = None;
     }
 
-    /// Takes over what is still in flight in `round`.
+    /// Takes over what is still in flight in `round`; answers already in are counted here.
     pub(crate) fn absorb(&self, round: Round) {
-        if !round.is_empty() {
-            self.send(Job::Drain(round));
+        let Round {
+            pending,
+            early,
+            deadline,
+            ..
+        } = round;
+        let mut state = lock(&self.shared);
+        if state.stopped {
+            return;
+        }
+        for (index, result, _) in early {
+            count(&self.nodes, index, result);
+        }
+        let mut requests = pending.into_iter().flatten().peekable();
+        if requests.peek().is_none() {
+            return;
+        }
+        let collector = if state.running {
+            None
+        } else {
+            // No runtime to wait in: dropped.
+            let Some(collector) = self.prepare(&mut state) else {
+                return;
+            };
+            Some(collector)
+        };
+        let waker = state.waker.clone();
+        let mut waiting = false;
+        for mut request in requests {
+            // Polled with the collector's waker: from now on an answer wakes the collector,
+            // and one already in is counted without it.
+            if let Some(waker) = &waker {
+                let mut cx = Context::from_waker(waker);
+                if let Poll::Ready((index, result)) = Pin::new(&mut request).poll(&mut cx) {
+                    count(&self.nodes, index, result);
+                    continue;
+                }
+            }
+            state.requests.push((request, deadline));
+            waiting = true;
+        }
+        // The collector sets its timer for the earliest deadline when it next runs; only a
+        // deadline before the timer's needs it now.
+        let wake = waiting && state.timer.is_none_or(|timer| deadline < timer);
+        drop(state);
+        if let Some(collector) = collector {
+            collector.start();
+        } else if let (true, Some(waker)) = (wake, waker) {
+            waker.wake();
         }
     }
 
     /// Runs `task` to its end, which the caller bounds (dropped without a runtime).
     pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        self.send(Job::Task(Box::pin(task)));
-    }
-
-    fn send(&self, job: Job) {
-        let mut sender = self.sender.lock().unwrap_or_else(|p| p.into_inner());
-        if self.stopped.load(std::sync::atomic::Ordering::Acquire) {
+        let mut state = lock(&self.shared);
+        if state.stopped {
             return;
         }
-        let job = match sender.as_ref() {
-            Some(tx) => match tx.send(job) {
-                Ok(()) => return,
-                // Its runtime is gone: start over in the current one.
-                Err(mpsc::error::SendError(job)) => job,
-            },
-            None => job,
-        };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+        let task: BoxFuture<'static, ()> = Box::pin(task);
+        if let Some(tx) = &state.tasks {
+            // Cannot fail: the collector clears `tasks` before its receiver is dropped.
+            let _ = tx.send(task);
+            return;
+        }
+        let Some(collector) = self.prepare(&mut state) else {
             return;
         };
+        if let Some(tx) = &state.tasks {
+            let _ = tx.send(task);
+        }
+        drop(state);
+        collector.start();
+    }
+
+    /// Readies the state for a new collector on the current runtime, to be started once
+    /// the lock is released (dropping a task that cannot run locks it); `None` without a
+    /// runtime.
+    fn prepare(&self, state: &mut Leftovers) -> Option<Collector> {
+        let handle = tokio::runtime::Handle::try_current().ok()?;
         let (tx, rx) = mpsc::unbounded_channel();
-        // Cannot fail: the receiver is alive.
-        let _ = tx.send(job);
-        handle.spawn(collector(self.nodes.clone(), rx));
-        *sender = Some(tx);
+        state.running = true;
+        state.waker = None;
+        state.timer = None;
+        state.tasks = Some(tx);
+        Some(Collector {
+            handle,
+            nodes: self.nodes.clone(),
+            shared: Arc::clone(&self.shared),
+            tasks: rx,
+        })
     }
 }
 
-async fn collector(nodes: Vec<Arc<Node>>, mut jobs: mpsc::UnboundedReceiver<Job>) {
-    let mut draining = FuturesUnordered::new();
-    let mut tasks = FuturesUnordered::new();
-    let mut open = true;
-    loop {
-        tokio::select! {
-            job = jobs.recv(), if open => match job {
-                Some(Job::Drain(round)) => draining.push(drain(&nodes, round)),
-                Some(Job::Task(task)) => tasks.push(task),
-                None => open = false,
-            },
-            Some(()) = draining.next(), if !draining.is_empty() => {}
-            Some(()) = tasks.next(), if !tasks.is_empty() => {}
-            else => break,
+/// The collector's task, before and while it runs: when dropped (done, or its runtime
+/// gone), it tells the client, which starts another on its next hand-over, and drops what
+/// it was waiting for.
+struct Collector {
+    handle: tokio::runtime::Handle,
+    nodes: Vec<Arc<Node>>,
+    shared: Arc<std::sync::Mutex<Leftovers>>,
+    tasks: mpsc::UnboundedReceiver<BoxFuture<'static, ()>>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let requests = {
+            let mut state = lock(&self.shared);
+            state.running = false;
+            state.waker = None;
+            state.timer = None;
+            state.tasks = None;
+            std::mem::take(&mut state.requests)
+        };
+        drop(requests);
+    }
+}
+
+impl Collector {
+    fn start(self) {
+        let handle = self.handle.clone();
+        handle.spawn(self.run());
+    }
+
+    async fn run(mut self) {
+        let mut tasks = FuturesUnordered::new();
+        let mut open = true;
+        let timer = tokio::time::sleep_until(Instant::now());
+        tokio::pin!(timer);
+        std::future::poll_fn(|cx| {
+            while open {
+                match self.tasks.poll_recv(cx) {
+                    Poll::Ready(Some(task)) => tasks.push(task),
+                    Poll::Ready(None) => open = false,
+                    Poll::Pending => break,
+                }
+            }
+            while let Poll::Ready(Some(())) = tasks.poll_next_unpin(cx) {}
+            let mut state = lock(&self.shared);
+            self.poll_requests(&mut state, cx, timer.as_mut());
+            // Closed only by the client's stop or drop, after which nothing is handed over.
+            if !open && tasks.is_empty() && state.requests.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+    }
+
+    /// Polls every request handed over, counts the failures of those that answered and,
+    /// once the timer fires, the timeouts of those past their deadline; sets the timer
+    /// for the earliest deadline left if none is set before it.
+    fn poll_requests(
+        &self,
+        state: &mut Leftovers,
+        cx: &mut Context<'_>,
+        mut timer: Pin<&mut tokio::time::Sleep>,
+    ) {
+        if !state
+            .waker
+            .as_ref()
+            .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            state.waker = Some(cx.waker().clone());
         }
-    }
-}
-
-/// Waits for the rest of a round until its deadline, counting failures and timeouts as
-/// [`collect`] does; the answers themselves are not needed, so nothing else is kept (this
-/// runs for nearly every round when N > 1).
-async fn drain(nodes: &[Arc<Node>], mut round: Round) {
-    let expired = tokio::time::sleep_until(round.deadline);
-    tokio::pin!(expired);
-    loop {
-        tokio::select! {
-            biased;
-            next = round.next() => match next {
-                Some((index, Err(failure), _)) => {
-                    if let Some(node) = nodes.get(index) {
-                        failed(node, failure);
+        let nodes = &self.nodes;
+        state
+            .requests
+            .retain_mut(|(request, _)| match Pin::new(request).poll(cx) {
+                Poll::Ready((index, result)) => {
+                    count(nodes, index, result);
+                    false
+                }
+                Poll::Pending => true,
+            });
+        loop {
+            if state.timer.is_some() && timer.as_mut().poll(cx).is_ready() {
+                state.timer = None;
+                let now = Instant::now();
+                state.requests.retain(|(request, deadline)| {
+                    let expired = *deadline <= now;
+                    if expired {
+                        count(nodes, request.index, Err(NodeFailure::TimedOut));
                     }
+                    !expired
+                });
+            }
+            let earliest = state.requests.iter().map(|(_, deadline)| *deadline).min();
+            match earliest {
+                Some(next) if state.timer.is_none_or(|at| next < at) => {
+                    timer.as_mut().reset(next);
+                    state.timer = Some(next);
                 }
-                Some(_) => {}
-                None => return,
-            },
-            () = &mut expired => {
-                for node in round.in_flight().filter_map(|index| nodes.get(index)) {
-                    failed(node, NodeFailure::TimedOut);
-                }
-                return;
+                // A timer set stays set, with no request left: the next ones are handed
+                // over without waking the collector.
+                _ => return,
             }
         }
     }
