@@ -859,8 +859,19 @@ async fn a_hand_off_between_clients_costs_the_plain_commands_and_one_wake_up() {
         .await
         .unwrap();
     // A waiter that polls only every 10 s (no poll among the counts), warmed too, queued
-    // on node 0.
-    let waiting = warmed(&cluster, scripted(&cluster.urls(), true)).await;
+    // on node 0. It reaches node 0 through a proxy that delays replies by 20 ms, so the
+    // wake-up (a message on its subscription there) comes well after the holder's release
+    // reached nodes 1 and 2: on loopback alone its `SET` sometimes got there first, was
+    // refused on both, and a second attempt changed the counts (2 of 40 runs).
+    let proxy = common::proxy::FaultProxy::with_delay(
+        format!("127.0.0.1:{}", cluster.nodes[0].port())
+            .parse()
+            .unwrap(),
+        Duration::from_millis(20),
+    );
+    let mut urls = cluster.urls();
+    urls[0] = proxy.url();
+    let waiting = warmed(&cluster, scripted(&urls, true)).await;
     let task = waiter(waiting, &resource);
     queued(&cluster, &resource, 1, "waiter queued").await;
     assert_eq!(waiting_lists(&cluster, &resource)[0].0, 0);
