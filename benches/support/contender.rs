@@ -11,7 +11,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 
 use crate::support::stats::ms;
-use crate::{FLOOR_1RTT, FLOOR_2ROUNDS, NODE_TIMEOUT, QUORUM, REDLOCK, RSLOCK, TTL};
+use crate::{FLOOR_1RTT, FLOOR_2ROUNDS, NODE_TIMEOUT, QUORUM, QUORUM_NAGLE, REDLOCK, RSLOCK, TTL};
 
 /// One node as the floors see it: a multiplexed connection, or a node that never answers.
 #[derive(Clone)]
@@ -286,6 +286,9 @@ pub enum Kind {
     TwoRounds,
     /// quorum-lock with its defaults ([`quorum`] with [`defaults`]), named [`QUORUM`].
     Quorum,
+    /// quorum-lock with Nagle's algorithm on its connections (`tcp_nodelay(false)`; the
+    /// `redis` driver's default, which rslock keeps), named [`QUORUM_NAGLE`].
+    QuorumNagle,
     /// An rslock `LockManager`, named [`RSLOCK`].
     Rslock,
     /// The sync redlock crate, named [`REDLOCK`].
@@ -298,6 +301,7 @@ impl Kind {
             Kind::OneTrip => FLOOR_1RTT,
             Kind::TwoRounds => FLOOR_2ROUNDS,
             Kind::Quorum => QUORUM,
+            Kind::QuorumNagle => QUORUM_NAGLE,
             Kind::Rslock => RSLOCK,
             Kind::Redlock => REDLOCK,
         }
@@ -336,6 +340,7 @@ pub async fn lock_contenders(urls: &[String], kinds: &[Kind]) -> Vec<(&'static s
                 nodes: Arc::clone(&nodes),
             }),
             Kind::Quorum => Subject::Async(Contender::Quorum(quorum(urls, defaults).await)),
+            Kind::QuorumNagle => Subject::Async(Contender::Quorum(quorum(urls, nagle).await)),
             Kind::Rslock => {
                 Subject::Async(Contender::Rslock(rslock::LockManager::new(urls.to_vec())))
             }
@@ -350,6 +355,11 @@ pub type Tune = fn(quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder;
 
 pub fn defaults(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
     b
+}
+
+/// Nagle's algorithm on the node connections (see `RedlockBuilder::tcp_nodelay`).
+pub fn nagle(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
+    b.tcp_nodelay(false)
 }
 
 /// Release notifications off: waiters only poll.
