@@ -131,7 +131,8 @@ async fn attempt_inner(
         drop(round);
         metrics::attempt("unavailable", start.elapsed());
         settle(marks).await;
-        return Err(give_back(holding, plan, enqueue, None, &collected, err).await);
+        let failure = give_back(holding, plan, enqueue, None, &collected, err);
+        return Err(Box::pin(failure).await);
     }
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
     if !quorum::has_majority(&votes) {
@@ -139,7 +140,9 @@ async fn attempt_inner(
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
         settle(marks).await;
-        return Err(no_majority(ensemble, plan, enqueue, holding, collected, &votes, start).await);
+        // Boxed, as every failure path (see `Won::fail`).
+        let failure = no_majority(ensemble, plan, enqueue, holding, collected, &votes, start);
+        return Err(Box::pin(failure).await);
     }
     let list_reply = round
         .as_mut()
@@ -244,7 +247,7 @@ impl Won<'_> {
                     Ok(fence) => Some(fence),
                     Err(e) => {
                         metrics::attempt("unavailable", start.elapsed());
-                        return Err(self.fail(e).await);
+                        return Err(Box::pin(self.fail(e)).await);
                     }
                 }
             }
@@ -257,12 +260,12 @@ impl Won<'_> {
         let Decision::Won { validity } = decision else {
             metrics::attempt(decision.label(), elapsed);
             let err = refusal(ensemble, &self.collected, decision);
-            return Err(self.fail(err).await);
+            return Err(Box::pin(self.fail(err)).await);
         };
         if ensemble.is_closed() {
             // The client shut down while this attempt ran: its locks are being released, and
             // this one must not outlive it.
-            return Err(self.fail(Error::ShutDown).await);
+            return Err(Box::pin(self.fail(Error::ShutDown)).await);
         }
         Ok(self.hold(ensemble, (decided, elapsed, validity), fencing_token))
     }
@@ -299,7 +302,9 @@ impl Won<'_> {
         )
     }
 
-    /// Gives the won votes back (releases everywhere) and returns `err`.
+    /// Gives the won votes back (releases everywhere) and returns `err`. Callers box it,
+    /// as every failure path of an attempt: inline, its clean-up round would make the
+    /// future of every attempt, moved on each lock, larger by its size.
     async fn fail(self, err: Error) -> Error {
         settle(self.marks).await;
         let (plan, enqueue) = (self.plan, self.enqueue);

@@ -3,6 +3,7 @@
 //! This module and the client's fan-out are the only places that touch the `redis` crate.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Poll;
@@ -12,6 +13,7 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, ToRedisArgs, Value};
+use tokio::task::coop::Unconstrained;
 use tokio::time::Instant;
 
 use crate::ballot::{self, Read};
@@ -222,8 +224,13 @@ impl SendGate {
     /// served, and the poll runs outside the task's cooperative budget, which could otherwise
     /// defer the queueing to a later poll). `None`: closed, nothing was sent. Otherwise the
     /// output, and whether it came at the first poll.
-    async fn pass<T>(gate: Option<&Self>, send: impl Future<Output = T>) -> Option<(T, bool)> {
-        let mut send = std::pin::pin!(tokio::task::coop::unconstrained(send));
+    ///
+    /// `send` is pinned by the caller: taken by value, it would be stored twice in this
+    /// future (the argument and its pinned copy), and copied twice on every send.
+    async fn pass<F: Future>(
+        gate: Option<&Self>,
+        mut send: Pin<&mut Unconstrained<F>>,
+    ) -> Option<(F::Output, bool)> {
         let mut first = true;
         std::future::poll_fn(|cx| {
             let at_first = std::mem::take(&mut first);
@@ -364,7 +371,10 @@ async fn send_on(
     conn: &mut MultiplexedConnection,
     cmd: &Cmd,
 ) -> Result<Option<Value>, SendError> {
-    match SendGate::pass(gate, conn.send_packed_command(cmd)).await {
+    let send = std::pin::pin!(tokio::task::coop::unconstrained(
+        conn.send_packed_command(cmd)
+    ));
+    match SendGate::pass(gate, send).await {
         None => Ok(None),
         Some((Ok(reply), _)) => Ok(Some(reply)),
         Some((Err(error), at_first)) => {

@@ -7,7 +7,6 @@ use std::time::Duration;
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::aio::MultiplexedConnection;
-use redis::io::tcp::TcpSettings;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 
 use crate::support::stats::ms;
@@ -21,11 +20,14 @@ pub enum FloorNode {
     Silent,
 }
 
+/// A floor connection: the driver's own TCP settings, Nagle's algorithm on (as rslock's
+/// connections). With 16 tasks sharing one connection, Nagle lets the kernel coalesce the
+/// small commands written while earlier ones are unacknowledged: fewer segments and fewer
+/// reads on both sides (scenario 2, N = 1: client CPU per cycle ~11.5 µs against ~15 µs
+/// with `TCP_NODELAY`, and rslock beat a `TCP_NODELAY` floor by 1.03-1.12x). A lone request
+/// (scenario 1) has nothing unacknowledged before it and leaves at once either way.
 pub async fn floor_conn(url: &str) -> FloorNode {
-    let info = url
-        .into_connection_info()
-        .expect("node URL")
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    let info = url.into_connection_info().expect("node URL");
     let client = redis::Client::open(info).expect("redis client");
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(2)))

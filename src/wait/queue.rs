@@ -17,34 +17,81 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::futures::Notified;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
+
+/// What the tasks of this client using one key share: one allocation per key in use.
+#[derive(Debug)]
+struct Shared {
+    /// One permit, the turn. A task that takes it forgets the permit and [`Turn::drop`]
+    /// adds it back: tokio's semaphore hands it to the longest waiter first, so the turns
+    /// stay first-come first-served.
+    turn: Semaphore,
+    /// Signalled when a local guard's release of the key completed.
+    freed: Notify,
+}
+
+impl Shared {
+    fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            turn: Semaphore::new(1),
+            freed: Notify::new(),
+        })
+    }
+}
 
 #[derive(Debug)]
 struct Entry {
-    turn: Arc<Semaphore>,
+    shared: Arc<Shared>,
     /// Tasks queued for, or holding, the turn.
     users: usize,
     /// Guards of this client holding the key.
     held: usize,
-    /// Signalled when a local guard's release of the key completed.
-    freed: Arc<Notify>,
 }
 
-impl Default for Entry {
-    fn default() -> Self {
-        Entry {
-            turn: Arc::new(Semaphore::new(1)),
+/// The keys in use, and one [`Shared`] kept from a key no longer in use: a client that
+/// locks one resource after another makes no new one per lock.
+#[derive(Debug, Default)]
+struct Keys {
+    map: HashMap<String, Entry>,
+    spare: Option<Arc<Shared>>,
+}
+
+impl Keys {
+    /// The entry of `key`, made if it is not in use.
+    fn entry(&mut self, key: &str) -> &mut Entry {
+        let spare = &mut self.spare;
+        self.map.entry(key.to_owned()).or_insert_with(|| Entry {
+            shared: spare.take().unwrap_or_else(Shared::new),
             users: 0,
             held: 0,
-            freed: Arc::new(Notify::new()),
+        })
+    }
+
+    /// Changes `key`'s entry with `change`, then forgets the key once nobody uses it, so
+    /// the map does not grow with every resource ever locked.
+    fn update(&mut self, key: &str, change: impl FnOnce(&mut Entry)) {
+        let unused = self.map.get_mut(key).is_some_and(|entry| {
+            change(entry);
+            entry.users == 0 && entry.held == 0
+        });
+        if !unused {
+            return;
+        }
+        if let Some(entry) = self.map.remove(key)
+            // Nobody else refers to it (a task waiting for its turn or its signal does):
+            // and with no users left, every turn taken was given back.
+            && Arc::strong_count(&entry.shared) == 1
+        {
+            self.spare = Some(entry.shared);
         }
     }
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueue {
-    keys: Mutex<HashMap<String, Entry>>,
+    keys: Mutex<Keys>,
     /// Keys whose last release by this client woke another client, with the end of the
     /// head start that client gets before this one tries the key again.
     courtesy: Mutex<HashMap<String, Instant>>,
@@ -54,7 +101,11 @@ pub(crate) struct LocalQueue {
 #[derive(Debug)]
 pub(crate) struct Turn {
     queue: Arc<LocalQueue>,
-    taken: Vec<(String, Option<OwnedSemaphorePermit>)>,
+    keys: Arc<[String]>,
+    /// How many of `keys`, from the first, count this task among their users.
+    queued: usize,
+    /// How many of `keys`, from the first, this task has the turn of (`queued` or one less).
+    taken: usize,
 }
 
 /// A guard of this client holding keys; dropped when its release completed.
@@ -64,17 +115,21 @@ pub(crate) struct LocalHold {
     keys: Arc<[String]>,
 }
 
-impl LocalQueue {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
-        self.keys.lock().unwrap_or_else(|p| p.into_inner())
-    }
+/// The signal of a local guard's release of a key (see [`LocalQueue::held_locally`]).
+#[derive(Debug)]
+pub(crate) struct Freed(Arc<Shared>);
 
-    /// Forgets `key` once nobody uses it, so the map does not grow with every resource
-    /// ever locked.
-    fn tidy(map: &mut HashMap<String, Entry>, key: &str) {
-        if map.get(key).is_some_and(|e| e.users == 0 && e.held == 0) {
-            map.remove(key);
-        }
+impl Freed {
+    /// Completes once the release completed (after [`Notified::enable`], or when polled
+    /// first, as [`Notify::notified`]).
+    pub(crate) fn notified(&self) -> Notified<'_> {
+        self.0.freed.notified()
+    }
+}
+
+impl LocalQueue {
+    fn lock(&self) -> MutexGuard<'_, Keys> {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Records that a release of `keys` woke another client: for a short while (a tenth of
@@ -98,6 +153,10 @@ impl LocalQueue {
     /// [`handed_off`]: LocalQueue::handed_off
     pub(crate) fn courtesy_until(&self, keys: &[String]) -> Option<Instant> {
         let courtesy = self.courtesy.lock().unwrap_or_else(|p| p.into_inner());
+        if courtesy.is_empty() {
+            // No hand-off pending (the usual case): no clock read.
+            return None;
+        }
         let now = Instant::now();
         keys.iter()
             .filter_map(|k| courtesy.get(k).copied())
@@ -107,26 +166,27 @@ impl LocalQueue {
 
     /// Whether tasks other than the current turn holder wait for any of `keys`.
     pub(crate) fn has_waiters(&self, keys: &[String]) -> bool {
-        let map = self.lock();
-        keys.iter().any(|k| map.get(k).is_some_and(|e| e.users > 1))
+        let keys_in_use = self.lock();
+        keys.iter()
+            .any(|k| keys_in_use.map.get(k).is_some_and(|e| e.users > 1))
     }
 
     /// If a guard of this client holds one of `keys`, the signal of its release.
-    pub(crate) fn held_locally(&self, keys: &[String]) -> Option<Arc<Notify>> {
-        let map = self.lock();
+    pub(crate) fn held_locally(&self, keys: &[String]) -> Option<Freed> {
+        let keys_in_use = self.lock();
         keys.iter()
-            .find_map(|k| map.get(k).filter(|e| e.held > 0))
-            .map(|e| Arc::clone(&e.freed))
+            .find_map(|k| keys_in_use.map.get(k).filter(|e| e.held > 0))
+            .map(|e| Freed(Arc::clone(&e.shared)))
     }
 
     /// Records that a guard of this client now holds `keys`.
     pub(crate) fn hold(self: &Arc<Self>, keys: &Arc<[String]>) -> LocalHold {
-        let mut map = self.lock();
+        let mut keys_in_use = self.lock();
         for key in keys.iter() {
             // The entry usually exists (this task's turn made it): no key copy then.
-            match map.get_mut(key.as_str()) {
+            match keys_in_use.map.get_mut(key.as_str()) {
                 Some(entry) => entry.held += 1,
-                None => map.entry(key.clone()).or_default().held += 1,
+                None => keys_in_use.entry(key).held += 1,
             }
         }
         LocalHold {
@@ -141,25 +201,34 @@ impl LocalQueue {
     /// # Cancel safety
     ///
     /// Dropping the future gives back any turn already taken and leaves the queue.
-    pub(crate) async fn turn(self: &Arc<Self>, keys: &[String]) -> Turn {
+    pub(crate) async fn turn(self: &Arc<Self>, keys: &Arc<[String]>) -> Turn {
         let mut turn = Turn {
             queue: Arc::clone(self),
-            taken: Vec::with_capacity(keys.len()),
+            keys: Arc::clone(keys),
+            queued: 0,
+            taken: 0,
         };
-        for key in keys {
-            let semaphore = {
-                let mut map = self.lock();
-                let entry = map.entry(key.clone()).or_default();
+        for key in keys.iter() {
+            let shared = {
+                let mut keys_in_use = self.lock();
+                let entry = keys_in_use.entry(key);
                 entry.users += 1;
-                Arc::clone(&entry.turn)
+                // Counted before waiting, so a cancellation here is undone by `Turn::drop`.
+                turn.queued += 1;
+                // Free, with nobody queued before us (a released permit goes to the
+                // longest waiter, never to a newcomer): taken without waiting.
+                if let Ok(permit) = entry.shared.turn.try_acquire() {
+                    permit.forget();
+                    turn.taken += 1;
+                    continue;
+                }
+                Arc::clone(&entry.shared)
             };
-            // Registered before waiting, so a cancellation here is undone by `Turn::drop`.
-            turn.taken.push((key.clone(), None));
             // The semaphores are never closed, so this cannot fail; if it somehow did, going
             // ahead without the turn only costs fairness.
-            let permit = semaphore.acquire_owned().await.ok();
-            if let Some(last) = turn.taken.last_mut() {
-                last.1 = permit;
+            if let Ok(permit) = shared.turn.acquire().await {
+                permit.forget();
+                turn.taken += 1;
             }
         }
         turn
@@ -168,26 +237,27 @@ impl LocalQueue {
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        let mut map = self.queue.lock();
-        for (key, permit) in self.taken.drain(..) {
-            drop(permit);
-            if let Some(entry) = map.get_mut(&key) {
+        let mut keys_in_use = self.queue.lock();
+        for (i, key) in self.keys.iter().take(self.queued).enumerate() {
+            let taken = i < self.taken;
+            keys_in_use.update(key, |entry| {
+                if taken {
+                    entry.shared.turn.add_permits(1);
+                }
                 entry.users = entry.users.saturating_sub(1);
-            }
-            LocalQueue::tidy(&mut map, &key);
+            });
         }
     }
 }
 
 impl Drop for LocalHold {
     fn drop(&mut self) {
-        let mut map = self.queue.lock();
+        let mut keys_in_use = self.queue.lock();
         for key in self.keys.iter() {
-            if let Some(entry) = map.get_mut(key) {
+            keys_in_use.update(key, |entry| {
                 entry.held = entry.held.saturating_sub(1);
-                entry.freed.notify_waiters();
-            }
-            LocalQueue::tidy(&mut map, key);
+                entry.shared.freed.notify_waiters();
+            });
         }
     }
 }
@@ -199,14 +269,14 @@ mod tests {
     #[tokio::test]
     async fn turns_are_fifo_and_the_map_is_cleaned() {
         let queue = Arc::new(LocalQueue::default());
-        let keys = vec!["a".to_owned()];
+        let keys: Arc<[String]> = vec!["a".to_owned()].into();
         let first = queue.turn(&keys).await;
         assert!(!queue.has_waiters(&keys));
         let order = Arc::new(Mutex::new(Vec::new()));
         let mut tasks = Vec::new();
         for i in 0..5 {
             let queue = Arc::clone(&queue);
-            let keys = keys.clone();
+            let keys = Arc::clone(&keys);
             let order = Arc::clone(&order);
             tasks.push(tokio::spawn(async move {
                 let _turn = queue.turn(&keys).await;
@@ -223,14 +293,14 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
-        assert!(queue.lock().is_empty());
+        assert!(queue.lock().map.is_empty());
     }
 
     #[tokio::test]
     async fn overlapping_sets_do_not_deadlock_and_cancellation_leaves_the_queue() {
         let queue = Arc::new(LocalQueue::default());
-        let ab = vec!["a".to_owned(), "b".to_owned()];
-        let b = vec!["b".to_owned()];
+        let ab: Arc<[String]> = vec!["a".to_owned(), "b".to_owned()].into();
+        let b: Arc<[String]> = vec!["b".to_owned()].into();
         let t1 = queue.turn(&ab).await;
         let q = Arc::clone(&queue);
         let waiter = tokio::spawn(async move { drop(q.turn(&b).await) });
@@ -242,7 +312,38 @@ mod tests {
         assert!(cancelled.is_err());
         drop(t1);
         waiter.await.unwrap();
-        assert!(queue.lock().is_empty());
+        assert!(queue.lock().map.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_recycled_entry_has_one_turn_and_a_fresh_signal() {
+        let queue = Arc::new(LocalQueue::default());
+        let a: Arc<[String]> = vec!["a".to_owned()].into();
+        let b: Arc<[String]> = vec!["b".to_owned()].into();
+        drop(queue.hold(&a));
+        drop(queue.turn(&a).await);
+        assert!(queue.lock().spare.is_some());
+        // "b" gets the spare: one turn, taken by the first task only.
+        let first = queue.turn(&b).await;
+        assert!(queue.lock().spare.is_none());
+        let second = tokio::time::timeout(Duration::from_millis(5), queue.turn(&b)).await;
+        assert!(second.is_err());
+        let q = Arc::clone(&queue);
+        let b2 = Arc::clone(&b);
+        let waiter = tokio::spawn(async move { drop(q.turn(&b2).await) });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(first);
+        waiter.await.unwrap();
+        // Its signal is that of "b" alone: a release of "b" wakes a task waiting on it.
+        let hold = queue.hold(&b);
+        let freed = queue.held_locally(&b).unwrap();
+        let notified = freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        drop(hold);
+        notified.await;
+        assert!(queue.lock().map.is_empty());
     }
 
     #[tokio::test]
@@ -258,6 +359,6 @@ mod tests {
         drop(hold);
         notified.await;
         assert!(queue.held_locally(&keys).is_none());
-        assert!(queue.lock().is_empty());
+        assert!(queue.lock().map.is_empty());
     }
 }
