@@ -169,37 +169,57 @@ async fn attempt_inner(
     won.into_guard(ensemble, &ballot, &votes).await
 }
 
-/// Reads the acquire script's answers that come after the decision, in the background:
-/// each raised its node's ensemble record to this TTL in the node's current life, which is
-/// what the plain `SET NX PX` fast path needs to know of every node (with quarantine on, it
-/// also needs the node seen admitted, which only a ballot decides). Without this, a node
-/// that always answers after the majority (a slow one) would keep every later attempt of
-/// this client on the script, on every node.
+/// Reads, in the background, the acquire script's answers that come after the decision
+/// from nodes this client does not yet know to hold an ensemble record covering the TTL:
+/// each such answer says the script raised the node's record to this TTL in its current
+/// life, which is what the plain `SET NX PX` fast path needs to know of every node (with
+/// quarantine on, it also needs the node seen admitted, which only a ballot decides).
+/// Without this, a node that always answers after the majority (a slow one) would keep
+/// every later attempt of this client on the script, on every node. One reader per node at
+/// a time: a node that never answers (a silent one) costs one reader per node timeout, not
+/// one per attempt. The rest of the round finishes in the background as usual.
 fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Round) {
-    if round.is_empty() {
-        return;
-    }
-    let nodes = ensemble.nodes.clone();
     let ttl_ms = plan.ttl_ms();
-    ensemble.background.spawn(async move {
-        let nodes = &nodes;
-        fanout::collect(
-            nodes,
-            &mut round,
-            |i, answer| {
-                if let Some(node) = nodes.get(i)
-                    && let Ok(read) = read_vote(node, answer, None)
-                    && let Some(life) = &read.run_id
-                {
-                    node.seen(life, None, read.record_ms.unwrap_or(0).max(ttl_ms));
-                }
-                NodeOutcome::Reachable
-            },
-            |_| false,
-            Stop::AtEnd,
-        )
-        .await;
-    });
+    for (i, node) in ensemble.nodes.iter().enumerate() {
+        if node.fast_path(ttl_ms, false).is_some() || !node.claim_reading_late() {
+            continue;
+        }
+        let Some(mut late) = round.take(i) else {
+            node.done_reading_late();
+            continue;
+        };
+        let claim = LateClaim(Arc::clone(node));
+        let nodes = ensemble.nodes.clone();
+        ensemble.background.spawn(async move {
+            let node = &claim.0;
+            fanout::collect(
+                &nodes,
+                &mut late,
+                |_, answer| {
+                    if let Ok(read) = read_vote(node, answer, None)
+                        && let Some(life) = &read.run_id
+                    {
+                        node.seen(life, None, read.record_ms.unwrap_or(0).max(ttl_ms));
+                    }
+                    NodeOutcome::Reachable
+                },
+                |_| false,
+                Stop::AtEnd,
+            )
+            .await;
+        });
+    }
+    round.finish_in_background(ensemble.view());
+}
+
+/// A node's claim on reading its late answers, given back when the reader ends or is
+/// dropped (a stopped client's collector drops what it is handed).
+struct LateClaim(Arc<Node>);
+
+impl Drop for LateClaim {
+    fn drop(&mut self) {
+        self.0.done_reading_late();
+    }
 }
 
 /// The waiting-list node's answer, if it is still to come, split off `round`: it says

@@ -112,10 +112,6 @@ impl Round {
         }
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.early.is_empty() && self.pending.iter().all(Option::is_none)
-    }
-
     /// Splits off node `index`'s request, in flight or answered but not yet collected, as a
     /// round of its own with the same deadline.
     pub(crate) fn take(&mut self, index: usize) -> Option<Round> {

@@ -173,6 +173,9 @@ pub(crate) struct Call {
     /// written (see [`Node::send`]). Only for commands whose second run changes nothing the
     /// first did not; never for one that may set a lock key.
     repeatable: bool,
+    /// Must reach its node even when nobody waits for its answer any more (see
+    /// [`Delivery`]): a release.
+    delivered: bool,
 }
 
 /// A failed send, and whether the command provably never reached the server.
@@ -261,6 +264,7 @@ impl Call {
             gate: None,
             repeatable: false,
             native: None,
+            delivered: false,
         }
     }
 
@@ -290,6 +294,7 @@ impl Call {
             gate: None,
             repeatable: lua.is_repeatable(),
             native: None,
+            delivered: false,
         }
     }
 
@@ -308,6 +313,26 @@ impl Call {
     pub(crate) fn or_native(mut self, native: Native) -> Self {
         self.native = Some(native);
         self
+    }
+
+    /// Marks a call that must reach its node even if its request is given up before the
+    /// answer (see [`Delivery`]): for commands whose second run changes nothing the first
+    /// did not (a compare-and-delete), never for one that may set a lock key.
+    pub(crate) fn delivered(mut self) -> Self {
+        self.delivered = self.gate.is_none();
+        self
+    }
+
+    /// The command [`run`](Self::run) sends first to a node with `capabilities`, as a copy
+    /// that the driver writes without waiting for a reply.
+    fn unanswered(&self, capabilities: Capabilities) -> Cmd {
+        let cmd = match self.native.as_ref().filter(|n| capabilities.has(n.needs)) {
+            Some(native) => &native.cmd,
+            None => &self.cmd,
+        };
+        let mut cmd = cmd.clone();
+        cmd.set_no_response(true);
+        cmd
     }
 
     /// Appends an argument.
@@ -384,6 +409,45 @@ async fn send_on(
     }
 }
 
+/// A request of a [`Call::delivered`] call on a connection, until its answer comes.
+///
+/// The driver does not write a request whose caller has gone: one given up before the
+/// driver's task got to it (its deadline passed at once, a node timeout of a few
+/// microseconds; or its caller was dropped) is never sent. For a release that would leave
+/// a key behind for its whole TTL where the `SET` it undoes was written. Dropped while
+/// armed, this queues a copy of the command that the driver writes without waiting for a
+/// reply. Should the first one have been written after all, the copy runs after it on the
+/// same connection and finds nothing left to do (the calls marked are compare-and-delete
+/// and idempotent list updates).
+struct Delivery<'a> {
+    conn: MultiplexedConnection,
+    /// The call, while its answer has not come.
+    armed: Option<&'a Call>,
+    capabilities: Capabilities,
+}
+
+impl Drop for Delivery<'_> {
+    fn drop(&mut self) {
+        let Some(call) = self.armed.take() else {
+            return;
+        };
+        let cmd = call.unanswered(self.capabilities);
+        // Queued on the driver's channel at the first poll when it has room (it always has
+        // but for thousands of requests in flight); otherwise by a task, if a runtime is
+        // there.
+        let queued = {
+            let send = tokio::task::coop::unconstrained(self.conn.send_packed_command(&cmd));
+            futures::FutureExt::now_or_never(send).is_some()
+        };
+        if !queued && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let mut conn = self.conn.clone();
+            runtime.spawn(async move {
+                let _ = conn.send_packed_command(&cmd).await;
+            });
+        }
+    }
+}
+
 /// An error reply as an error (the driver hands them over as values).
 fn server_error(reply: Value) -> RedisResult<Value> {
     match reply {
@@ -411,6 +475,9 @@ pub(crate) struct Node {
     published: AtomicU8,
     /// Set by the client's shutdown: the connection is dropped and never made again.
     closed: AtomicBool,
+    /// An acquire script's answer that came after its attempt's decision is being read (see
+    /// `attempt::read_late_records`): at most one such reader per node.
+    reading_late: AtomicBool,
     /// Told the node's name and durability every time a connect learnt its facts.
     on_facts: OnceLock<FactsHook>,
 }
@@ -534,6 +601,7 @@ impl Node {
             capabilities: Mutex::new(Capabilities::default()),
             published: AtomicU8::new(0),
             closed: AtomicBool::new(false),
+            reading_late: AtomicBool::new(false),
             on_facts: OnceLock::new(),
         }
     }
@@ -646,6 +714,17 @@ impl Node {
             return None;
         }
         Some((facts.run_id.clone()?, facts.admitted.unwrap_or(false)))
+    }
+
+    /// Claims the one reader of this node's late acquire answers; `false` when one reads
+    /// already. Given back with [`Node::done_reading_late`].
+    pub(crate) fn claim_reading_late(&self) -> bool {
+        !self.reading_late.swap(true, Ordering::AcqRel)
+    }
+
+    /// Gives back the claim of [`Node::claim_reading_late`].
+    pub(crate) fn done_reading_late(&self) {
+        self.reading_late.store(false, Ordering::Release);
     }
 
     /// Records what this client saw in the node's life `life` (ignored when that is no
@@ -858,8 +937,16 @@ impl Node {
     pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
         let mut retried = false;
         loop {
-            let (generation, mut conn) = self.connection().await.map_err(NodeFailure::Failed)?;
-            match call.run(&mut conn, self.capabilities()).await {
+            let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
+            let capabilities = self.capabilities();
+            let mut delivery = Delivery {
+                conn,
+                armed: call.delivered.then_some(call),
+                capabilities,
+            };
+            let result = call.run(&mut delivery.conn, capabilities).await;
+            delivery.armed = None;
+            match result {
                 Ok(Some(reply)) => return Ok(reply),
                 Ok(None) => return Err(NodeFailure::Withdrawn),
                 Err(SendError { error, unsent }) => {

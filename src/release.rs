@@ -156,10 +156,12 @@ impl Holding {
             [_] if wakes => Call::script(&scripts::RELEASE_ONE, &config.key_prefix, &self.keys)
                 .arg(&*self.token)
                 .arg(self.turn_ms())
-                .arg(keys::wake_channel_prefix(&config.key_prefix)),
+                .arg(keys::wake_channel_prefix(&config.key_prefix))
+                .delivered(),
             [key] => {
                 let call = Call::script(&scripts::UNLOCK, &config.key_prefix, &self.keys)
-                    .arg(&*self.token);
+                    .arg(&*self.token)
+                    .delivered();
                 if config.native_commands {
                     call.or_native(native::del_if_eq(key, &self.token))
                 } else {
@@ -185,7 +187,8 @@ impl Holding {
             &self.ensemble.config.key_prefix,
             &self.keys,
         )
-        .arg(&*self.token);
+        .arg(&*self.token)
+        .delivered();
         let call = if wakes {
             call.arg(self.turn_ms())
         } else {
