@@ -319,8 +319,8 @@ impl RedlockBuilder {
     /// Off lets the kernel's Nagle algorithm hold a small command back while an earlier one
     /// on the same connection is unacknowledged, and send the held ones together. With many
     /// tasks sharing one client that coalesces their commands into fewer packets and fewer
-    /// server wake-ups (measured here: about 1.3-1.6x the lock + release rate of 16 tasks on
-    /// one node), at a cost: a command queued behind another waits up to a round trip, and
+    /// server wake-ups (measured here: 1.3-1.5x the lock + release rate of a plain loop of 16
+    /// tasks on one node, but no gain in the bench's scenario 2), at a cost: a command queued behind another waits up to a round trip, and
     /// a command larger than one TCP segment (a lock of many resources) can wait for the
     /// peer's delayed acknowledgement (tens of milliseconds on Linux), which comes off the
     /// lock's validity. For throughput-bound clients with small locks; keep the default
