@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::proxy::FaultProxy;
 use common::{Cluster, RedisServer, eventually, unique};
 use quorum_lock::{AutoExtend, Error, LockGuard, LostReason, Redlock, RedlockBuilder};
 use tokio::task::JoinHandle;
@@ -748,6 +749,16 @@ async fn locked_everywhere(cluster: &Cluster, redlock: &Redlock, ttl: Duration) 
     guard
 }
 
+/// The cluster's URLs with node 0 reached through a proxy that delays its replies by
+/// `delay` (the proxy, kept alive by the caller, and the URLs).
+fn first_node_delayed(cluster: &Cluster, delay: Duration) -> (FaultProxy, Vec<String>) {
+    let upstream = format!("127.0.0.1:{}", cluster.nodes[0].port());
+    let proxy = FaultProxy::with_delay(upstream.parse().unwrap(), delay);
+    let mut urls = cluster.urls();
+    urls[0] = proxy.url();
+    (proxy, urls)
+}
+
 /// `redlock` with its fast path warm (the first cycle writes the node markers, a later one
 /// reads them back): cycles until one acquires by plain `SET NX PX`, with no acquire
 /// script, on every node. (The cluster's command counts are reset.)
@@ -863,14 +874,7 @@ async fn a_hand_off_between_clients_costs_the_plain_commands_and_one_wake_up() {
     // wake-up (a message on its subscription there) comes well after the holder's release
     // reached nodes 1 and 2: on loopback alone its `SET` sometimes got there first, was
     // refused on both, and a second attempt changed the counts (2 of 40 runs).
-    let proxy = common::proxy::FaultProxy::with_delay(
-        format!("127.0.0.1:{}", cluster.nodes[0].port())
-            .parse()
-            .unwrap(),
-        Duration::from_millis(20),
-    );
-    let mut urls = cluster.urls();
-    urls[0] = proxy.url();
+    let (_proxy, urls) = first_node_delayed(&cluster, Duration::from_millis(20));
     let waiting = warmed(&cluster, scripted(&urls, true)).await;
     let task = waiter(waiting, &resource);
     queued(&cluster, &resource, 1, "waiter queued").await;
@@ -1280,7 +1284,7 @@ async fn several_resources_at_once() {
 /// first node on every release, 5 ms a cycle behind a 5 ms proxy: bench scenario 3a.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_does_not_wait_for_a_silent_list_node() {
-    use common::proxy::{FaultProxy, Link};
+    use common::proxy::Link;
     let cluster = Cluster::start(3);
     let port = |n: &RedisServer| std::net::SocketAddr::from(([127, 0, 0, 1], n.port()));
     let proxy = FaultProxy::start(port(&cluster.nodes[0]));
@@ -1322,14 +1326,7 @@ async fn a_release_does_not_wait_for_a_silent_list_node() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_node_does_not_keep_the_fast_path_off() {
     let cluster = Cluster::start(3);
-    let proxy = common::proxy::FaultProxy::with_delay(
-        format!("127.0.0.1:{}", cluster.nodes[0].port())
-            .parse()
-            .unwrap(),
-        Duration::from_millis(20),
-    );
-    let mut urls = cluster.urls();
-    urls[0] = proxy.url();
+    let (_proxy, urls) = first_node_delayed(&cluster, Duration::from_millis(20));
     for quarantine in [true, false] {
         let redlock = (polling_builder(&urls, Duration::from_millis(5), Duration::from_millis(50)))
             .restart_quarantine(quarantine)
