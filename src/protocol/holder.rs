@@ -135,24 +135,9 @@ pub(crate) fn value(token: &str, since_ms: u64, described: &str) -> String {
     out.push(';');
     out.push_str(VERSION);
     out.push_str(";t=");
-    push_decimal(&mut out, since_ms);
+    out.push_str(itoa::Buffer::new().format(since_ms));
     out.push_str(described);
     out
-}
-
-/// Appends `n` in decimal.
-fn push_decimal(out: &mut String, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 /// Milliseconds since the Unix epoch of `at` (zero before it).
