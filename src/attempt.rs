@@ -181,17 +181,20 @@ async fn attempt_inner(
 fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Round) {
     let ttl_ms = plan.ttl_ms();
     for (i, node) in ensemble.nodes.iter().enumerate() {
-        if node.fast_path(ttl_ms, false).is_some() || !node.claim_reading_late() {
+        if node.fast_path(ttl_ms, false).is_some() {
             continue;
         }
-        let Some(mut late) = round.take(i) else {
-            node.done_reading_late();
+        let Some(claim) = node.claim_reading_late() else {
             continue;
         };
-        let claim = LateClaim(Arc::clone(node));
+        // Answered before the decision (read by then) or not sent: nothing late to read,
+        // and the claim goes back as it drops.
+        let Some(mut late) = round.take(i) else {
+            continue;
+        };
         let nodes = ensemble.nodes.clone();
         ensemble.background.spawn(async move {
-            let node = &claim.0;
+            let node = claim.node();
             fanout::collect(
                 &nodes,
                 &mut late,
@@ -199,7 +202,7 @@ fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Round) {
                     if let Ok(read) = read_vote(node, answer, None)
                         && let Some(life) = &read.run_id
                     {
-                        node.seen(life, None, read.record_ms.unwrap_or(0).max(ttl_ms));
+                        node.seen(life, None, record_after(&read, ttl_ms));
                     }
                     NodeOutcome::Reachable
                 },
@@ -212,14 +215,10 @@ fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Round) {
     round.finish_in_background(ensemble.view());
 }
 
-/// A node's claim on reading its late answers, given back when the reader ends or is
-/// dropped (a stopped client's collector drops what it is handed).
-struct LateClaim(Arc<Node>);
-
-impl Drop for LateClaim {
-    fn drop(&mut self) {
-        self.0.done_reading_late();
-    }
+/// The ensemble record a node holds after the acquire script read `read` for a TTL of
+/// `ttl_ms`: the script raises the record to the TTL (never lowers it) before anything else.
+fn record_after(read: &Read, ttl_ms: u64) -> u64 {
+    read.record_ms.unwrap_or(0).max(ttl_ms)
 }
 
 /// The waiting-list node's answer, if it is still to come, split off `round`: it says
@@ -485,7 +484,7 @@ fn decide_votes(
                 return Some(admission);
             };
             // The script raised the record to this TTL, atomically with its `SET NX`.
-            let record_ms = read.record_ms.unwrap_or(0).max(plan.ttl_ms());
+            let record_ms = record_after(read, plan.ttl_ms());
             match admission {
                 Admission::Votes {
                     mark: true,

@@ -482,6 +482,22 @@ pub(crate) struct Node {
     on_facts: OnceLock<FactsHook>,
 }
 
+/// A node's claim on reading its late acquire answers (see
+/// [`Node::claim_reading_late`]), given back when dropped.
+pub(crate) struct ReadingLate(Arc<Node>);
+
+impl ReadingLate {
+    pub(crate) fn node(&self) -> &Arc<Node> {
+        &self.0
+    }
+}
+
+impl Drop for ReadingLate {
+    fn drop(&mut self) {
+        self.0.reading_late.store(false, Ordering::Release);
+    }
+}
+
 /// What the ensemble wants to hear when a node's connect learnt its facts: its name and
 /// durability (see [`Node::on_facts`]).
 pub(crate) type FactsHook = Arc<dyn Fn(&str, Persistence) + Send + Sync>;
@@ -716,15 +732,13 @@ impl Node {
         Some((facts.run_id.clone()?, facts.admitted.unwrap_or(false)))
     }
 
-    /// Claims the one reader of this node's late acquire answers; `false` when one reads
-    /// already. Given back with [`Node::done_reading_late`].
-    pub(crate) fn claim_reading_late(&self) -> bool {
-        !self.reading_late.swap(true, Ordering::AcqRel)
-    }
-
-    /// Gives back the claim of [`Node::claim_reading_late`].
-    pub(crate) fn done_reading_late(&self) {
-        self.reading_late.store(false, Ordering::Release);
+    /// Claims the one reader of this node's late acquire answers (see
+    /// `attempt::read_late_records`); `None` when one reads already. The claim is given back
+    /// when the returned [`ReadingLate`] is dropped (the reader ended, or a stopped client's
+    /// collector dropped it).
+    pub(crate) fn claim_reading_late(self: &Arc<Self>) -> Option<ReadingLate> {
+        let free = !self.reading_late.swap(true, Ordering::AcqRel);
+        free.then(|| ReadingLate(Arc::clone(self)))
     }
 
     /// Records what this client saw in the node's life `life` (ignored when that is no
