@@ -319,12 +319,13 @@ impl RedlockBuilder {
     /// Off lets the kernel's Nagle algorithm hold a small command back while an earlier one
     /// on the same connection is unacknowledged, and send the held ones together. With many
     /// tasks sharing one client that coalesces their commands into fewer packets and fewer
-    /// server wake-ups (measured here: 1.3-1.5x the lock + release rate of a plain loop of 16
-    /// tasks on one node, but no gain in the bench's scenario 2), at a cost: a command queued behind another waits up to a round trip, and
-    /// a command larger than one TCP segment (a lock of many resources) can wait for the
-    /// peer's delayed acknowledgement (tens of milliseconds on Linux), which comes off the
-    /// lock's validity. For throughput-bound clients with small locks; keep the default
-    /// where one lock's latency matters.
+    /// server wake-ups (measured here: 1.3-1.5x the lock + release rate of a plain loop of
+    /// 16 tasks on one node, but no gain in the bench's scenario 2), at a cost: a command
+    /// queued behind another waits up to a round trip, and a command larger than one TCP
+    /// segment (a lock of many resources) can wait for the peer's delayed acknowledgement
+    /// (tens of milliseconds on Linux), which comes off the lock's validity. For
+    /// throughput-bound clients with small locks; keep the default where one lock's latency
+    /// matters.
     pub fn tcp_nodelay(mut self, on: bool) -> Self {
         self.tcp_nodelay = on;
         self
@@ -473,9 +474,10 @@ impl RedlockBuilder {
             other => other.to_string(),
         };
         // Lock traffic is small request/response pairs: by default never let Nagle hold
-        // them back (see `tcp_nodelay`). The user timeout makes the kernel abort a connection whose data stays unacknowledged
-        // (a partition) instead of retransmitting it for minutes: a lock request can then not
-        // be delivered long after its attempt gave up.
+        // them back (see `tcp_nodelay`). The user timeout makes the kernel abort a
+        // connection whose data stays unacknowledged (a partition) instead of retransmitting
+        // it for minutes: a lock request can then not be delivered long after its attempt
+        // gave up.
         let info = info.set_tcp_settings(
             TcpSettings::default()
                 .set_nodelay(self.tcp_nodelay)

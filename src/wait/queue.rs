@@ -336,14 +336,20 @@ mod tests {
         drop(first);
         waiter.await.unwrap();
         // Its signal is that of "b" alone: a release of "b" wakes a task waiting on it.
-        let hold = queue.hold(&b);
-        let freed = queue.held_locally(&b).unwrap();
+        dropping_the_hold_signals(&queue, &b).await;
+        assert!(queue.lock().map.is_empty());
+    }
+
+    /// Holds `keys` locally, then drops the hold: a task waiting on their release signal
+    /// (enabled before the drop) is woken.
+    async fn dropping_the_hold_signals(queue: &Arc<LocalQueue>, keys: &Arc<[String]>) {
+        let hold = queue.hold(keys);
+        let freed = queue.held_locally(keys).unwrap();
         let notified = freed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
         drop(hold);
         notified.await;
-        assert!(queue.lock().map.is_empty());
     }
 
     #[tokio::test]
@@ -351,13 +357,7 @@ mod tests {
         let queue = Arc::new(LocalQueue::default());
         let keys: Arc<[String]> = vec!["k".to_owned()].into();
         assert!(queue.held_locally(&keys).is_none());
-        let hold = queue.hold(&keys);
-        let freed = queue.held_locally(&keys).unwrap();
-        let notified = freed.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        drop(hold);
-        notified.await;
+        dropping_the_hold_signals(&queue, &keys).await;
         assert!(queue.held_locally(&keys).is_none());
         assert!(queue.lock().map.is_empty());
     }
