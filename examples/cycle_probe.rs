@@ -10,17 +10,20 @@
 //! RT=ct valgrind --tool=callgrind $P floor 7001 1200
 //! # heap kept per held lock (N = 3):
 //! $P held 7001,7002,7003 10000
+//! # 16 tasks on their own resources for 3000 ms (bench scenario 2, for `perf record`):
+//! $P tasks 7001 3000
+//! $P floor-tasks 7001 3000
 //! ```
 //!
-//! Arguments: mode (`cycles`, `floor` or `held`), the ports of `redis-server`s on
+//! Arguments: mode (`cycles`, `floor`, `held`, `tasks` or `floor-tasks`), the ports of `redis-server`s on
 //! 127.0.0.1 (comma-separated), a count. Per-cycle instruction counts are the difference
 //! of two runs (say 200 and 1200 cycles) divided by the difference in cycles, so that
 //! start-up cancels out. `NT_MS` sets the node timeout (default 50 ms; give valgrind
-//! 2000), `RT=ct` a current-thread runtime. The keys carry the process id, so probes may
+//! 2000), `RT=ct` a current-thread runtime, `NAGLE` (set) the client's `tcp_nodelay(false)`. The keys carry the process id, so probes may
 //! share servers.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -30,6 +33,9 @@ use redis::aio::MultiplexedConnection;
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// Off for the `tasks` modes: two threads updating the counters would time the contention
+/// on their cache line, not the client.
+static COUNTING: AtomicBool = AtomicBool::new(true);
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
 
 fn signed(n: usize) -> isize {
@@ -39,21 +45,27 @@ fn signed(n: usize) -> isize {
 // SAFETY: every call is passed to `System` unchanged; the counters are only statistics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(signed(layout.size()), Ordering::Relaxed);
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(signed(layout.size()), Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(signed(layout.size()), Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(signed(layout.size()), Ordering::Relaxed);
+        }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.dealloc(ptr, layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(signed(new_size) - signed(layout.size()), Ordering::Relaxed);
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_add(signed(new_size) - signed(layout.size()), Ordering::Relaxed);
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
         // SAFETY: the caller's contract, passed on.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -97,6 +109,7 @@ async fn run() -> Probe {
         .node_timeout(Duration::from_millis(node_timeout.unwrap_or(50)))
         .connect_timeout(Duration::from_secs(10))
         .restart_quarantine(false)
+        .tcp_nodelay(std::env::var_os("NAGLE").is_none())
         .build()?;
     client.connect().await?;
     let tag = format!("cycle-probe-{}", std::process::id());
@@ -104,6 +117,8 @@ async fn run() -> Probe {
         "cycles" => cycles(&client, &tag, count).await,
         "floor" => floor(&urls, &tag, count).await,
         "held" => held(&client, &tag, count).await,
+        "tasks" => tasks(Some(&client), &urls, &tag, count).await,
+        "floor-tasks" => tasks(None, &urls, &tag, count).await,
         _ => Err(format!("unknown mode {mode}").into()),
     }
 }
@@ -204,6 +219,111 @@ async fn held(client: &quorum_lock::Redlock, tag: &str, count: usize) -> Probe {
         guard.release().await?;
     }
     Ok(())
+}
+
+/// 16 tasks, each on its own resource, looping lock + release for `ms` milliseconds on
+/// the multi-threaded runtime (scenario 2 of the bench, for `perf record`): the client
+/// (`tasks`) or the floor's two rounds on shared connections (`floor-tasks`). Prints the
+/// cycles per second and the process's CPU time per cycle.
+async fn tasks(
+    client: Option<&quorum_lock::Redlock>,
+    urls: &[String],
+    tag: &str,
+    ms: usize,
+) -> Probe {
+    const TASKS: usize = 16;
+    COUNTING.store(false, Ordering::Relaxed);
+    let mut conns: Vec<MultiplexedConnection> = Vec::new();
+    for url in urls {
+        let mut conn = redis::Client::open(url.as_str())?
+            .get_multiplexed_async_connection()
+            .await?;
+        let _: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(UNLOCK)
+            .query_async(&mut conn)
+            .await?;
+        conns.push(conn);
+    }
+    let hash = redis::Script::new(UNLOCK).get_hash().to_owned();
+    let end = std::time::Instant::now() + Duration::from_millis(ms as u64);
+    let cpu0 = process_cpu();
+    let handles = (0..TASKS).map(|t| {
+        let client = client.cloned();
+        let (conns, hash, name) = (conns.clone(), hash.clone(), format!("{tag}-{t}"));
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while std::time::Instant::now() < end {
+                match &client {
+                    Some(c) => c
+                        .lock(name.as_str(), TTL)
+                        .await?
+                        .release()
+                        .await
+                        .map(drop)?,
+                    None => floor_cycle(&conns, &hash, &name, n).await?,
+                }
+                n += 1;
+            }
+            Ok::<u64, Box<dyn std::error::Error + Send + Sync>>(n)
+        })
+    });
+    let mut cycles = 0;
+    for h in join_all(handles).await {
+        cycles += h?.map_err(|e| e.to_string())?;
+    }
+    let cpu = process_cpu() - cpu0;
+    println!(
+        "{TASKS} tasks: {:.0} cycles/s, {:.1} µs CPU per cycle",
+        cycles as f64 * 1000.0 / ms as f64,
+        cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64
+    );
+    Ok(())
+}
+
+/// One floor cycle on `conns`: `SET NX PX` everywhere, then the compare-and-delete.
+async fn floor_cycle(
+    conns: &[MultiplexedConnection],
+    hash: &str,
+    name: &str,
+    i: u64,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let token = format!("{:032x}", u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let sets = join_all(conns.iter().map(|c| {
+        let mut set = redis::cmd("SET");
+        set.arg(name)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(600_000u64);
+        let mut c = c.clone();
+        async move { set.query_async::<Option<String>>(&mut c).await }
+    }))
+    .await;
+    let dels = join_all(conns.iter().map(|c| {
+        let mut del = redis::cmd("EVALSHA");
+        del.arg(hash).arg(1).arg(name).arg(&token);
+        let mut c = c.clone();
+        async move { del.query_async::<i64>(&mut c).await }
+    }))
+    .await;
+    let ok =
+        sets.iter().all(|s| matches!(s, Ok(Some(_)))) && dels.iter().all(|d| matches!(d, Ok(1)));
+    match ok {
+        true => Ok(()),
+        false => Err(format!("floor cycle {i} of {name} did not hold and free every node").into()),
+    }
+}
+
+/// This process's user + system CPU time.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the command name.
+    let field = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    let ticks = field(11) + field(12);
+    Duration::from_millis(ticks * 10)
 }
 
 fn ratio(n: usize, d: usize) -> f64 {

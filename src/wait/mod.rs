@@ -115,22 +115,28 @@ pub(crate) struct Waiting<'a> {
 }
 
 impl<'a> Waiting<'a> {
-    /// Starts waiting for `keys`. Listens for releases if the subscriptions already run;
-    /// otherwise they are started on the first failed attempt (uncontended locks never pay
-    /// for them). When this client just handed these keys to a waiting client, that client
-    /// goes first: while listening, the first attempt asks the waiting-list node (where the
-    /// woken client has the turn) before it is sent; otherwise this waits for a head start,
-    /// at most until `deadline`.
+    /// Starts waiting for `keys`. Listens for releases from the first attempt only where
+    /// these keys are known to be contended here: this client just handed them to a waiting
+    /// client, or other tasks of this client wait for them (and the subscriptions already
+    /// run). Otherwise the first attempt is a plain one, in no waiting list, and the call
+    /// starts listening on its first failure, then tries again at once (see
+    /// [`WaitState::failed`]): a lock nobody else wants never pays for the waiting lists,
+    /// even once the client has listened for another lock. When this client just handed
+    /// these keys to a waiting client, that client goes first: while listening, the first
+    /// attempt asks the waiting-list node (where the woken client has the turn) before it
+    /// is sent; otherwise this waits for a head start, at most until `deadline`.
     pub(crate) async fn start(
         cx: Context<'a>,
         keys: &'a Arc<[String]>,
         deadline: Instant,
     ) -> Waiting<'a> {
+        let courtesy_until = cx.queue.courtesy_until(keys);
+        let contended = || courtesy_until.is_some() || cx.queue.has_waiters(keys);
         let listening = (cx.notifier)
-            .filter(|n| n.is_started())
+            .filter(|n| n.is_started() && contended())
             .map(|n| n.register(keys));
         let mut courtesy = false;
-        if let Some(until) = cx.queue.courtesy_until(keys) {
+        if let Some(until) = courtesy_until {
             if listening.is_some() {
                 courtesy = true;
             } else {

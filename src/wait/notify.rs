@@ -53,7 +53,8 @@ pub(crate) struct Notifier {
     connect_timeout: Duration,
     interests: Mutex<HashMap<String, Interest>>,
     next_id: AtomicU64,
-    /// Whether subscriptions were ever started: waiting then listens from the start.
+    /// Whether subscriptions were ever started: a contended wait then listens from the
+    /// start (see `Waiting::start`).
     started: AtomicBool,
     /// Set by [`Notifier::stop`]: no subscriber task is started again.
     stopped: AtomicBool,
@@ -189,8 +190,9 @@ impl Notifier {
         self.shutdown.send_replace(());
     }
 
-    /// Whether the subscriptions were started once (waiters then listen from the start; a
-    /// subscriber that died since is started again by [`Notifier::register`]).
+    /// Whether the subscriptions were started once (waiters for keys known to be contended
+    /// then listen from the start; a subscriber that died since is started again by
+    /// [`Notifier::register`]).
     pub(crate) fn is_started(&self) -> bool {
         self.started.load(Ordering::Acquire)
     }

@@ -29,6 +29,9 @@ pub(crate) struct WaitState {
     front: bool,
     /// Quick retries left since the last wake-up.
     quick: u32,
+    /// The coming attempt is the one made at once after this call started listening: the
+    /// call's first listed attempt, ungated as a first attempt is.
+    listened: bool,
 }
 
 /// How the next attempt is made.
@@ -68,7 +71,8 @@ impl WaitState {
     /// The coming attempt, the `attempt`-th of this call (from 1).
     pub(crate) fn next(&mut self, attempt: u32) -> Next {
         let front = std::mem::take(&mut self.front);
-        let gated = std::mem::take(&mut self.gate) || (attempt > 1 && !front);
+        let first = attempt <= 1 || std::mem::take(&mut self.listened);
+        let gated = std::mem::take(&mut self.gate) || (!first && !front);
         Next { front, gated }
     }
 
@@ -82,6 +86,7 @@ impl WaitState {
         listed: bool,
     ) -> AfterFailure {
         if can_listen {
+            self.listened = true;
             return AfterFailure::Listen;
         }
         if self.quick > 0 && listening {
@@ -171,6 +176,30 @@ mod tests {
                 gated: true
             }
         );
+    }
+
+    #[test]
+    fn the_attempt_right_after_listening_is_not_gated() {
+        // A call that did not listen yet failed its first (plain) attempt: it listens and
+        // tries again at once, as the first attempt of a listening call would, ungated.
+        let mut s = WaitState::new(false);
+        assert!(!s.next(1).gated);
+        assert_eq!(s.failed(true, false, false), AfterFailure::Listen);
+        assert_eq!(
+            s.next(2),
+            Next {
+                front: false,
+                gated: false
+            }
+        );
+        // Later attempts that no release woke are gated again.
+        assert_eq!(
+            s.failed(false, true, true),
+            AfterFailure::Wait {
+                shift: LISTED_POLL_SHIFT
+            }
+        );
+        assert!(s.next(3).gated);
     }
 
     #[test]
