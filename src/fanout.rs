@@ -425,14 +425,15 @@ pub(crate) fn collected_none(nodes: &[Arc<Node>]) -> Collected {
 /// One task per client that waits for the requests rounds left behind, so every node's
 /// failure is still counted, without spawning a task per round.
 ///
-/// Requests are handed over one by one, not as rounds: each goes into one list shared with
-/// the collector, polled once on the way in with the collector's waker, so that one which
-/// has answered by then is counted at once and never reaches the collector (no message, no
-/// wake-up), and one still in flight wakes the collector only when it answers. One timer
-/// bounds the whole list: it stays set for the earliest deadline of the requests handed
-/// over, and each request keeps its round's deadline, past which it is counted as timed
-/// out. The client wakes the collector only when a request's deadline comes before the
-/// timer's (or no timer is set).
+/// Requests are handed over one by one, not as rounds. Each is polled once on the way in,
+/// so that one which has answered by then is counted at once and never reaches the
+/// collector; the others join a queue shared with the collector, which the client wakes
+/// only when the queue was empty (one wake-up for a burst of hand-overs). On each run the
+/// collector moves the queue into its own set of requests, each bounded by its round's
+/// deadline (past which it is counted as timed out and dropped), and polls only the
+/// requests whose answer or deadline woke it: a slow or silent node with hundreds of
+/// requests in flight costs each answer its own poll, not a pass over all of them with the
+/// queue's lock held (which the client's next hand-over then waited for: bench scenario 3).
 ///
 /// Started with the first work handed over (when a tokio runtime is there); ends when the
 /// client is dropped (or shut down) and the last request is done. Without a runtime, or once
@@ -448,7 +449,7 @@ impl std::fmt::Debug for Background {
         let state = lock(&self.shared);
         f.debug_struct("Background")
             .field("nodes", &self.nodes.len())
-            .field("in_flight", &state.requests.len())
+            .field("queued", &state.queue.len())
             .field("running", &state.running)
             .field("stopped", &state.stopped)
             .finish()
@@ -465,15 +466,14 @@ impl Drop for Background {
 /// What the client and its collector share.
 #[derive(Default)]
 struct Leftovers {
-    /// Requests in flight, each with its round's deadline.
-    requests: Vec<(NodeFuture, Instant)>,
+    /// Requests handed over and not yet taken by the collector, each with its round's
+    /// deadline.
+    queue: Vec<(NodeFuture, Instant)>,
     /// Whether a collector task exists (cleared when it is dropped: done, or its runtime
     /// gone).
     running: bool,
     /// The collector's waker, once it has run.
     waker: Option<Waker>,
-    /// When the collector's timer fires, if it is set.
-    timer: Option<Instant>,
     /// Where to send tasks for the collector (see [`Background::spawn`]).
     tasks: Option<mpsc::UnboundedSender<BoxFuture<'static, ()>>>,
     /// Set by the client's shutdown: work handed over later is dropped.
@@ -488,6 +488,20 @@ fn lock(shared: &std::sync::Mutex<Leftovers>) -> std::sync::MutexGuard<'_, Lefto
 fn count(nodes: &[Arc<Node>], index: usize, result: Result<Value, NodeFailure>) {
     if let (Err(failure), Some(node)) = (result, nodes.get(index)) {
         failed(node, failure);
+    }
+}
+
+/// `request` bounded by `deadline`: its answer, or [`NodeFailure::TimedOut`] (the request
+/// dropped) once the deadline passed.
+fn bounded(
+    request: NodeFuture,
+    deadline: Instant,
+) -> impl Future<Output = (usize, Result<Value, NodeFailure>)> {
+    let index = request.index;
+    async move {
+        tokio::time::timeout_at(deadline, request)
+            .await
+            .unwrap_or((index, Err(NodeFailure::TimedOut)))
     }
 }
 
@@ -535,28 +549,25 @@ impl Background {
             };
             Some(collector)
         };
-        let waker = state.waker.clone();
-        let mut waiting = false;
+        let was_empty = state.queue.is_empty();
+        let mut cx = Context::from_waker(futures::task::noop_waker_ref());
         for mut request in requests {
-            // Polled with the collector's waker: from now on an answer wakes the collector,
-            // and one already in is counted without it.
-            if let Some(waker) = &waker {
-                let mut cx = Context::from_waker(waker);
-                if let Poll::Ready((index, result)) = Pin::new(&mut request).poll(&mut cx) {
-                    count(&self.nodes, index, result);
-                    continue;
-                }
+            // An answer already in is counted without the collector.
+            if let Poll::Ready((index, result)) = Pin::new(&mut request).poll(&mut cx) {
+                count(&self.nodes, index, result);
+                continue;
             }
-            state.requests.push((request, deadline));
-            waiting = true;
+            state.queue.push((request, deadline));
         }
-        // The collector sets its timer for the earliest deadline when it next runs; only a
-        // deadline before the timer's needs it now.
-        let wake = waiting && state.timer.is_none_or(|timer| deadline < timer);
+        // A queue that was not empty has a wake-up on its way already (or a collector that
+        // has not run yet, and takes the queue when it does).
+        let waker = (was_empty && !state.queue.is_empty())
+            .then(|| state.waker.clone())
+            .flatten();
         drop(state);
         if let Some(collector) = collector {
             collector.start();
-        } else if let (true, Some(waker)) = (wake, waker) {
+        } else if let Some(waker) = waker {
             waker.wake();
         }
     }
@@ -591,7 +602,6 @@ impl Background {
         let (tx, rx) = mpsc::unbounded_channel();
         state.running = true;
         state.waker = None;
-        state.timer = None;
         state.tasks = Some(tx);
         Some(Collector {
             handle,
@@ -614,15 +624,14 @@ struct Collector {
 
 impl Drop for Collector {
     fn drop(&mut self) {
-        let requests = {
+        let queue = {
             let mut state = lock(&self.shared);
             state.running = false;
             state.waker = None;
-            state.timer = None;
             state.tasks = None;
-            std::mem::take(&mut state.requests)
+            std::mem::take(&mut state.queue)
         };
-        drop(requests);
+        drop(queue);
     }
 }
 
@@ -634,9 +643,10 @@ impl Collector {
 
     async fn run(mut self) {
         let mut tasks = FuturesUnordered::new();
+        let mut requests = FuturesUnordered::new();
+        // The queue is swapped with this buffer, so neither allocates again once grown.
+        let mut batch = Vec::new();
         let mut open = true;
-        let timer = tokio::time::sleep_until(Instant::now());
-        tokio::pin!(timer);
         std::future::poll_fn(|cx| {
             while open {
                 match self.tasks.poll_recv(cx) {
@@ -646,10 +656,14 @@ impl Collector {
                 }
             }
             while let Poll::Ready(Some(())) = tasks.poll_next_unpin(cx) {}
-            let mut state = lock(&self.shared);
-            self.poll_requests(&mut state, cx, timer.as_mut());
+            self.take_queue(cx, &mut batch);
+            requests.extend(batch.drain(..).map(|(r, deadline)| bounded(r, deadline)));
+            while let Poll::Ready(Some((index, result))) = requests.poll_next_unpin(cx) {
+                count(&self.nodes, index, result);
+            }
             // Closed only by the client's stop or drop, after which nothing is handed over.
-            if !open && tasks.is_empty() && state.requests.is_empty() {
+            let idle = tasks.is_empty() && requests.is_empty();
+            if !open && idle && lock(&self.shared).queue.is_empty() {
                 Poll::Ready(())
             } else {
                 Poll::Pending
@@ -658,15 +672,10 @@ impl Collector {
         .await;
     }
 
-    /// Polls every request handed over, counts the failures of those that answered and,
-    /// once the timer fires, the timeouts of those past their deadline; sets the timer
-    /// for the earliest deadline left if none is set before it.
-    fn poll_requests(
-        &self,
-        state: &mut Leftovers,
-        cx: &mut Context<'_>,
-        mut timer: Pin<&mut tokio::time::Sleep>,
-    ) {
+    /// Swaps the requests handed over since the last run into `batch` (empty), and leaves
+    /// this run's waker for the next hand-over.
+    fn take_queue(&self, cx: &Context<'_>, batch: &mut Vec<(NodeFuture, Instant)>) {
+        let mut state = lock(&self.shared);
         if !state
             .waker
             .as_ref()
@@ -674,38 +683,6 @@ impl Collector {
         {
             state.waker = Some(cx.waker().clone());
         }
-        let nodes = &self.nodes;
-        state
-            .requests
-            .retain_mut(|(request, _)| match Pin::new(request).poll(cx) {
-                Poll::Ready((index, result)) => {
-                    count(nodes, index, result);
-                    false
-                }
-                Poll::Pending => true,
-            });
-        loop {
-            if state.timer.is_some() && timer.as_mut().poll(cx).is_ready() {
-                state.timer = None;
-                let now = Instant::now();
-                state.requests.retain(|(request, deadline)| {
-                    let expired = *deadline <= now;
-                    if expired {
-                        count(nodes, request.index, Err(NodeFailure::TimedOut));
-                    }
-                    !expired
-                });
-            }
-            let earliest = state.requests.iter().map(|(_, deadline)| *deadline).min();
-            match earliest {
-                Some(next) if state.timer.is_none_or(|at| next < at) => {
-                    timer.as_mut().reset(next);
-                    state.timer = Some(next);
-                }
-                // A timer set stays set, with no request left: the next ones are handed
-                // over without waking the collector.
-                _ => return,
-            }
-        }
+        std::mem::swap(&mut state.queue, batch);
     }
 }
