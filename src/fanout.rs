@@ -686,3 +686,100 @@ impl Collector {
         std::mem::swap(&mut state.queue, batch);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot;
+
+    /// Fires its sender when dropped.
+    struct Gone(Option<oneshot::Sender<()>>);
+
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            if let Some(tx) = self.0.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+
+    /// A request to node `index` that answers once `answer` fires (never while its sender
+    /// lives), and the signal that it is gone: answered, or dropped at its deadline.
+    fn request(index: usize, answer: oneshot::Receiver<()>) -> (NodeFuture, oneshot::Receiver<()>) {
+        let (tx, gone) = oneshot::channel();
+        let guard = Gone(Some(tx));
+        let request = Box::pin(async move {
+            let _guard = guard;
+            let _ = answer.await;
+            Ok(Value::Okay)
+        });
+        (NodeFuture { index, request }, gone)
+    }
+
+    /// Hands `request` over to `background` in a round of its own, bounded by `timeout`.
+    fn hand_over(background: &Background, request: NodeFuture, timeout: Duration) {
+        background.absorb(Round::new([request], timeout));
+    }
+
+    async fn ends(gone: oneshot::Receiver<()>, what: &str) {
+        let ended = tokio::time::timeout(Duration::from_secs(5), gone).await;
+        assert!(ended.is_ok(), "{what} was never collected");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_request_handed_over_ends_answered_or_at_its_deadline() {
+        let background = Background::new(Vec::new());
+        // Handed over in a burst: only the first finds the queue empty and wakes the
+        // collector; the others must be taken all the same.
+        let (answer_a, a) = oneshot::channel();
+        let (silent, b) = oneshot::channel::<()>();
+        let (answer_c, c) = oneshot::channel();
+        let (request_a, gone_a) = request(0, a);
+        let (request_b, gone_b) = request(1, b);
+        let (request_c, gone_c) = request(2, c);
+        hand_over(&background, request_a, Duration::from_secs(60));
+        hand_over(&background, request_b, Duration::from_millis(30));
+        hand_over(&background, request_c, Duration::from_secs(60));
+        // The silent one is given up at its deadline while its node still says nothing.
+        ends(gone_b, "the request past its deadline").await;
+        answer_c.send(()).unwrap();
+        ends(gone_c, "the third request, answered").await;
+        answer_a.send(()).unwrap();
+        ends(gone_a, "the first request, answered").await;
+        drop(silent);
+        // A request handed over once the collector has run (its queue empty again) wakes it.
+        let (answer_d, d) = oneshot::channel();
+        let (request_d, gone_d) = request(0, d);
+        hand_over(&background, request_d, Duration::from_secs(60));
+        answer_d.send(()).unwrap();
+        ends(gone_d, "a request handed over later").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_in_before_the_hand_over_never_reaches_the_collector() {
+        let background = Background::new(Vec::new());
+        let (answer, rx) = oneshot::channel();
+        let (request, gone) = request(0, rx);
+        answer.send(()).unwrap();
+        hand_over(&background, request, Duration::from_secs(60));
+        // Counted and dropped during the hand-over itself.
+        assert!(gone.await.is_ok());
+        assert!(format!("{background:?}").contains("queued: 0"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stopped_collector_ends_once_its_work_is_done() {
+        let background = Background::new(Vec::new());
+        let (silent, rx) = oneshot::channel::<()>();
+        let (request, gone) = request(0, rx);
+        hand_over(&background, request, Duration::from_millis(30));
+        background.stop();
+        ends(gone, "the request of a stopped collector").await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while format!("{background:?}").contains("running: true") {
+            assert!(Instant::now() < deadline, "the collector never ended");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        drop(silent);
+    }
+}
