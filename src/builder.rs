@@ -233,7 +233,8 @@ impl RedlockBuilder {
     }
 
     /// Release notifications. When on (the default), a waiting [`Redlock::lock`] joins the
-    /// key's waiting list, and a release wakes the client at its head alone, through
+    /// key's waiting list from its first refused attempt on (a lock nobody else holds
+    /// costs nothing more), and a release wakes the client at its head alone, through
     /// pub/sub (`<prefix>quorum-lock:wake:<client id>`, one connection per node, opened on the
     /// client's first contended wait), and gives it the turn: the other waiters' polls
     /// leave the lock to it. Polling with backoff remains the fallback (expiry announces
