@@ -279,12 +279,13 @@ impl Call {
     /// gets them and the keys derived from them, in its layout); add its arguments with
     /// [`Call::arg`].
     pub(crate) fn script(lua: &'static Lua, prefix: &str, locks: &[String]) -> Self {
-        let keys: Vec<String> = lua.keys(prefix, locks).collect();
         // Sized once for the name, digest, key count, keys and the usual arguments (a
-        // token, a TTL, a few flags), instead of growing with every argument.
-        let key_bytes: usize = keys.iter().map(String::len).sum();
-        let mut cmd = Cmd::with_capacity(keys.len() + 10, key_bytes + 128);
-        cmd.arg("EVALSHA").arg(lua.hash()).arg(keys.len());
+        // token, a TTL, a few flags), instead of growing with every argument; the keys are
+        // written into the command from their parts (see `keys::Name`).
+        let keys = lua.keys(prefix, locks);
+        let (count, key_bytes) = (keys.clone()).fold((0, 0), |(n, b), k| (n + 1, b + k.len()));
+        let mut cmd = Cmd::with_capacity(count + 10, key_bytes + 128);
+        cmd.arg("EVALSHA").arg(lua.hash()).arg(count);
         for key in keys {
             cmd.arg(key);
         }

@@ -26,9 +26,42 @@ pub(crate) enum Kind {
 /// The one rule for every name other than a lock key: `<prefix>quorum-lock:<what>:<rest>`.
 /// Any key or channel this crate adds is named through here, so it stays under the prefix.
 pub(crate) fn internal(prefix: &str, what: &str, rest: &str) -> String {
-    // Concatenated into one allocation of the right size: names are made on every lock and
-    // release, and `format!` costs several times as much.
-    concat(&[prefix, "quorum-lock:", what, ":", rest])
+    internal_name(prefix, what, rest).joined()
+}
+
+/// [`internal`]'s name as its parts.
+fn internal_name<'a>(prefix: &'a str, what: &'a str, rest: &'a str) -> Name<'a> {
+    Name([prefix, "quorum-lock:", what, ":", rest])
+}
+
+/// A name as the parts it is made of, in order. As a command argument it is written part
+/// by part into the command, with no `String` of its own: a script's keys are named on
+/// every release (and contended lock), and three names cost three allocations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Name<'a>([&'a str; 5]);
+
+impl Name<'_> {
+    /// Its length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.0.iter().map(|p| p.len()).sum()
+    }
+
+    /// The name, joined in one allocation of the right size (`format!` costs several times
+    /// as much).
+    pub(crate) fn joined(&self) -> String {
+        concat(&self.0)
+    }
+}
+
+impl redis::ToRedisArgs for Name<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write as _;
+        let mut arg = out.writer_for_next_arg();
+        for part in self.0 {
+            // Writing into the command's buffer cannot fail.
+            let _ = arg.write_all(part.as_bytes());
+        }
+    }
 }
 
 /// `parts` joined, in one allocation.
@@ -41,15 +74,15 @@ fn concat(parts: &[&str]) -> String {
 }
 
 /// The name of the key of `kind` that belongs to lock key `lock` (which is `prefix`
-/// followed by the resource name).
-pub(crate) fn derived(kind: Kind, prefix: &str, lock: &str) -> String {
+/// followed by the resource name), as its parts.
+pub(crate) fn derived_name<'a>(kind: Kind, prefix: &'a str, lock: &'a str) -> Name<'a> {
     let resource = lock.strip_prefix(prefix).unwrap_or(lock);
     match kind {
-        Kind::Lock => lock.to_owned(),
-        Kind::Fence => internal(prefix, "fence", resource),
-        Kind::FenceLife => internal(prefix, "fence-life", resource),
-        Kind::Waiters => internal(prefix, "waiters", resource),
-        Kind::Turn => internal(prefix, "turn", resource),
+        Kind::Lock => Name([lock, "", "", "", ""]),
+        Kind::Fence => internal_name(prefix, "fence", resource),
+        Kind::FenceLife => internal_name(prefix, "fence-life", resource),
+        Kind::Waiters => internal_name(prefix, "waiters", resource),
+        Kind::Turn => internal_name(prefix, "turn", resource),
     }
 }
 
@@ -69,9 +102,14 @@ pub(crate) enum Global {
 
 /// The name of the node-wide key `global` under `prefix`.
 pub(crate) fn global(prefix: &str, global: Global) -> String {
+    global_name(prefix, global).joined()
+}
+
+/// [`global`]'s name as its parts.
+pub(crate) fn global_name(prefix: &str, global: Global) -> Name<'_> {
     match global {
-        Global::MaxTtl => internal(prefix, "node", "max-ttl"),
-        Global::Marker => internal(prefix, "node", "marker"),
+        Global::MaxTtl => internal_name(prefix, "node", "max-ttl"),
+        Global::Marker => internal_name(prefix, "node", "marker"),
     }
 }
 
@@ -89,7 +127,7 @@ pub(crate) fn fence_pattern(prefix: &str) -> String {
 }
 
 /// The resource whose fencing counter is `key` under `prefix` (the inverse of
-/// [`derived`] with [`Kind::Fence`]); `None` for any other key.
+/// [`derived_name`] with [`Kind::Fence`]); `None` for any other key.
 pub(crate) fn fence_resource<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
     key.strip_prefix(prefix)?
         .strip_prefix("quorum-lock:fence:")
@@ -121,6 +159,26 @@ pub(crate) fn fence_seen(resource: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn derived(kind: Kind, prefix: &str, lock: &str) -> String {
+        derived_name(kind, prefix, lock).joined()
+    }
+
+    #[test]
+    fn a_name_is_one_argument_of_its_joined_bytes() {
+        for name in [
+            derived_name(Kind::Lock, "app:", "app:r"),
+            derived_name(Kind::Waiters, "app:", "app:r"),
+            global_name("", Global::Marker),
+        ] {
+            let mut parts = redis::cmd("EVALSHA");
+            parts.arg(name).arg("next");
+            let mut joined = redis::cmd("EVALSHA");
+            joined.arg(name.joined()).arg("next");
+            assert_eq!(parts.get_packed_command(), joined.get_packed_command());
+            assert_eq!(name.len(), name.joined().len());
+        }
+    }
 
     #[test]
     fn names_without_a_prefix_are_unchanged() {

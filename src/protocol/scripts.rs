@@ -68,13 +68,17 @@ impl Lua {
         &'static self,
         prefix: &'a str,
         locks: &'a [String],
-    ) -> impl Iterator<Item = String> + 'a {
+    ) -> impl Iterator<Item = keys::Name<'a>> + Clone + 'a {
         self.layout
             .iter()
             .flat_map(move |&kind| {
-                (locks.iter()).map(move |lock| keys::derived(kind, prefix, lock))
+                (locks.iter()).map(move |lock| keys::derived_name(kind, prefix, lock))
             })
-            .chain(self.globals.iter().map(move |&g| keys::global(prefix, g)))
+            .chain(
+                self.globals
+                    .iter()
+                    .map(move |&g| keys::global_name(prefix, g)),
+            )
     }
 
     /// The SHA1 digest `EVALSHA` names the script by.
