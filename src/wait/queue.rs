@@ -13,7 +13,7 @@
 //! All of this adds fairness and saves commands; mutual exclusion itself still comes from
 //! the quorum.
 
-use std::collections::HashMap;
+use hashbrown::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ impl Keys {
     /// The entry of `key`, made if it is not in use.
     fn entry(&mut self, key: &str) -> &mut Entry {
         let spare = &mut self.spare;
-        self.map.entry(key.to_owned()).or_insert_with(|| Entry {
+        self.map.entry_ref(key).or_insert_with(|| Entry {
             shared: spare.take().unwrap_or_else(Shared::new),
             users: 0,
             held: 0,
