@@ -145,11 +145,12 @@ async fn cycles(client: &quorum_lock::Redlock, tag: &str, count: usize) -> Probe
     Ok(())
 }
 
-/// The floor's traffic: `SET NX PX` on every node, then the compare-and-delete, each
-/// round awaited with `join_all` on one multiplexed connection per node; 200 cycles more
-/// than `count` (as `cycles` with its warm-up).
-async fn floor(urls: &[String], tag: &str, count: usize) -> Probe {
-    let mut conns: Vec<MultiplexedConnection> = Vec::new();
+/// One multiplexed connection per node with the floor's compare-and-delete loaded, and
+/// that script's digest.
+async fn floor_conns(
+    urls: &[String],
+) -> Result<(Vec<MultiplexedConnection>, String), Box<dyn std::error::Error>> {
+    let mut conns = Vec::with_capacity(urls.len());
     for url in urls {
         let mut conn = redis::Client::open(url.as_str())?
             .get_multiplexed_async_connection()
@@ -161,7 +162,14 @@ async fn floor(urls: &[String], tag: &str, count: usize) -> Probe {
             .await?;
         conns.push(conn);
     }
-    let hash = redis::Script::new(UNLOCK).get_hash().to_owned();
+    Ok((conns, redis::Script::new(UNLOCK).get_hash().to_owned()))
+}
+
+/// The floor's traffic: `SET NX PX` on every node, then the compare-and-delete, each
+/// round awaited with `join_all` on one multiplexed connection per node; 200 cycles more
+/// than `count` (as `cycles` with its warm-up).
+async fn floor(urls: &[String], tag: &str, count: usize) -> Probe {
+    let (conns, hash) = floor_conns(urls).await?;
     let before = ALLOCS.load(Ordering::Relaxed);
     for i in 0..count + 200 {
         let token = format!("{:032x}", (i as u128).wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -236,19 +244,7 @@ async fn tasks(
 ) -> Probe {
     const TASKS: usize = 16;
     COUNTING.store(false, Ordering::Relaxed);
-    let mut conns: Vec<MultiplexedConnection> = Vec::new();
-    for url in urls {
-        let mut conn = redis::Client::open(url.as_str())?
-            .get_multiplexed_async_connection()
-            .await?;
-        let _: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(UNLOCK)
-            .query_async(&mut conn)
-            .await?;
-        conns.push(conn);
-    }
-    let hash = redis::Script::new(UNLOCK).get_hash().to_owned();
+    let (conns, hash) = floor_conns(urls).await?;
     let end = std::time::Instant::now() + Duration::from_millis(ms as u64);
     let cpu0 = process_cpu();
     let handles = (0..TASKS).map(|t| {
