@@ -324,10 +324,16 @@ impl Call {
         self
     }
 
+    /// The native stand-in a node with `capabilities` gets, if any (see
+    /// [`or_native`](Self::or_native)).
+    fn native_for(&self, capabilities: Capabilities) -> Option<&Native> {
+        self.native.as_ref().filter(|n| capabilities.has(n.needs))
+    }
+
     /// The command [`run`](Self::run) sends first to a node with `capabilities`, as a copy
     /// that the driver writes without waiting for a reply.
     fn unanswered(&self, capabilities: Capabilities) -> Cmd {
-        let cmd = match self.native.as_ref().filter(|n| capabilities.has(n.needs)) {
+        let cmd = match self.native_for(capabilities) {
             Some(native) => &native.cmd,
             None => &self.cmd,
         };
@@ -351,7 +357,7 @@ impl Call {
         capabilities: Capabilities,
     ) -> Result<Option<Value>, SendError> {
         let gate = self.gate.as_deref();
-        if let Some(native) = self.native.as_ref().filter(|n| capabilities.has(n.needs)) {
+        if let Some(native) = self.native_for(capabilities) {
             let Some(reply) = send_on(gate, conn, &native.cmd).await? else {
                 return Ok(None);
             };

@@ -183,11 +183,9 @@ impl LocalQueue {
     pub(crate) fn hold(self: &Arc<Self>, keys: &Arc<[String]>) -> LocalHold {
         let mut keys_in_use = self.lock();
         for key in keys.iter() {
-            // The entry usually exists (this task's turn made it): no key copy then.
-            match keys_in_use.map.get_mut(key.as_str()) {
-                Some(entry) => entry.held += 1,
-                None => keys_in_use.entry(key).held += 1,
-            }
+            // The entry usually exists (this task's turn made it); `entry` copies the key
+            // only when it makes one.
+            keys_in_use.entry(key).held += 1;
         }
         LocalHold {
             queue: Arc::clone(self),
