@@ -6,6 +6,7 @@
 //! cargo bench --bench compare -- 1 3     # scenarios 1 and 3 only
 //! QUICK=1 cargo bench --bench compare    # 10x fewer iterations, 10x shorter runs
 //! ONLY=quorum-lock cargo bench --bench compare -- 2   # one contender of 1, 2 and 6a (profiling)
+//! ONLY=floor,rslock cargo bench --bench compare -- 2  # those whose names contain a part
 //! ```
 //!
 //! 1. uncontended lock + unlock, one task, N = 1, 3, 5: p50, p99, client CPU per cycle
@@ -20,11 +21,14 @@
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
-//! (the minimum traffic of a safe lock plus unlock), on multiplexed connections with
-//! `TCP_NODELAY`, awaited in place.
+//! (the minimum traffic of a safe lock plus unlock), on multiplexed connections with the
+//! driver's socket options (Nagle's algorithm on, as rslock has it), awaited in place.
 //!
-//! The machine may be shared, so contenders are measured in interleaved rounds (rotating
-//! order) rather than one after the other: background load then hits all of them alike.
+//! The machine may be shared, so contenders are measured in interleaved rounds (rotated and
+//! reversed in turn) rather than one after the other: background load then hits all alike.
+//! The sync redlock crate is the exception, measured after the others: its threads (a TCP
+//! connection per request, ~10x the others' CPU per cycle) slowed whichever contender ran
+//! next (see `support::measure::order`).
 
 #[path = "../tests/common/mod.rs"]
 mod common;

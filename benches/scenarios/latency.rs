@@ -6,7 +6,7 @@ use crate::support::measure::{cpu_cells, interleaved, servers_of};
 use crate::support::probe::probe_all;
 use crate::support::stats::summarize;
 use crate::support::table::{Cell, Table, Unit};
-use crate::{Cfg, FLOOR_2ROUNDS, ROUNDS, RSLOCK};
+use crate::{Cfg, FLOOR_2ROUNDS, REDLOCK, ROUNDS, RSLOCK};
 
 pub async fn run(cfg: Cfg) {
     let warm = cfg.n(300);
@@ -63,6 +63,9 @@ pub async fn run(cfg: Cfg) {
             (2, RSLOCK, "cpu/rslock"),
         ]);
         t.note("floor (for ratios) = floor: 2 rounds x N");
+        t.note(format!(
+            "{REDLOCK}: a TCP connection per request, measured after the others, not interleaved"
+        ));
         t.note("cpu/cycle = CPU time of the whole client process / cycles; server cpu = CPU time of all redis-servers / cycles");
         t.note(probed);
         print!("{}", t.render());

@@ -7,7 +7,7 @@ use crate::support::contender::{Kind, Subject, lock_contenders};
 use crate::support::measure::{Slices, cpu_cells, servers_of, throughput_interleaved};
 use crate::support::probe::probe_all;
 use crate::support::table::{Cell, Table, Unit};
-use crate::{Cfg, FLOOR_2ROUNDS, QUORUM_NAGLE, RSLOCK};
+use crate::{Cfg, FLOOR_2ROUNDS, QUORUM_NAGLE, REDLOCK, RSLOCK};
 
 pub async fn run(cfg: Cfg) {
     const TASKS: usize = 16;
@@ -64,6 +64,9 @@ pub async fn run(cfg: Cfg) {
             (1, RSLOCK, "cpu/rslock"),
         ]);
         t.note("one lock client (or floor connection set) shared by all tasks; redlock: one thread per task");
+        t.note(format!(
+            "{REDLOCK}: a TCP connection per request, measured after the others, not interleaved"
+        ));
         t.note(format!("{QUORUM_NAGLE}: quorum-lock with Nagle's algorithm on its node connections, as the redis driver's default (and rslock) has it; quorum-lock's default is TCP_NODELAY"));
         t.note("cpu/cycle = client process CPU time / cycles; server cpu = all redis-servers' CPU time / cycles");
         t.note(probed);

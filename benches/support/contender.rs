@@ -310,14 +310,15 @@ impl Kind {
     }
 }
 
-/// `kinds` less those whose name does not contain `$ONLY` when it is set.
+/// `kinds` less those whose name contains none of the comma-separated parts of `$ONLY`
+/// when it is set (`ONLY=floor,rslock`).
 pub fn selected(kinds: &[Kind]) -> Vec<Kind> {
     let only = std::env::var("ONLY").ok().filter(|o| !o.is_empty());
-    kinds
-        .iter()
-        .copied()
-        .filter(|k| only.as_deref().is_none_or(|o| k.name().contains(o)))
-        .collect()
+    let wanted = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|part| name.contains(part)))
+    };
+    kinds.iter().copied().filter(|k| wanted(k.name())).collect()
 }
 
 /// One named, connected contender per kind in `kinds` (in that order) on the nodes `urls`,
