@@ -15,8 +15,8 @@
 //! $P floor-tasks 7001 3000
 //! ```
 //!
-//! Arguments: mode (`cycles`, `floor`, `held`, `tasks` or `floor-tasks`), the ports of `redis-server`s on
-//! 127.0.0.1 (comma-separated), a count. Per-cycle instruction counts are the difference
+//! Arguments: mode (`cycles`, `floor`, `held`, `tasks`, `floor-tasks` or `segments`), the ports of
+//! `redis-server`s on 127.0.0.1 or `$HOST` (comma-separated), a count. Per-cycle instruction counts are the difference
 //! of two runs (say 200 and 1200 cycles) divided by the difference in cycles, so that
 //! start-up cancels out. `NT_MS` sets the node timeout (default 50 ms; give valgrind
 //! 2000), `RT=ct` a current-thread runtime, `NAGLE` (set) the client's `tcp_nodelay(false)`. The keys carry the process id, so probes may
@@ -99,8 +99,9 @@ async fn run() -> Probe {
     let (Some(mode), Some(ports), Some(count)) = (args.get(1), args.get(2), args.get(3)) else {
         return Err("usage: cycle_probe cycles|floor|held PORT[,PORT...] COUNT".into());
     };
+    let host = std::env::var("HOST").unwrap_or_else(|_| "127.0.0.1".into());
     let urls: Vec<String> = (ports.split(','))
-        .map(|p| format!("redis://127.0.0.1:{p}"))
+        .map(|p| format!("redis://{host}:{p}"))
         .collect();
     let count: usize = count.parse()?;
     let node_timeout = std::env::var("NT_MS").ok().and_then(|v| v.parse().ok());
@@ -119,6 +120,7 @@ async fn run() -> Probe {
         "held" => held(&client, &tag, count).await,
         "tasks" => tasks(Some(&client), &urls, &tag, count).await,
         "floor-tasks" => tasks(None, &urls, &tag, count).await,
+        "segments" => segments(&client, &tag, count).await,
         _ => Err(format!("unknown mode {mode}").into()),
     }
 }
@@ -312,6 +314,55 @@ async fn floor_cycle(
         true => Ok(()),
         false => Err(format!("floor cycle {i} of {name} did not hold and free every node").into()),
     }
+}
+
+/// Lock + release latency with resource names of 16 bytes to 9 000 (commands of one to
+/// several TCP segments at a 1 500-byte MTU): `count` cycles one after another per size,
+/// then 16 tasks at once (4 per size), `count` cycles each. For the Nagle question: with
+/// `NAGLE` set, does a command that spans segments wait for a delayed ACK (~40 ms)?
+async fn segments(client: &quorum_lock::Redlock, tag: &str, count: usize) -> Probe {
+    const SIZES: [usize; 4] = [16, 1_400, 3_000, 9_000];
+    COUNTING.store(false, Ordering::Relaxed);
+    let name = |size: usize, t: usize| format!("{tag}-{t}-{}", "x".repeat(size));
+    for size in SIZES {
+        let mut took = Vec::with_capacity(count);
+        for _ in 0..count {
+            let start = std::time::Instant::now();
+            client.lock(name(size, 0), TTL).await?.release().await?;
+            took.push(start.elapsed());
+        }
+        println!("one task, name {size:>5} B: {}", spread(&mut took));
+    }
+    let handles = (0..16).map(|t| {
+        let (client, name) = (client.clone(), name(SIZES[t % 4], t));
+        tokio::spawn(async move {
+            let mut took = Vec::with_capacity(count);
+            for _ in 0..count {
+                let start = std::time::Instant::now();
+                client.lock(name.as_str(), TTL).await?.release().await?;
+                took.push(start.elapsed());
+            }
+            Ok::<_, quorum_lock::Error>(took)
+        })
+    });
+    let mut all = Vec::new();
+    for h in join_all(handles).await {
+        all.extend(h?.map_err(|e| e.to_string())?);
+    }
+    println!("16 tasks, mixed names: {}", spread(&mut all));
+    Ok(())
+}
+
+/// p50, p99 and max of `took`, in µs.
+fn spread(took: &mut [Duration]) -> String {
+    took.sort();
+    let at = |q: f64| took[((took.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
+    format!(
+        "p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs",
+        at(0.5),
+        at(0.99),
+        at(1.0)
+    )
 }
 
 /// This process's user + system CPU time.
