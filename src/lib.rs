@@ -12,6 +12,7 @@ mod attempt;
 pub mod ballot;
 mod builder;
 mod client;
+mod coalesce;
 mod config;
 mod deadline;
 mod doctor;

@@ -863,10 +863,7 @@ impl Node {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let connect = async move {
             let result = tokio::time::timeout(node.connect_timeout, async {
-                let mut conn = node
-                    .client
-                    .get_multiplexed_async_connection_with_config(&node.config)
-                    .await?;
+                let mut conn = crate::coalesce::connect(&node.client, &node.config).await?;
                 preload_scripts(&mut conn).await?;
                 let mut probe = conn.clone();
                 let (facts, capabilities) = futures::join!(
