@@ -8,6 +8,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::Redlock;
+use crate::coalesce::Yield;
 use crate::config::{Config, check_ttl};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
@@ -397,7 +398,13 @@ impl RedlockBuilder {
                      master or it would vote twice"
                 )));
             }
-            nodes.push(Arc::new(Node::new(name, client, self.connect_timeout)));
+            let coalescing = Yield::for_nodes(self.nodes.len());
+            nodes.push(Arc::new(Node::new(
+                name,
+                client,
+                self.connect_timeout,
+                coalescing,
+            )));
         }
 
         let holder = Arc::from(self.holder_description());

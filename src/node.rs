@@ -17,6 +17,7 @@ use tokio::task::coop::Unconstrained;
 use tokio::time::Instant;
 
 use crate::ballot::{self, Read};
+use crate::coalesce::Yield;
 use crate::protocol::native::{Capabilities, Native};
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
@@ -469,6 +470,8 @@ pub(crate) struct Node {
     client: Client,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
+    /// How the connection's writes yield to let other tasks' requests share them.
+    coalescing: Yield,
     slot: Mutex<Slot>,
     generation: AtomicU64,
     /// What the client knows of the server behind the current connection, learnt on every
@@ -604,7 +607,12 @@ impl std::fmt::Debug for Node {
 }
 
 impl Node {
-    pub(crate) fn new(name: String, client: Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        name: String,
+        client: Client,
+        connect_timeout: Duration,
+        coalescing: Yield,
+    ) -> Self {
         // Both timeouts are set explicitly so the driver's defaults never apply by accident.
         // No response timeout in the driver: every request is bounded by its round's
         // deadline (one timer for all nodes of a round) or by its caller's, and a second
@@ -618,6 +626,7 @@ impl Node {
             client,
             config,
             connect_timeout,
+            coalescing,
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
             facts: Mutex::new(None),
@@ -863,7 +872,8 @@ impl Node {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let connect = async move {
             let result = tokio::time::timeout(node.connect_timeout, async {
-                let mut conn = crate::coalesce::connect(&node.client, &node.config).await?;
+                let mut conn =
+                    crate::coalesce::connect(&node.client, &node.config, node.coalescing).await?;
                 preload_scripts(&mut conn).await?;
                 let mut probe = conn.clone();
                 let (facts, capabilities) = futures::join!(
