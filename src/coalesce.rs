@@ -52,16 +52,25 @@ impl Yield {
 pub(crate) struct Coalescing<S> {
     inner: S,
     how: Yield,
-    /// The yield of the write under way, when [`Yield::Deferred`].
-    turn: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
-    /// The write under way woke its task, when [`Yield::Rescheduled`].
-    woken: bool,
-    /// The yield is over; the next write goes through.
-    yielded: bool,
+    /// Where the write under way is in its yield; back to [`Turn::Ahead`] once a write
+    /// completes.
+    turn: Turn,
     /// Bytes were written and none have been read since: requests are in flight, so
     /// other tasks are likely about to send too. Without this, a lone request (one task
     /// locking in a loop) yields for nothing, and that cost 1.7x the client CPU per cycle.
     unanswered: bool,
+}
+
+/// The yield of the write under way.
+enum Turn {
+    /// Not started.
+    Ahead,
+    /// Waiting for tokio's `yield_now` ([`Yield::Deferred`]).
+    Deferred(Pin<Box<dyn Future<Output = ()> + Send>>),
+    /// The task woke itself ([`Yield::Rescheduled`]); over at its next poll.
+    Rescheduled,
+    /// Over: the write goes through.
+    Over,
 }
 
 impl<S> Coalescing<S> {
@@ -69,32 +78,33 @@ impl<S> Coalescing<S> {
         Coalescing {
             inner,
             how,
-            turn: None,
-            woken: false,
-            yielded: false,
+            turn: Turn::Ahead,
             unanswered: false,
         }
     }
 }
 
 impl<S: Unpin> Coalescing<S> {
-    /// Pending until the yield is over; then the next write goes through.
-    fn yield_once(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        match self.how {
-            Yield::Deferred => {
-                let turn = (self.turn).get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
-                std::task::ready!(turn.as_mut().poll(cx));
-                self.turn = None;
-            }
-            Yield::Rescheduled if !self.woken => {
-                self.woken = true;
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
-            Yield::Rescheduled => self.woken = false,
+    /// Pending until the yield of the write under way is over.
+    fn yield_once(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            self.turn = match &mut self.turn {
+                Turn::Ahead => match self.how {
+                    Yield::Deferred => Turn::Deferred(Box::pin(tokio::task::yield_now())),
+                    Yield::Rescheduled => {
+                        self.turn = Turn::Rescheduled;
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                },
+                Turn::Deferred(turn) => {
+                    std::task::ready!(turn.as_mut().poll(cx));
+                    Turn::Over
+                }
+                Turn::Rescheduled => Turn::Over,
+                Turn::Over => return Poll::Ready(()),
+            };
         }
-        self.yielded = true;
-        Poll::Ready(())
     }
 }
 
@@ -119,12 +129,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalescing<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.unanswered && !self.yielded {
-            std::task::ready!(self.as_mut().yield_once(cx));
+        if self.unanswered {
+            std::task::ready!(self.yield_once(cx));
         }
         let written = Pin::new(&mut self.inner).poll_write(cx, buf);
         if written.is_ready() {
-            self.yielded = false;
+            // Also when an answer cut a yield short: the next one starts afresh.
+            self.turn = Turn::Ahead;
         }
         if let Poll::Ready(Ok(n)) = written {
             self.unanswered |= n > 0;
@@ -278,6 +289,30 @@ mod tests {
         assert_eq!(write(&mut stream, &mut cx), Poll::Pending);
         let mut got = [0u8; 6];
         far.read_exact(&mut got).await.expect("read");
+        assert_eq!(write(&mut stream, &mut cx), Poll::Ready(6));
+    }
+    #[tokio::test]
+    async fn an_answer_during_a_yield_leaves_the_next_yield_whole() {
+        for how in [Yield::Deferred, Yield::Rescheduled] {
+            answer_during_a_yield(how).await;
+        }
+    }
+
+    async fn answer_during_a_yield(how: Yield) {
+        let (near, mut far) = tokio::io::duplex(64);
+        let mut stream = Coalescing::new(near, how);
+        let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(write(&mut stream, &mut cx), Poll::Ready(6));
+        assert_eq!(write(&mut stream, &mut cx), Poll::Pending);
+        // The answer comes before the yield is over: the write goes through at once.
+        far.write_all(b"+PONG\r\n").await.expect("answer");
+        let mut answer = [0u8; 7];
+        stream.read_exact(&mut answer).await.expect("read");
+        assert_eq!(write(&mut stream, &mut cx), Poll::Ready(6));
+        // In flight again: the next write yields, a whole yield of its own.
+        assert_eq!(write(&mut stream, &mut cx), Poll::Pending, "{how:?}");
+        tokio::task::yield_now().await;
         assert_eq!(write(&mut stream, &mut cx), Poll::Ready(6));
     }
 }
