@@ -355,6 +355,9 @@ async fn segments(client: &quorum_lock::Redlock, tag: &str, count: usize) -> Pro
 
 /// p50, p99 and max of `took`, in µs.
 fn spread(took: &mut [Duration]) -> String {
+    if took.is_empty() {
+        return "no cycles".into();
+    }
     took.sort();
     let at = |q: f64| took[((took.len() - 1) as f64 * q) as usize].as_secs_f64() * 1e6;
     format!(

@@ -384,6 +384,7 @@ impl RedlockBuilder {
 
         let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
+        let coalescing = Yield::for_nodes(self.nodes.len());
         for spec in &self.nodes {
             let (name, client) = match spec {
                 NodeSpec::Url(url) => self.client_for(url)?,
@@ -398,7 +399,6 @@ impl RedlockBuilder {
                      master or it would vote twice"
                 )));
             }
-            let coalescing = Yield::for_nodes(self.nodes.len());
             nodes.push(Arc::new(Node::new(
                 name,
                 client,
