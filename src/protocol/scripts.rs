@@ -394,18 +394,22 @@ pub(crate) static UNLOCK: Lua = Lua::new(&[Kind::Lock], UNLOCK_SRC).repeatable()
 /// clients' wake-up channels. Returns 0 when the key does not hold the token (nothing
 /// changed), 1 after deleting it when nobody was woken (the turn deleted), 2 after deleting
 /// it and waking one client, as [`RELEASE`] wakes them.
+///
+/// The key is deleted after the list is popped, in the same script (atomic, so nothing sees
+/// the order): waking nobody, one `DEL` takes the key and the turn together, the common
+/// case of an uncontended release, four calls instead of five (issue 16).
 const RELEASE_ONE_SRC: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
 end
-redis.call('DEL', KEYS[1])
 while true do
     local id = redis.call('LPOP', KEYS[2])
     if not id then
-        redis.call('DEL', KEYS[3])
+        redis.call('DEL', KEYS[1], KEYS[3])
         return 1
     end
     if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[1]) > 0 then
+        redis.call('DEL', KEYS[1])
         redis.call('SET', KEYS[3], id, 'PX', ARGV[2])
         return 2
     end
