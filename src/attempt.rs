@@ -26,8 +26,9 @@ use crate::safety::{Admission, NextToken};
 use crate::wait::Enqueue;
 
 /// The fast path's plan (see [`acquire_round`]): per node, the life (`run_id`) it was seen
-/// admitted in, and the completeness its marker said.
-type Lives = Vec<(Arc<str>, bool)>;
+/// admitted in and the completeness its marker said, for the nodes that get the plain
+/// `SET NX PX`; `None` for those that get the acquire script.
+type Lives = Vec<Option<(Arc<str>, bool)>>;
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
 #[derive(Debug)]
@@ -122,8 +123,7 @@ async fn attempt_inner(
     let holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
     let (requests, lives) = acquire_round(ensemble, plan, &holding, enqueue);
-    let (mut collected, reads, mut round) =
-        collect_votes(ensemble, plan, requests, lives.as_deref()).await;
+    let (mut collected, reads, mut round) = collect_votes(ensemble, plan, requests, &lives).await;
     // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
     // the decision (see `ballot`).
     let (ballot, marks) = decide_votes(ensemble, plan, reads, &mut collected);
@@ -152,10 +152,12 @@ async fn attempt_inner(
     // extended through, the loss of one of the first nodes. Every release of this token
     // closes the attempt's send gate first: a SET already queued is ahead of the release on
     // the same connection, and one not yet queued is never sent.
-    match (round, &lives) {
-        (Some(round), None) => read_late_records(ensemble, plan, round),
-        (Some(round), Some(_)) => round.finish_in_background(ensemble.view()),
-        (None, _) => {}
+    match round {
+        Some(round) if lives.iter().all(Option::is_some) => {
+            round.finish_in_background(ensemble.view());
+        }
+        Some(round) => read_late_records(ensemble, plan, round),
+        None => {}
     }
     let won = Won {
         holding,
@@ -341,15 +343,15 @@ impl Won<'_> {
 
 /// Waits for the acquire replies of one attempt until its outcome is certain (see
 /// [`ballot::settled`]), keeping what each node said for the ballot. `lives`: the fast
-/// path's plan, the life each node was seen admitted in and its completeness (for plain
-/// `SET NX PX` replies).
+/// path's plan, the life each node that got the plain `SET NX PX` was seen admitted in
+/// and its completeness.
 /// Outcomes of yes votes are provisional until [`decide_votes`].
 /// Returns the round with what is still in flight (none on the direct path).
 async fn collect_votes(
     ensemble: &Ensemble,
     plan: &Plan,
     requests: Requests<'_>,
-    lives: Option<&[(Arc<str>, bool)]>,
+    lives: &[Option<(Arc<str>, bool)>],
 ) -> (Collected, Vec<Option<Read>>, Option<Round>) {
     let n = ensemble.nodes.len();
     let quarantine = ensemble.config.quarantine;
@@ -361,7 +363,7 @@ async fn collect_votes(
         let Some(node) = ensemble.nodes.get(i) else {
             return NodeOutcome::Failed("no such node".into());
         };
-        let read = match read_vote(node, answer, lives.and_then(|l| l.get(i))) {
+        let read = match read_vote(node, answer, lives.get(i).and_then(Option::as_ref)) {
             Ok(read) => read,
             Err(failed) => return failed,
         };
@@ -777,65 +779,93 @@ fn is_acquired(o: &NodeOutcome) -> bool {
 }
 
 /// The acquire requests of one attempt: plain `SET NX PX` for one key, the all-or-nothing
-/// script for several keys, to keep the waiting list or to read fencing counters. Every
-/// node gets the same command except the one whose waiting list this client joins.
+/// script for several keys, to keep the waiting list or to read fencing counters. The node
+/// whose waiting list this client joins gets the script.
 ///
-/// The plain `SET NX PX` is the fast path: only when every node's ensemble record is known
-/// to cover this TTL in its current life and, with restart quarantine on, every node was
-/// seen admitted in that life (returned: the life per node, which a reply then counts
-/// for). Otherwise every node gets the script, which raises the record and reads the
-/// marker and the record for the ballot. Clients with quarantine off raise the record
-/// too: other clients' quarantine protects their leases as well.
+/// The plain `SET NX PX` is the fast path, per node: for a node whose ensemble record is
+/// known to cover this TTL in its current life and, with restart quarantine on, that was
+/// seen admitted in that life (returned: the life per such node, which its reply then
+/// counts for). The other nodes get the script, which raises the record and reads the
+/// marker and the record for the ballot. The fast nodes keep the plain `SET` beside
+/// scripted ones only when no scripted node has an identity yet (never connected, such
+/// as a node that is down or silent: its answer cannot vote, [`ballot::mix_allowed`]);
+/// otherwise every node gets the script, so that the ballot sees every node's marker and
+/// record (a node that restarted is readmitted by age only with every answer read).
+/// Clients with quarantine off raise the record too: other clients' quarantine protects
+/// their leases as well.
 fn acquire_round<'a>(
     ensemble: &'a Ensemble,
     plan: &Plan,
     holding: &Holding,
     enqueue: Option<Enqueue<'_>>,
-) -> (Requests<'a>, Option<Lives>) {
+) -> (Requests<'a>, Lives) {
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
-    let quarantine = ensemble.config.quarantine;
-    let lives: Option<Lives> = (ensemble.nodes.iter())
-        .map(|n| n.fast_path(ttl_ms, quarantine))
-        .collect();
-    let plain = lives.is_some();
-    let call = |enqueue: Option<Enqueue<'_>>| match (&plan.keys[..], enqueue, plan.fencing) {
-        ([key], None, false) if plain => {
-            // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
-            let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
-            cmd.arg("SET")
-                .arg(key)
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms);
-            Call::new(cmd).gated(holding.gate())
-        }
-        (keys, enqueue, fencing) => {
-            let enqueue = enqueue.unwrap_or_default();
-            Call::script(&scripts::ACQUIRE, &ensemble.config.key_prefix, keys)
-                .arg(token)
-                .arg(ttl_ms)
-                .arg(enqueue.client)
-                .arg(scripts::flag(enqueue.stay))
-                .arg(scripts::flag(fencing))
-                .arg(scripts::flag(enqueue.front))
-                .gated(holding.gate())
-        }
-    };
+    let lives = fast_nodes(ensemble, ttl_ms);
+    let call =
+        |enqueue: Option<Enqueue<'_>>, plain: bool| match (&plan.keys[..], enqueue, plan.fencing) {
+            ([key], None, false) if plain => {
+                // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
+                let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
+                cmd.arg("SET")
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms);
+                Call::new(cmd).gated(holding.gate())
+            }
+            (keys, enqueue, fencing) => {
+                let enqueue = enqueue.unwrap_or_default();
+                Call::script(&scripts::ACQUIRE, &ensemble.config.key_prefix, keys)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .arg(enqueue.client)
+                    .arg(scripts::flag(enqueue.stay))
+                    .arg(scripts::flag(fencing))
+                    .arg(scripts::flag(enqueue.front))
+                    .gated(holding.gate())
+            }
+        };
     let enqueue = enqueue.filter(|e| e.lists());
     if let [node] = &ensemble.nodes[..] {
         // The direct path: the one node's call, whichever it is, awaited in place.
-        return (Requests::Direct(node, call(enqueue)), lives);
+        let plain = lives.first().is_some_and(Option::is_some);
+        return (Requests::Direct(node, call(enqueue, plain)), lives);
     }
-    let special = enqueue.map(|e| (e.node, call(enqueue)));
-    let round = Round::broadcast_with(
-        ensemble.view(),
-        call(None),
-        0..ensemble.nodes.len(),
-        special,
-    );
+    let special = enqueue.map(|e| (e.node, Arc::new(call(enqueue, false))));
+    let fast = |i: usize| lives.get(i).is_some_and(Option::is_some);
+    let mixed = (0..lives.len()).any(fast) && !(0..lives.len()).all(fast);
+    // The fast nodes' `SET`, or the script when no node is fast; the script too when mixed.
+    let common = Arc::new(call(None, fast(0) || mixed));
+    let script = mixed.then(|| Arc::new(call(None, false)));
+    let round = Round::each(ensemble.view(), 0..ensemble.nodes.len(), |i| {
+        match (&special, &script) {
+            (Some((node, special)), _) if *node == i => special,
+            (_, Some(script)) if !fast(i) => script,
+            _ => &common,
+        }
+    });
     (Requests::Round(round), lives)
+}
+
+/// Per node, the life it takes the plain `SET NX PX` in (see [`acquire_round`]), or
+/// `None` for the acquire script.
+fn fast_nodes(ensemble: &Ensemble, ttl_ms: u64) -> Lives {
+    let quarantine = ensemble.config.quarantine;
+    let lives: Lives = (ensemble.nodes.iter())
+        .map(|n| n.fast_path(ttl_ms, quarantine))
+        .collect();
+    if lives.iter().all(Option::is_some) {
+        return lives;
+    }
+    let nodes = (ensemble.nodes.iter().zip(&lives))
+        .map(|(node, life)| (life.is_some(), node.run_id().is_some()));
+    if ballot::mix_allowed(nodes) {
+        lives
+    } else {
+        vec![None; lives.len()]
+    }
 }
 
 /// An attempt's acquire requests: a round over several nodes, or, with a single node, its

@@ -191,6 +191,23 @@ fn by_uptime(read: &Read, max_ttl: Duration, drift_factor: f64) -> Admission {
     safety::wait_out(max_ttl, age, reason, drift_factor)
 }
 
+/// Whether an attempt may send the plain `SET NX PX` to the nodes that can take it (the
+/// fast path, see [`Seen::Cached`]) and the acquire script to the others, given per node
+/// `(fast, identified)`: whether it can take the fast path, and whether its identity
+/// (`run_id`) is known. Allowed when every node that cannot has no identity: its answer
+/// cannot vote ([`Reason::NoIdentity`]), whatever the others say. Otherwise every node
+/// gets the script: [`view`] reads only scripted answers, and the rules that readmit a
+/// node by age want every node's answer read ([`admit`]), so a node that restarted would
+/// never be readmitted beside fast ones.
+///
+/// Never a safety question: a view read from fewer nodes admits fewer (no fresh ensemble,
+/// no admission by age; the ensemble record only from an intact majority, as when nodes do
+/// not answer), and a fast node's vote counts as on the all-fast path
+/// (`tests/model.rs` checks every mix).
+pub fn mix_allowed(nodes: impl IntoIterator<Item = (bool, bool)>) -> bool {
+    (nodes.into_iter()).all(|(fast, identified)| fast || !identified)
+}
+
 /// Where a node stands before every answer is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Early {
@@ -395,6 +412,25 @@ mod tests {
         assert_eq!(aged(Uptime::seconds(1), MS(250)).min_age(), MS(250));
         assert_eq!(aged(Uptime::seconds(61), MS(0)).min_age(), MS(60_000));
         assert_eq!(aged(Uptime::seconds(0), Duration::MAX).whole, u64::MAX);
+    }
+
+    #[test]
+    fn fast_nodes_mix_with_scripted_ones_only_beside_nodes_without_identity() {
+        // (fast, identified) per node.
+        assert!(mix_allowed([(true, true), (true, true)]), "all fast");
+        assert!(
+            mix_allowed([(true, true), (true, true), (false, false)]),
+            "a silent node"
+        );
+        assert!(
+            mix_allowed([(false, false), (false, false)]),
+            "nobody known yet"
+        );
+        assert!(
+            !mix_allowed([(true, true), (false, true)]),
+            "a restarted node"
+        );
+        assert!(!mix_allowed([(true, true), (false, false), (false, true)]));
     }
 
     #[test]

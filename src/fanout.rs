@@ -182,13 +182,21 @@ impl Round {
     ) -> Self {
         let call = Arc::new(call);
         let special = special.map(|(node, call)| (node, Arc::new(call)));
-        let pending = which.into_iter().filter_map(|i| {
-            let call = match &special {
-                Some((node, special)) if *node == i => special,
-                _ => &call,
-            };
-            view.nodes.get(i).map(|node| send(i, node, call))
-        });
+        Round::each(view, which, |i| match &special {
+            Some((node, special)) if *node == i => special,
+            _ => &call,
+        })
+    }
+
+    /// Sends each node `i` of `which` the call `call_for(i)` (calls shared by several
+    /// nodes are built once).
+    pub(crate) fn each<'c>(
+        view: View<'_>,
+        which: impl IntoIterator<Item = usize>,
+        call_for: impl Fn(usize) -> &'c Arc<Call>,
+    ) -> Self {
+        let pending = (which.into_iter())
+            .filter_map(|i| view.nodes.get(i).map(|node| send(i, node, call_for(i))));
         Round::new(pending, view.timeout)
     }
 

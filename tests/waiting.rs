@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::proxy::FaultProxy;
+use common::proxy::{FaultProxy, Link};
 use common::{Cluster, RedisServer, eventually, unique};
 use quorum_lock::{AutoExtend, Error, LockGuard, LostReason, Redlock, RedlockBuilder};
 use tokio::task::JoinHandle;
@@ -1277,7 +1277,6 @@ async fn several_resources_at_once() {
 /// first node on every release, 5 ms a cycle behind a 5 ms proxy: bench scenario 3a.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_does_not_wait_for_a_silent_list_node() {
-    use common::proxy::Link;
     let cluster = Cluster::start(3);
     let port = |n: &RedisServer| std::net::SocketAddr::from(([127, 0, 0, 1], n.port()));
     let proxy = FaultProxy::start(port(&cluster.nodes[0]));
@@ -1307,6 +1306,82 @@ async fn a_release_does_not_wait_for_a_silent_list_node() {
     guard.release().await.expect("released on a majority");
     let took = began.elapsed();
     assert!(took < node_timeout / 2, "the release took {took:?}");
+    proxy.set_link(Link::Up);
+}
+
+/// A node that never answers (behind a proxy that blackholes it, so this client never
+/// learns its identity) must not keep the plain `SET NX PX` fast path off for the others:
+/// its answer could not vote anyway, so the nodes this client saw admitted get the plain
+/// `SET` and only the silent node the acquire script. Before, every node got the script
+/// on every lock while one node was unknown (bench scenario 3b: 1.2x the p50 of five
+/// healthy nodes). With quarantine on (the markers written by an earlier client while every
+/// node was up) and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_node_does_not_keep_the_fast_path_off() {
+    let cluster = Cluster::start(3);
+    let upstream = format!("127.0.0.1:{}", cluster.nodes[2].port());
+    let proxy = FaultProxy::start(upstream.parse().unwrap());
+    let mut urls = cluster.urls();
+    urls[2] = proxy.url();
+    // Every node marked, as on an ensemble that has served locks.
+    let first = (polling_builder(&urls, Duration::from_millis(5), Duration::from_millis(50)))
+        .restart_quarantine(true)
+        .native_commands(false)
+        .build()
+        .unwrap();
+    drop(warmed(&cluster, first).await);
+    proxy.set_link(Link::Blackhole);
+    let healthy = &cluster.nodes[..2];
+    for quarantine in [true, false] {
+        let redlock = (polling_builder(&urls, Duration::from_millis(5), Duration::from_millis(50)))
+            .restart_quarantine(quarantine)
+            .native_commands(false)
+            .build()
+            .unwrap();
+        // The release wakes waiters on node 0 (the first node), the plain
+        // compare-and-delete elsewhere.
+        let want = [
+            counts(&[
+                ("set", 1),
+                ("evalsha", 1),
+                ("get", 1),
+                ("lpop", 1),
+                ("del", 1),
+            ]),
+            counts(&[("set", 1), ("evalsha", 1), ("get", 1), ("del", 1)]),
+        ];
+        let plain = || healthy.iter().map(commands).collect::<Vec<_>>() == want;
+        let mut warm = false;
+        for _ in 0..20 {
+            reset_stats(&cluster);
+            let resource = unique("silent-third");
+            let guard = redlock
+                .lock(&resource, Duration::from_secs(30))
+                .await
+                .unwrap();
+            eventually(
+                Duration::from_secs(5),
+                "the key on both healthy nodes",
+                || healthy.iter().all(|n| !n.keys(&resource).is_empty()),
+            )
+            .await;
+            guard.release().await.unwrap();
+            // Wait for the release on both healthy nodes (it returns at a majority).
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while !plain() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            if plain() {
+                warm = true;
+                break;
+            }
+        }
+        let seen: Vec<_> = healthy.iter().map(commands).collect();
+        assert!(
+            warm,
+            "quarantine {quarantine}: the healthy nodes never got the plain SET: {seen:?}"
+        );
+    }
     proxy.set_link(Link::Up);
 }
 
