@@ -1309,6 +1309,26 @@ async fn a_release_does_not_wait_for_a_silent_list_node() {
     proxy.set_link(Link::Up);
 }
 
+/// A polling client with restart quarantine `on` or off, with the scripts on every server
+/// (exact command counts).
+fn with_quarantine(urls: &[String], on: bool) -> Redlock {
+    (polling_builder(urls, Duration::from_millis(5), Duration::from_millis(50)))
+        .restart_quarantine(on)
+        .native_commands(false)
+        .build()
+        .unwrap()
+}
+
+/// Whether `done` holds within a second (a release returns at a majority; the healthy
+/// nodes' counts wait for the rest of its round).
+async fn within_a_second(done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !done() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    done()
+}
+
 /// A node that never answers (behind a proxy that blackholes it, so this client never
 /// learns its identity) must not keep the plain `SET NX PX` fast path off for the others:
 /// its answer could not vote anyway, so the nodes this client saw admitted get the plain
@@ -1324,20 +1344,12 @@ async fn a_silent_node_does_not_keep_the_fast_path_off() {
     let mut urls = cluster.urls();
     urls[2] = proxy.url();
     // Every node marked, as on an ensemble that has served locks.
-    let first = (polling_builder(&urls, Duration::from_millis(5), Duration::from_millis(50)))
-        .restart_quarantine(true)
-        .native_commands(false)
-        .build()
-        .unwrap();
+    let first = with_quarantine(&urls, true);
     drop(warmed(&cluster, first).await);
     proxy.set_link(Link::Blackhole);
     let healthy = &cluster.nodes[..2];
     for quarantine in [true, false] {
-        let redlock = (polling_builder(&urls, Duration::from_millis(5), Duration::from_millis(50)))
-            .restart_quarantine(quarantine)
-            .native_commands(false)
-            .build()
-            .unwrap();
+        let redlock = with_quarantine(&urls, quarantine);
         // The release wakes waiters on node 0 (the first node), the plain
         // compare-and-delete elsewhere.
         let want = [
@@ -1366,12 +1378,7 @@ async fn a_silent_node_does_not_keep_the_fast_path_off() {
             )
             .await;
             guard.release().await.unwrap();
-            // Wait for the release on both healthy nodes (it returns at a majority).
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while !plain() && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            if plain() {
+            if within_a_second(plain).await {
                 warm = true;
                 break;
             }
@@ -1396,11 +1403,7 @@ async fn a_slow_node_does_not_keep_the_fast_path_off() {
     let cluster = Cluster::start(3);
     let (_proxy, urls) = first_node_delayed(&cluster, Duration::from_millis(20));
     for quarantine in [true, false] {
-        let redlock = (polling_builder(&urls, Duration::from_millis(5), Duration::from_millis(50)))
-            .restart_quarantine(quarantine)
-            .native_commands(false)
-            .build()
-            .unwrap();
+        let redlock = with_quarantine(&urls, quarantine);
         let mut plain = false;
         for _ in 0..50 {
             reset_stats(&cluster);
@@ -1408,12 +1411,7 @@ async fn a_slow_node_does_not_keep_the_fast_path_off() {
             guard.release().await.unwrap();
             let others = counts(&[("set", 1), ("evalsha", 1), ("get", 1), ("del", 1)]);
             let healthy = || (cluster.nodes[1..].iter()).all(|n| commands(n) == others);
-            // Wait for the release on the healthy nodes (it returns at a majority).
-            let deadline = Instant::now() + Duration::from_secs(1);
-            while !healthy() && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            if healthy() {
+            if within_a_second(healthy).await {
                 plain = true;
                 break;
             }
