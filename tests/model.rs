@@ -327,25 +327,7 @@ impl Lock {
     /// it) and the connect's `INFO` give the ballot.
     fn read(p: &Probe) -> Read {
         let life = |l: u8| LIVES[usize::from(l)];
-        if let Some((l, complete)) = p.cached {
-            return Read {
-                set: p.set,
-                run_id: Some(Arc::from(life(p.life))),
-                uptime: Some(Uptime {
-                    whole: u64::from(p.uptime),
-                    unit: ms(1),
-                }),
-                persistence: Persistence::Volatile,
-                marker: Seen::Cached {
-                    life: Arc::from(life(l)),
-                    complete,
-                },
-                record_ms: None,
-                fence: None,
-                fence_life: None,
-            };
-        }
-        Read {
+        let scripted = Read {
             set: p.set,
             run_id: Some(Arc::from(life(p.life))),
             uptime: Some(Uptime {
@@ -359,6 +341,20 @@ impl Lock {
             fence_life: (p.counter)
                 .filter(|&(_, l)| l != NO_LIFE)
                 .map(|(_, l)| life(l).to_owned()),
+        };
+        match p.cached {
+            // The plain `SET`: the cached marker, no record, no counter.
+            Some((l, complete)) => Read {
+                marker: Seen::Cached {
+                    life: Arc::from(life(l)),
+                    complete,
+                },
+                record_ms: None,
+                fence: None,
+                fence_life: None,
+                ..scripted
+            },
+            None => scripted,
         }
     }
 
@@ -661,22 +657,9 @@ fn release(s: &mut State, c: usize) {
 
 /// The acquire script on node `i` at `s.now`, atomically.
 fn acquire(s: &mut State, c: usize, i: usize, ttl: u8) -> Probe {
-    let now = s.now;
+    let p = set_nx(s, c, i, ttl, None);
     let node = &mut s.nodes[i];
-    let p = Probe {
-        set: node.key.is_none(),
-        life: node.life,
-        // Whole ticks, over-reported by one: the "0.3 s old reports 1" worst case.
-        uptime: now - node.started + 1,
-        marker: node.marker,
-        record: node.record,
-        counter: node.counter,
-        cached: None,
-    };
     node.record = Some(node.record.unwrap_or(0).max(ttl));
-    if p.set {
-        node.key = Some((c as u8, now + ttl - 1));
-    }
     p
 }
 
@@ -684,21 +667,31 @@ fn acquire(s: &mut State, c: usize, i: usize, ttl: u8) -> Probe {
 /// completeness `cached`: the same expiry as the script's `SET`; no record raised, no
 /// marker or counter read.
 fn plain_set(s: &mut State, c: usize, i: usize, ttl: u8, cached: (u8, bool)) -> Probe {
+    let p = set_nx(s, c, i, ttl, Some(cached));
+    s.fast_after_restart |= cached.0 != p.life;
+    p
+}
+
+/// The `SET NX` of node `i` at `s.now` (expiry `ttl - 1` ticks on, the node's clock fast by
+/// the whole allowance) and what the answer reads: with `cached` (the plain `SET`) the
+/// node's identity only, else also its marker, record and counter before this request.
+fn set_nx(s: &mut State, c: usize, i: usize, ttl: u8, cached: Option<(u8, bool)>) -> Probe {
     let now = s.now;
     let node = &mut s.nodes[i];
+    let scripted = cached.is_none();
     let p = Probe {
         set: node.key.is_none(),
         life: node.life,
+        // Whole ticks, over-reported by one: the "0.3 s old reports 1" worst case.
         uptime: now - node.started + 1,
-        marker: None,
-        record: None,
-        counter: None,
-        cached: Some(cached),
+        marker: node.marker.filter(|_| scripted),
+        record: node.record.filter(|_| scripted),
+        counter: node.counter.filter(|_| scripted),
+        cached,
     };
     if p.set {
         node.key = Some((c as u8, now + ttl - 1));
     }
-    s.fast_after_restart |= cached.0 != p.life;
     p
 }
 
