@@ -802,6 +802,8 @@ fn acquire_round<'a>(
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
     let lives = fast_nodes(ensemble, ttl_ms);
+    let any_fast = lives.iter().any(Option::is_some);
+    let any_scripted = lives.iter().any(Option::is_none);
     let call =
         |enqueue: Option<Enqueue<'_>>, plain: bool| match (&plan.keys[..], enqueue, plan.fencing) {
             ([key], None, false) if plain => {
@@ -830,19 +832,16 @@ fn acquire_round<'a>(
     let enqueue = enqueue.filter(|e| e.lists());
     if let [node] = &ensemble.nodes[..] {
         // The direct path: the one node's call, whichever it is, awaited in place.
-        let plain = lives.first().is_some_and(Option::is_some);
-        return (Requests::Direct(node, call(enqueue, plain)), lives);
+        return (Requests::Direct(node, call(enqueue, any_fast)), lives);
     }
     let special = enqueue.map(|e| (e.node, Arc::new(call(enqueue, false))));
-    let fast = |i: usize| lives.get(i).is_some_and(Option::is_some);
-    let mixed = (0..lives.len()).any(fast) && !(0..lives.len()).all(fast);
-    // The fast nodes' `SET`, or the script when no node is fast; the script too when mixed.
-    let common = Arc::new(call(None, fast(0) || mixed));
-    let script = mixed.then(|| Arc::new(call(None, false)));
+    // The fast nodes' `SET`, or the script when no node is fast; the script apart when mixed.
+    let common = Arc::new(call(None, any_fast));
+    let script = (any_fast && any_scripted).then(|| Arc::new(call(None, false)));
     let round = Round::each(ensemble.view(), 0..ensemble.nodes.len(), |i| {
         match (&special, &script) {
             (Some((node, special)), _) if *node == i => special,
-            (_, Some(script)) if !fast(i) => script,
+            (_, Some(script)) if lives.get(i).is_some_and(Option::is_none) => script,
             _ => &common,
         }
     });
@@ -853,7 +852,7 @@ fn acquire_round<'a>(
 /// `None` for the acquire script.
 fn fast_nodes(ensemble: &Ensemble, ttl_ms: u64) -> Lives {
     let quarantine = ensemble.config.quarantine;
-    let lives: Lives = (ensemble.nodes.iter())
+    let mut lives: Lives = (ensemble.nodes.iter())
         .map(|n| n.fast_path(ttl_ms, quarantine))
         .collect();
     if lives.iter().all(Option::is_some) {
@@ -861,11 +860,10 @@ fn fast_nodes(ensemble: &Ensemble, ttl_ms: u64) -> Lives {
     }
     let nodes = (ensemble.nodes.iter().zip(&lives))
         .map(|(node, life)| (life.is_some(), node.run_id().is_some()));
-    if ballot::mix_allowed(nodes) {
-        lives
-    } else {
-        vec![None; lives.len()]
+    if !ballot::mix_allowed(nodes) {
+        lives.fill(None);
     }
+    lives
 }
 
 /// An attempt's acquire requests: a round over several nodes, or, with a single node, its

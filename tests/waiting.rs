@@ -38,11 +38,17 @@ fn polling_builder(urls: &[String], first: Duration, at_most: Duration) -> Redlo
 /// command counts below: on servers with native commands (Valkey) the plain release would
 /// be `DELIFEQ` instead (`tests/native.rs` counts those).
 fn scripted(urls: &[String], slow: bool) -> Redlock {
+    scripted_with(urls, slow, false)
+}
+
+/// [`scripted`] with restart quarantine on or off.
+fn scripted_with(urls: &[String], slow: bool, quarantine: bool) -> Redlock {
     let (first, at_most) = match slow {
         true => (Duration::from_secs(10), Duration::from_secs(10)),
         false => (Duration::from_millis(5), Duration::from_millis(50)),
     };
     (polling_builder(urls, first, at_most))
+        .restart_quarantine(quarantine)
         .native_commands(false)
         .build()
         .unwrap()
@@ -1309,16 +1315,6 @@ async fn a_release_does_not_wait_for_a_silent_list_node() {
     proxy.set_link(Link::Up);
 }
 
-/// A polling client with restart quarantine `on` or off, with the scripts on every server
-/// (exact command counts).
-fn with_quarantine(urls: &[String], on: bool) -> Redlock {
-    (polling_builder(urls, Duration::from_millis(5), Duration::from_millis(50)))
-        .restart_quarantine(on)
-        .native_commands(false)
-        .build()
-        .unwrap()
-}
-
 /// Whether `done` holds within a second (a release returns at a majority; the healthy
 /// nodes' counts wait for the rest of its round).
 async fn within_a_second(done: impl Fn() -> bool) -> bool {
@@ -1344,12 +1340,12 @@ async fn a_silent_node_does_not_keep_the_fast_path_off() {
     let mut urls = cluster.urls();
     urls[2] = proxy.url();
     // Every node marked, as on an ensemble that has served locks.
-    let first = with_quarantine(&urls, true);
+    let first = scripted_with(&urls, false, true);
     drop(warmed(&cluster, first).await);
     proxy.set_link(Link::Blackhole);
     let healthy = &cluster.nodes[..2];
     for quarantine in [true, false] {
-        let redlock = with_quarantine(&urls, quarantine);
+        let redlock = scripted_with(&urls, false, quarantine);
         // The release wakes waiters on node 0 (the first node), the plain
         // compare-and-delete elsewhere.
         let want = [
@@ -1403,7 +1399,7 @@ async fn a_slow_node_does_not_keep_the_fast_path_off() {
     let cluster = Cluster::start(3);
     let (_proxy, urls) = first_node_delayed(&cluster, Duration::from_millis(20));
     for quarantine in [true, false] {
-        let redlock = with_quarantine(&urls, quarantine);
+        let redlock = scripted_with(&urls, false, quarantine);
         let mut plain = false;
         for _ in 0..50 {
             reset_stats(&cluster);
