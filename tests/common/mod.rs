@@ -754,6 +754,40 @@ impl Cluster {
             .flat_map(|(i, n)| n.keys(pattern).into_iter().map(move |k| (i, k)))
             .collect()
     }
+
+    /// Every key matching `pattern` on every running node, with its type, its time to
+    /// live in milliseconds and its value (a list's entries, a string's bytes): what a
+    /// failed liveness test prints, so a stall can be read after the fact.
+    pub fn describe(&self, pattern: &str) -> String {
+        let mut out = String::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.is_paused() || !node.is_running() {
+                out.push_str(&format!("node {i}: not running or paused\n"));
+                continue;
+            }
+            let mut conn = node.conn();
+            for key in node.keys(pattern) {
+                let kind: String = redis::cmd("TYPE")
+                    .arg(&key)
+                    .query(&mut conn)
+                    .unwrap_or_default();
+                let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap_or(-3);
+                let value: redis::Value = match kind.as_str() {
+                    "list" => redis::cmd("LRANGE")
+                        .arg(&key)
+                        .arg(0)
+                        .arg(-1)
+                        .query(&mut conn),
+                    _ => redis::cmd("GET").arg(&key).query(&mut conn),
+                }
+                .unwrap_or(redis::Value::Nil);
+                out.push_str(&format!(
+                    "node {i}: {key} ({kind}, pttl {pttl}): {value:?}\n"
+                ));
+            }
+        }
+        out
+    }
 }
 
 /// How often, at most, the clockshift shim re-reads its offset file: after
