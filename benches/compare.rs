@@ -50,6 +50,7 @@ const FLOOR_1RTT: &str = "floor: 1 round trip";
 const FLOOR_2ROUNDS: &str = "floor: 2 rounds x N";
 const QUORUM: &str = "quorum-lock";
 const QUORUM_NAGLE: &str = "quorum-lock, tcp_nodelay(false)";
+const QUORUM_QUIET: &str = "quorum-lock, notifications(false)";
 const RSLOCK: &str = "rslock 0.10";
 const REDLOCK: &str = "redlock 2.0 (sync)";
 

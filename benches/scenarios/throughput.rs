@@ -7,7 +7,7 @@ use crate::support::contender::{Kind, Subject, lock_contenders};
 use crate::support::measure::{Slices, cpu_cells, servers_of, throughput_interleaved};
 use crate::support::probe::probe_all;
 use crate::support::table::{Cell, Table, Unit};
-use crate::{Cfg, FLOOR_2ROUNDS, QUORUM_NAGLE, REDLOCK, RSLOCK};
+use crate::{Cfg, FLOOR_2ROUNDS, QUORUM_NAGLE, QUORUM_QUIET, REDLOCK, RSLOCK};
 
 pub async fn run(cfg: Cfg) {
     const TASKS: usize = 16;
@@ -28,6 +28,7 @@ pub async fn run(cfg: Cfg) {
                 Kind::TwoRounds,
                 Kind::Quorum,
                 Kind::QuorumNagle,
+                Kind::QuorumQuiet,
                 Kind::Rslock,
                 Kind::Redlock,
             ],
@@ -68,6 +69,7 @@ pub async fn run(cfg: Cfg) {
             "{REDLOCK}: a TCP connection per request, measured after the others, not interleaved"
         ));
         t.note(format!("{QUORUM_NAGLE}: quorum-lock with Nagle's algorithm on its node connections, as the redis driver's default (and rslock) has it; quorum-lock's default is TCP_NODELAY"));
+        t.note(format!("{QUORUM_QUIET}: quorum-lock without release notifications (waiters only poll): every release is the plain compare-and-delete, as rslock's and the floor's are; with them, the release on the waiting-list node also pops the (empty) waiting list and deletes the turn"));
         t.note("cpu/cycle = client process CPU time / cycles; server cpu = all redis-servers' CPU time / cycles");
         t.note(probed);
         print!("{}", t.render());

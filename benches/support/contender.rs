@@ -10,7 +10,10 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 
 use crate::support::stats::ms;
-use crate::{FLOOR_1RTT, FLOOR_2ROUNDS, NODE_TIMEOUT, QUORUM, QUORUM_NAGLE, REDLOCK, RSLOCK, TTL};
+use crate::{
+    FLOOR_1RTT, FLOOR_2ROUNDS, NODE_TIMEOUT, QUORUM, QUORUM_NAGLE, QUORUM_QUIET, REDLOCK, RSLOCK,
+    TTL,
+};
 
 /// One node as the floors see it: a multiplexed connection, or a node that never answers.
 #[derive(Clone)]
@@ -291,6 +294,9 @@ pub enum Kind {
     /// quorum-lock with Nagle's algorithm on its connections (`tcp_nodelay(false)`; the
     /// `redis` driver's default, which rslock keeps), named [`QUORUM_NAGLE`].
     QuorumNagle,
+    /// quorum-lock with release notifications off (`notifications(false)`: a release is a
+    /// plain compare-and-delete on every node), named [`QUORUM_QUIET`].
+    QuorumQuiet,
     /// An rslock `LockManager`, named [`RSLOCK`].
     Rslock,
     /// The sync redlock crate, named [`REDLOCK`].
@@ -304,6 +310,7 @@ impl Kind {
             Kind::TwoRounds => FLOOR_2ROUNDS,
             Kind::Quorum => QUORUM,
             Kind::QuorumNagle => QUORUM_NAGLE,
+            Kind::QuorumQuiet => QUORUM_QUIET,
             Kind::Rslock => RSLOCK,
             Kind::Redlock => REDLOCK,
         }
@@ -344,6 +351,9 @@ pub async fn lock_contenders(urls: &[String], kinds: &[Kind]) -> Vec<(&'static s
             }),
             Kind::Quorum => Subject::Async(Contender::Quorum(quorum(urls, defaults).await)),
             Kind::QuorumNagle => Subject::Async(Contender::Quorum(quorum(urls, nagle).await)),
+            Kind::QuorumQuiet => {
+                Subject::Async(Contender::Quorum(quorum(urls, polling_only).await))
+            }
             Kind::Rslock => {
                 Subject::Async(Contender::Rslock(rslock::LockManager::new(urls.to_vec())))
             }
