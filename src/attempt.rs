@@ -130,19 +130,17 @@ async fn attempt_inner(
     if let Some(err) = ensemble.same_server() {
         drop(round);
         metrics::attempt("unavailable", start.elapsed());
-        settle(marks).await;
         let failure = give_back(holding, plan, enqueue, None, &collected, err);
-        return Err(Box::pin(failure).await);
+        return Err(Box::pin(clean_up(marks, failure)).await);
     }
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
     if !quorum::has_majority(&votes) {
         // Requests still in flight are dropped: one already written to its connection is
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
-        settle(marks).await;
         // Boxed, as every failure path (see `Won::fail`).
         let failure = no_majority(ensemble, plan, enqueue, holding, collected, &votes, start);
-        return Err(Box::pin(failure).await);
+        return Err(Box::pin(clean_up(marks, failure)).await);
     }
     let list_reply = round
         .as_mut()
@@ -327,17 +325,16 @@ impl Won<'_> {
     /// as every failure path of an attempt: inline, its clean-up round would make the
     /// future of every attempt, moved on each lock, larger by its size.
     async fn fail(self, err: Error) -> Error {
-        settle(self.marks).await;
         let (plan, enqueue) = (self.plan, self.enqueue);
-        give_back(
+        let failure = give_back(
             self.holding,
             plan,
             enqueue,
             self.list_reply,
             &self.collected,
             err,
-        )
-        .await
+        );
+        clean_up(self.marks, failure).await
     }
 }
 
@@ -518,11 +515,23 @@ struct Ballot {
     admissions: Vec<Option<Admission>>,
 }
 
-/// Waits for the marker writes of a failed attempt (see [`Marks`]).
-async fn settle(marks: Option<Marks>) {
-    if let Some(marks) = marks {
-        marks.settle().await;
-    }
+/// Runs a failed attempt's clean-up `failure` while its marker writes are acknowledged
+/// (see [`Marks`]), and returns its error. The keys go back at once: waiting for the
+/// markers first kept them on every node where the attempt set them (refusing every other
+/// client there) for a round trip of the slowest marked node, up to the node timeout,
+/// and made each failed attempt after a restart a longer obstacle for the next. The
+/// markers are queued on their connections before the release, so each node still applies
+/// its marker first.
+async fn clean_up(marks: Option<Marks>, failure: impl Future<Output = Error>) -> Error {
+    let ((), err) = tokio::join!(
+        async {
+            if let Some(marks) = marks {
+                marks.settle().await;
+            }
+        },
+        failure
+    );
+    err
 }
 
 /// Writes the markers `(node, life, complete, record, voted)` that admissions asked for:
@@ -553,8 +562,9 @@ type Mark = (usize, Arc<str>, bool, u64, bool);
 
 /// Marker writes in flight. Once a node acknowledges, this client takes the fast path
 /// there. A won attempt leaves them to the background; a failed one waits for them (within
-/// the node timeout), so that a short-lived process (the CLI) does not exit before the
-/// markers are written, leaving the next client to find records without markers.
+/// the node timeout) while it gives its keys back (see [`clean_up`]), so that a short-lived
+/// process (the CLI) does not exit before the markers are written, leaving the next client
+/// to find records without markers.
 struct Marks {
     round: Round,
     marks: Vec<Mark>,

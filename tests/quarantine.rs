@@ -897,3 +897,52 @@ async fn an_answer_from_before_a_restart_does_not_vote() {
     );
     held.release().await.unwrap();
 }
+
+/// A failed attempt gives its keys back as soon as it has decided, not once the markers
+/// it writes are acknowledged: a slow node that it marks must not keep its copies on the
+/// other nodes (where every other client is refused meanwhile) for that node's round
+/// trip. Node 0 answers 1 s late; nodes 0 and 1 hold a foreign key, so the attempt fails
+/// once node 0's refusal is in (about 1 s), and marks the fresh nodes, node 0 included,
+/// whose acknowledgement takes another second. Before, the clean-up waited for it.
+#[tokio::test]
+async fn a_failed_attempt_gives_its_keys_back_before_its_markers_are_acknowledged() {
+    let cluster = Cluster::start(3);
+    let upstream = std::net::SocketAddr::from(([127, 0, 0, 1], cluster.nodes[0].port()));
+    let proxy = common::proxy::FaultProxy::start(upstream);
+    let mut urls = cluster.urls();
+    urls[0] = proxy.url();
+    let resource = unique("marked-late");
+    for node in &cluster.nodes[..2] {
+        stale_key(node, &resource, 60_000);
+    }
+    let redlock = Redlock::builder()
+        .nodes(&urls)
+        .node_timeout(Duration::from_secs(10))
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    redlock.connect().await.unwrap();
+    let delay = Duration::from_secs(1);
+    proxy.set_delay(delay);
+    let start = Instant::now();
+    let attempt = tokio::spawn({
+        let resource = resource.clone();
+        async move { redlock.lock(&resource, Duration::from_secs(60)).await }
+    });
+    let ours = &cluster.nodes[2];
+    eventually(delay, "the attempt's key on node 2", || {
+        !ours.keys(&resource).is_empty()
+    })
+    .await;
+    eventually(delay * 3, "the attempt's key on node 2 given back", || {
+        ours.keys(&resource).is_empty()
+    })
+    .await;
+    let given_back = start.elapsed();
+    let err = attempt.await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert!(
+        given_back < delay * 3 / 2,
+        "the key stayed {given_back:?}: the clean-up waited for node 0's marker ({delay:?} a reply)"
+    );
+}
