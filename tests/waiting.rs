@@ -919,6 +919,32 @@ async fn a_hand_off_between_clients_costs_the_plain_commands_and_one_wake_up() {
     assert_commands(&cluster, &want, "last release").await;
 }
 
+/// Exact commands of the release of an uncontended two-key lock: on the node that keeps the
+/// waiting lists, per key, the compare (`GET`), the pop of its empty list and one `DEL` of
+/// the key and its turn together; elsewhere the compare and the key's `DEL`. Before, the
+/// list node deleted each turn in a `DEL` of its own: four `DEL`s there instead of two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_key_release_that_wakes_nobody_deletes_each_key_and_its_turn_together() {
+    let cluster = Cluster::start(3);
+    let redlock = warmed(&cluster, client(&cluster.urls())).await;
+    let (a, b) = (unique("pair-a"), unique("pair-b"));
+    let guard = redlock
+        .lock_many([&a, &b], Duration::from_secs(30))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "both keys on every node", || {
+        (cluster.nodes.iter()).all(|n| !n.keys(&a).is_empty() && !n.keys(&b).is_empty())
+    })
+    .await;
+    reset_stats(&cluster);
+    guard.release().await.unwrap();
+    let list_node = counts(&[("evalsha", 1), ("get", 2), ("lpop", 2), ("del", 2)]);
+    let others = counts(&[("evalsha", 1), ("get", 2), ("del", 2)]);
+    let want = vec![list_node, others.clone(), others];
+    assert_commands(&cluster, &want, "two-key release").await;
+    assert!(cluster.keys_everywhere("*pair-*").is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_left_on_the_list_node_does_not_keep_polls_out() {
     let cluster = Cluster::start(3);

@@ -326,7 +326,8 @@ pub(crate) static COMPLETE: Lua =
 /// woken per release and node, in arrival order; ids of clients that went away are
 /// skipped. It also records the woken id as the key's turn for ARGV[2] ms,
 /// which [`GATE`] makes other waiters respect, through the woken client's hold until the
-/// next release passes the turn on (or, waking nobody, deletes it).
+/// next release passes the turn on (or, waking nobody, deletes it: in the key's own `DEL`,
+/// one call for both, as [`RELEASE_ONE`] does).
 /// With ARGV[4], it puts the client back in each key's waiting list (once), where the
 /// acquire script took it off when it set the key: the attempt failed on the whole, and
 /// the client still waits. A key of another type makes `GET` fail with `WRONGTYPE`, which
@@ -339,17 +340,20 @@ local n = 0
 local woke = 0
 for i = 1, k do
     if redis.call('GET', KEYS[i]) == ARGV[1] then
-        n = n + redis.call('DEL', KEYS[i])
-        if ARGV[2] ~= '0' then
+        n = n + 1
+        if ARGV[2] == '0' then
+            redis.call('DEL', KEYS[i])
+        else
             local list = KEYS[k + i]
             local turn = KEYS[2 * k + i]
             while true do
                 local id = redis.call('LPOP', list)
                 if not id then
-                    redis.call('DEL', turn)
+                    redis.call('DEL', KEYS[i], turn)
                     break
                 end
                 if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
+                    redis.call('DEL', KEYS[i])
                     redis.call('SET', turn, id, 'PX', ARGV[2])
                     woke = 1
                     break
