@@ -926,7 +926,7 @@ async fn a_hand_off_between_clients_costs_the_plain_commands_and_one_wake_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_two_key_release_that_wakes_nobody_deletes_each_key_and_its_turn_together() {
     let cluster = Cluster::start(3);
-    let redlock = warmed(&cluster, client(&cluster.urls())).await;
+    let redlock = warmed(&cluster, scripted(&cluster.urls(), false)).await;
     let (a, b) = (unique("pair-a"), unique("pair-b"));
     let guard = redlock
         .lock_many([&a, &b], Duration::from_secs(30))
