@@ -48,6 +48,9 @@ const ROUNDS: usize = 10;
 
 const FLOOR_1RTT: &str = "floor: 1 round trip";
 const FLOOR_2ROUNDS: &str = "floor: 2 rounds x N";
+const FLOOR_BUSY: &str = "control: floor + 1µs spin a cycle";
+/// The busy work of [`FLOOR_BUSY`] before each acquisition.
+const BUSY: Duration = Duration::from_micros(1);
 const QUORUM: &str = "quorum-lock";
 const QUORUM_NAGLE: &str = "quorum-lock, tcp_nodelay(false)";
 const QUORUM_QUIET: &str = "quorum-lock, notifications(false)";

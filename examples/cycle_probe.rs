@@ -13,9 +13,16 @@
 //! # 16 tasks on their own resources for 3000 ms (bench scenario 2, for `perf record`):
 //! $P tasks 7001 3000
 //! $P floor-tasks 7001 3000
+//! $P rslock-tasks 7001 3000
+//! # the floor with 1 µs of busy work before each cycle (bench scenario 2's control row):
+//! SPIN_US=1 $P floor-tasks 7001 3000
+//! # 8 clients on one resource, 1 ms holds, for 3000 ms (bench scenario 4c): what the
+//! # waiting did, per acquisition (the client's own metrics):
+//! $P contend 7001,7002,7003,7004,7005 3000
 //! ```
 //!
-//! Arguments: mode (`cycles`, `floor`, `held`, `tasks`, `floor-tasks` or `segments`), the ports of
+//! Arguments: mode (`cycles`, `floor`, `held`, `tasks`, `floor-tasks`, `rslock-tasks`,
+//! `contend` or `segments`), the ports of
 //! `redis-server`s on 127.0.0.1 or `$HOST` (comma-separated), a count. Per-cycle instruction counts are the difference
 //! of two runs (say 200 and 1200 cycles) divided by the difference in cycles, so that
 //! start-up cancels out. `NT_MS` sets the node timeout (default 50 ms; give valgrind
@@ -121,6 +128,8 @@ async fn run() -> Probe {
         "held" => held(&client, &tag, count).await,
         "tasks" => tasks(Some(&client), &urls, &tag, count).await,
         "floor-tasks" => tasks(None, &urls, &tag, count).await,
+        "rslock-tasks" => rslock_tasks(&urls, &tag, count).await,
+        "contend" => contend(&urls, &tag, count).await,
         "segments" => segments(&client, &tag, count).await,
         _ => Err(format!("unknown mode {mode}").into()),
     }
@@ -248,6 +257,10 @@ async fn tasks(
     const TASKS: usize = 16;
     COUNTING.store(false, Ordering::Relaxed);
     let (conns, hash) = floor_conns(urls).await?;
+    let spin_us: u64 = match std::env::var("SPIN_US") {
+        Ok(us) => us.parse()?,
+        Err(_) => 0,
+    };
     let end = std::time::Instant::now() + Duration::from_millis(ms as u64);
     let cpu0 = process_cpu();
     let handles = (0..TASKS).map(|t| {
@@ -263,7 +276,10 @@ async fn tasks(
                         .release()
                         .await
                         .map(drop)?,
-                    None => floor_cycle(&conns, &hash, &name, n).await?,
+                    None => {
+                        spin(spin_us);
+                        floor_cycle(&conns, &hash, &name, n).await?
+                    }
                 }
                 n += 1;
             }
@@ -280,6 +296,107 @@ async fn tasks(
         cycles as f64 * 1000.0 / ms as f64,
         cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64
     );
+    Ok(())
+}
+
+/// Busy work on the calling thread for `us` microseconds (none for 0).
+fn spin(us: u64) {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_micros(us) {
+        std::hint::spin_loop();
+    }
+}
+
+/// [`tasks`] with rslock's `LockManager` in place of the client (bench scenario 2's
+/// rslock row, for `perf stat`).
+async fn rslock_tasks(urls: &[String], tag: &str, ms: usize) -> Probe {
+    const TASKS: usize = 16;
+    COUNTING.store(false, Ordering::Relaxed);
+    let manager = rslock::LockManager::new(urls.to_vec());
+    let end = std::time::Instant::now() + Duration::from_millis(ms as u64);
+    let cpu0 = process_cpu();
+    let handles = (0..TASKS).map(|t| {
+        let (manager, name) = (manager.clone(), format!("{tag}-{t}"));
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while std::time::Instant::now() < end {
+                let lock = (manager.lock(name.as_bytes(), TTL).await).map_err(|e| e.to_string())?;
+                manager.unlock(&lock).await;
+                n += 1;
+            }
+            Ok::<u64, String>(n)
+        })
+    });
+    let mut cycles = 0;
+    for h in join_all(handles).await {
+        cycles += h?.map_err(|e| e.to_string())?;
+    }
+    let cpu = process_cpu() - cpu0;
+    println!(
+        "{TASKS} tasks: {:.0} cycles/s, {:.1} µs CPU per cycle",
+        cycles as f64 * 1000.0 / ms as f64,
+        cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64
+    );
+    Ok(())
+}
+
+/// 8 clients (one per task, as bench scenario 4c) lock one resource in turn, holding it
+/// 1 ms on a blocking thread, for `ms` milliseconds; prints the client's counters per
+/// acquisition (attempts by outcome, wait events), read from a debugging recorder.
+async fn contend(urls: &[String], tag: &str, ms: usize) -> Probe {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+    const TASKS: usize = 8;
+    COUNTING.store(false, Ordering::Relaxed);
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install()?;
+    let mut clients = Vec::with_capacity(TASKS);
+    for _ in 0..TASKS {
+        let client = quorum_lock::Redlock::builder()
+            .nodes(urls)
+            .restart_quarantine(false)
+            .build()?;
+        client.connect().await?;
+        clients.push(client);
+    }
+    let end = std::time::Instant::now() + Duration::from_millis(ms as u64);
+    let handles = clients.into_iter().map(|client| {
+        let name = format!("{tag}-contended");
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while std::time::Instant::now() < end {
+                let guard = client.lock(name.as_str(), TTL).await?;
+                tokio::task::spawn_blocking(|| std::thread::sleep(Duration::from_millis(1)))
+                    .await?;
+                guard.release().await?;
+                n += 1;
+            }
+            Ok::<u64, Box<dyn std::error::Error + Send + Sync>>(n)
+        })
+    });
+    let mut acquisitions = 0;
+    for h in join_all(handles).await {
+        acquisitions += h?.map_err(|e| e.to_string())?;
+    }
+    println!("{TASKS} clients: {acquisitions} acquisitions; per acquisition:");
+    let mut rows: Vec<(String, u64)> = (snapshotter.snapshot().into_vec().into_iter())
+        .filter_map(|(key, _, _, value)| match value {
+            DebugValue::Counter(count) => {
+                let labels: Vec<String> = (key.key().labels())
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                Some((format!("{} {}", key.key().name(), labels.join(",")), count))
+            }
+            _ => None,
+        })
+        .collect();
+    rows.sort();
+    for (name, count) in rows {
+        println!(
+            "{:8.3}  {name}",
+            ratio(count as usize, acquisitions as usize)
+        );
+    }
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use crate::support::contender::{Kind, Subject, lock_contenders};
 use crate::support::measure::{Slices, cpu_cells, servers_of, throughput_interleaved};
 use crate::support::probe::probe_all;
 use crate::support::table::{Cell, Table, Unit};
-use crate::{Cfg, FLOOR_2ROUNDS, QUORUM_NAGLE, QUORUM_QUIET, REDLOCK, RSLOCK};
+use crate::{Cfg, FLOOR_2ROUNDS, FLOOR_BUSY, QUORUM_NAGLE, QUORUM_QUIET, REDLOCK, RSLOCK};
 
 pub async fn run(cfg: Cfg) {
     const TASKS: usize = 16;
@@ -26,6 +26,7 @@ pub async fn run(cfg: Cfg) {
             &urls,
             &[
                 Kind::TwoRounds,
+                Kind::Busy,
                 Kind::Quorum,
                 Kind::QuorumNagle,
                 Kind::QuorumQuiet,
@@ -70,6 +71,7 @@ pub async fn run(cfg: Cfg) {
         ));
         t.note(format!("{QUORUM_NAGLE}: quorum-lock with Nagle's algorithm on its node connections, as the redis driver's default (and rslock) has it; quorum-lock's default is TCP_NODELAY"));
         t.note(format!("{QUORUM_QUIET}: quorum-lock without release notifications (waiters only poll): every release is the plain compare-and-delete, as rslock's and the floor's are; with them, the release on the waiting-list node also pops the (empty) waiting list and deletes the turn"));
+        t.note(format!("{FLOOR_BUSY}: a control, not a floor: the floor with 1 µs of busy work before each acquisition. Client and servers share two cores, and a worker thread that runs dry parks and must be woken again: more client work can mean more throughput. Where this row beats the floor, so may a contender that does more work than the floor"));
         t.note("cpu/cycle = client process CPU time / cycles; server cpu = all redis-servers' CPU time / cycles");
         t.note(probed);
         print!("{}", t.render());

@@ -11,8 +11,8 @@ use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 
 use crate::support::stats::ms;
 use crate::{
-    FLOOR_1RTT, FLOOR_2ROUNDS, NODE_TIMEOUT, QUORUM, QUORUM_NAGLE, QUORUM_QUIET, REDLOCK, RSLOCK,
-    TTL,
+    BUSY, FLOOR_1RTT, FLOOR_2ROUNDS, FLOOR_BUSY, NODE_TIMEOUT, QUORUM, QUORUM_NAGLE, QUORUM_QUIET,
+    REDLOCK, RSLOCK, TTL,
 };
 
 /// One node as the floors see it: a multiplexed connection, or a node that never answers.
@@ -158,6 +158,14 @@ pub enum Contender {
         nodes: Arc<Vec<FloorNode>>,
         need: usize,
     },
+    /// A control, not a floor: [`Contender::TwoRounds`] (all answers) with [`BUSY`] of
+    /// busy work (a spin on the clock) before each acquisition. Scenario 2 runs client
+    /// and servers on the same two cores, where its throughput is not monotone in the
+    /// client's work: a worker that finds nothing to run parks its thread, and waking it
+    /// again costs more than a little work that keeps it running (session 12: the floor
+    /// with 1 µs of spin did a median 1.19x the floor's rate, 12 runs each). When rslock
+    /// beats the floor there, this row shows whether it is that effect.
+    Busy(Arc<Vec<FloorNode>>),
     /// [`Contender::TwoRounds`] (all answers) serialised by an in-process FIFO mutex: the
     /// ideal hand-off of a contended lock with the minimum Redis traffic.
     Fifo {
@@ -214,6 +222,13 @@ impl Contender {
                 Ok(Held::Nothing)
             }
             Contender::TwoRounds { nodes, need } => floor_acquire(nodes, *need, res, ttl).await,
+            Contender::Busy(nodes) => {
+                let start = std::time::Instant::now();
+                while start.elapsed() < BUSY {
+                    std::hint::spin_loop();
+                }
+                floor_acquire(nodes, nodes.len(), res, ttl).await
+            }
             Contender::Fifo { nodes, queue } => {
                 let turn = Arc::clone(queue).lock_owned().await;
                 match floor_acquire(nodes, nodes.len(), res, ttl).await? {
@@ -248,6 +263,10 @@ impl Contender {
             (_, Held::Nothing) => Ok(()),
             (Contender::TwoRounds { nodes, need }, Held::Key(key, token)) => {
                 round(nodes, *need, &compare_and_delete(&key, &token)).await;
+                Ok(())
+            }
+            (Contender::Busy(nodes), Held::Key(key, token)) => {
+                round(nodes, nodes.len(), &compare_and_delete(&key, &token)).await;
                 Ok(())
             }
             (Contender::Fifo { nodes, .. }, Held::Fifo(turn, key, token)) => {
@@ -289,6 +308,8 @@ pub enum Kind {
     OneTrip,
     /// [`Contender::TwoRounds`] waiting for every node, named [`FLOOR_2ROUNDS`].
     TwoRounds,
+    /// [`Contender::Busy`], named [`FLOOR_BUSY`].
+    Busy,
     /// quorum-lock with its defaults ([`quorum`] with [`defaults`]), named [`QUORUM`].
     Quorum,
     /// quorum-lock with Nagle's algorithm on its connections (`tcp_nodelay(false)`; the
@@ -308,6 +329,7 @@ impl Kind {
         match self {
             Kind::OneTrip => FLOOR_1RTT,
             Kind::TwoRounds => FLOOR_2ROUNDS,
+            Kind::Busy => FLOOR_BUSY,
             Kind::Quorum => QUORUM,
             Kind::QuorumNagle => QUORUM_NAGLE,
             Kind::QuorumQuiet => QUORUM_QUIET,
@@ -335,7 +357,7 @@ pub async fn lock_contenders(urls: &[String], kinds: &[Kind]) -> Vec<(&'static s
     let kinds = selected(kinds);
     let floors = kinds
         .iter()
-        .any(|k| matches!(k, Kind::OneTrip | Kind::TwoRounds));
+        .any(|k| matches!(k, Kind::OneTrip | Kind::TwoRounds | Kind::Busy));
     let nodes = if floors {
         floor_nodes(urls).await
     } else {
@@ -349,6 +371,7 @@ pub async fn lock_contenders(urls: &[String], kinds: &[Kind]) -> Vec<(&'static s
                 need: nodes.len(),
                 nodes: Arc::clone(&nodes),
             }),
+            Kind::Busy => Subject::Async(Contender::Busy(Arc::clone(&nodes))),
             Kind::Quorum => Subject::Async(Contender::Quorum(quorum(urls, defaults).await)),
             Kind::QuorumNagle => Subject::Async(Contender::Quorum(quorum(urls, nagle).await)),
             Kind::QuorumQuiet => {
