@@ -144,6 +144,7 @@ fn print_header(cfg: Cfg, selected: &[u32]) {
         "  {cpus} CPUs, tokio multi-thread runtime ({cpus} workers); load average at start {}",
         loadavg()
     );
+    println!("  {}", idle_regime());
     println!(
         "  scenarios {selected:?}{}; lock TTL {TTL:?}; quorum-lock node_timeout {NODE_TIMEOUT:?}\n",
         if cfg.quick {
@@ -152,6 +153,25 @@ fn print_header(cfg: Cfg, selected: &[u32]) {
             ""
         }
     );
+}
+
+/// How an idle CPU of this machine waits: the cpuidle driver and, under `haltpoll` (a
+/// KVM guest), how long it polls before it halts. With `guest_halt_poll_ns` 0 every idle
+/// CPU halts, and each cross-thread wake-up costs a trip through the hypervisor: on the
+/// VMs of these runs, scenario 1's p50 at N = 1 then takes one of two modes per
+/// contender and run (~50 or ~140 µs), and with 200 µs of polling all of them ~45 µs
+/// (session 12, BENCHMARKS.md).
+fn idle_regime() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path).map_or_else(|_| "?".to_string(), |s| s.trim().to_string())
+    };
+    let driver = read("/sys/devices/system/cpu/cpuidle/current_driver");
+    let mut out = format!("cpuidle driver {driver}");
+    if driver == "haltpoll" {
+        let poll = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns");
+        out.push_str(&format!(", guest_halt_poll_ns {poll}"));
+    }
+    out
 }
 
 /// The 1/5/15-minute load averages.

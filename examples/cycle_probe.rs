@@ -26,7 +26,7 @@
 //! `redis-server`s on 127.0.0.1 or `$HOST` (comma-separated), a count. Per-cycle instruction counts are the difference
 //! of two runs (say 200 and 1200 cycles) divided by the difference in cycles, so that
 //! start-up cancels out. `NT_MS` sets the node timeout (default 50 ms; give valgrind
-//! 2000), `RT=ct` a current-thread runtime, `NAGLE` (set) the client's `tcp_nodelay(false)`, `QUIET` (set) `notifications(false)`. The keys carry the process id, so probes may
+//! 2000), `RT=ct` a current-thread runtime, `NAGLE` (set) the client's `tcp_nodelay(false)`, `QUIET` (set) `notifications(false)`, `ANON` (set) `holder_info(false)`. The keys carry the process id, so probes may
 //! share servers.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -119,6 +119,7 @@ async fn run() -> Probe {
         .restart_quarantine(false)
         .tcp_nodelay(std::env::var_os("NAGLE").is_none())
         .notifications(std::env::var_os("QUIET").is_none())
+        .holder_info(std::env::var_os("ANON").is_none())
         .build()?;
     client.connect().await?;
     let tag = format!("cycle-probe-{}", std::process::id());
