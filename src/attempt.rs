@@ -58,9 +58,14 @@ impl Plan {
         resources.dedup();
         let ttl = ensemble.accept_ttl(ttl)?;
         let prefix = &ensemble.config.key_prefix;
-        let keys: Arc<[String]> = resources.iter().map(|r| keys::lock(prefix, r)).collect();
+        let resources: Arc<[String]> = resources.into();
+        // Without a prefix each key is its resource's name: one allocation serves both.
+        let keys = match prefix.is_empty() {
+            true => Arc::clone(&resources),
+            false => resources.iter().map(|r| keys::lock(prefix, r)).collect(),
+        };
         Ok(Plan {
-            resources: resources.into(),
+            resources,
             keys,
             ttl,
             fencing,
@@ -881,4 +886,32 @@ fn fast_nodes(ensemble: &Ensemble, ttl_ms: u64) -> Lives {
 enum Requests<'a> {
     Round(Round),
     Direct(&'a Arc<Node>, Call),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan of a lock on `names` by a client with `prefix` (built, never connected).
+    fn plan(prefix: &str, names: &[&str]) -> Plan {
+        let client = crate::Redlock::builder()
+            .node("redis://127.0.0.1:1")
+            .key_prefix(prefix)
+            .build()
+            .expect("client");
+        let names = names.iter().map(|n| (*n).to_owned()).collect();
+        Plan::new(client.inner(), names, Duration::from_secs(1), false).expect("plan")
+    }
+
+    #[test]
+    fn without_a_prefix_the_keys_are_the_resource_names_in_one_allocation() {
+        let p = plan("", &["b", "a", "b"]);
+        assert_eq!(&*p.resources, ["a", "b"]);
+        assert_eq!(&*p.keys, ["a", "b"]);
+        assert!(Arc::ptr_eq(&p.keys, &p.resources));
+
+        let p = plan("app:", &["b", "a"]);
+        assert_eq!(&*p.resources, ["a", "b"]);
+        assert_eq!(&*p.keys, ["app:a", "app:b"]);
+    }
 }
