@@ -291,13 +291,17 @@ async fn tasks(
     for h in join_all(handles).await {
         cycles += h?.map_err(|e| e.to_string())?;
     }
-    let cpu = process_cpu() - cpu0;
+    print_rate(TASKS, cycles, ms, process_cpu() - cpu0);
+    Ok(())
+}
+
+/// Prints what `tasks` loops did in `ms` milliseconds: cycles a second, CPU per cycle.
+fn print_rate(tasks: usize, cycles: u64, ms: usize, cpu: Duration) {
     println!(
-        "{TASKS} tasks: {:.0} cycles/s, {:.1} µs CPU per cycle",
+        "{tasks} tasks: {:.0} cycles/s, {:.1} µs CPU per cycle",
         cycles as f64 * 1000.0 / ms as f64,
         cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64
     );
-    Ok(())
 }
 
 /// Busy work on the calling thread for `us` microseconds (none for 0).
@@ -332,12 +336,7 @@ async fn rslock_tasks(urls: &[String], tag: &str, ms: usize) -> Probe {
     for h in join_all(handles).await {
         cycles += h?.map_err(|e| e.to_string())?;
     }
-    let cpu = process_cpu() - cpu0;
-    println!(
-        "{TASKS} tasks: {:.0} cycles/s, {:.1} µs CPU per cycle",
-        cycles as f64 * 1000.0 / ms as f64,
-        cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64
-    );
+    print_rate(TASKS, cycles, ms, process_cpu() - cpu0);
     Ok(())
 }
 
