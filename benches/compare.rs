@@ -159,7 +159,7 @@ fn print_header(cfg: Cfg, selected: &[u32]) {
 /// KVM guest), how long it polls before it halts. With `guest_halt_poll_ns` 0 every idle
 /// CPU halts, and each cross-thread wake-up costs a trip through the hypervisor: on the
 /// VMs of these runs, scenario 1's p50 at N = 1 then takes one of two modes per
-/// contender and run (~50 or ~140 µs), and with 200 µs of polling all of them ~45 µs
+/// contender and run (~50 or ~140 µs), and with 200 µs of polling all of them 42-63 µs
 /// (session 12, BENCHMARKS.md).
 fn idle_regime() -> String {
     let read = |path: &str| {
