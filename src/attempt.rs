@@ -59,11 +59,7 @@ impl Plan {
         let ttl = ensemble.accept_ttl(ttl)?;
         let prefix = &ensemble.config.key_prefix;
         let resources: Arc<[String]> = resources.into();
-        // Without a prefix each key is its resource's name: one allocation serves both.
-        let keys = match prefix.is_empty() {
-            true => Arc::clone(&resources),
-            false => resources.iter().map(|r| keys::lock(prefix, r)).collect(),
-        };
+        let keys = keys::locks(prefix, &resources);
         Ok(Plan {
             resources,
             keys,

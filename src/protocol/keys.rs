@@ -7,6 +7,8 @@
 //! prefix the names are those of earlier versions. Resource names that start with
 //! `quorum-lock:` would collide with these names: they are the library's own.
 
+use std::sync::Arc;
+
 /// The kinds of keys a script receives, in the order of its `KEYS` blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -137,6 +139,15 @@ pub(crate) fn fence_resource<'a>(prefix: &str, key: &'a str) -> Option<&'a str> 
 /// The lock key of `resource` under `prefix`.
 pub(crate) fn lock(prefix: &str, resource: &str) -> String {
     concat(&[prefix, resource])
+}
+
+/// The lock keys of `resources` under `prefix`, in their order. Without a prefix each key
+/// is its resource's name, and the names are shared rather than copied.
+pub(crate) fn locks(prefix: &str, resources: &Arc<[String]>) -> Arc<[String]> {
+    match prefix.is_empty() {
+        true => Arc::clone(resources),
+        false => resources.iter().map(|r| lock(prefix, r)).collect(),
+    }
 }
 
 /// The prefix of the channels clients listen on for wake-ups under `prefix`; a client's
