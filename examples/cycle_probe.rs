@@ -127,9 +127,12 @@ async fn run() -> Probe {
         "cycles" => cycles(&client, &tag, count).await,
         "floor" => floor(&urls, &tag, count).await,
         "held" => held(&client, &tag, count).await,
-        "tasks" => tasks(Some(&client), &urls, &tag, count).await,
-        "floor-tasks" => tasks(None, &urls, &tag, count).await,
-        "rslock-tasks" => rslock_tasks(&urls, &tag, count).await,
+        "tasks" => tasks(Locker::Client(client.clone()), &tag, count).await,
+        "floor-tasks" => tasks(Locker::floor(&urls).await?, &tag, count).await,
+        "rslock-tasks" => {
+            let manager = rslock::LockManager::new(urls.clone());
+            tasks(Locker::Rslock(manager), &tag, count).await
+        }
         "contend" => contend(&urls, &tag, count).await,
         "segments" => segments(&client, &tag, count).await,
         _ => Err(format!("unknown mode {mode}").into()),
@@ -245,63 +248,97 @@ async fn held(client: &quorum_lock::Redlock, tag: &str, count: usize) -> Probe {
     Ok(())
 }
 
-/// 16 tasks, each on its own resource, looping lock + release for `ms` milliseconds on
-/// the multi-threaded runtime (scenario 2 of the bench, for `perf record`): the client
-/// (`tasks`) or the floor's two rounds on shared connections (`floor-tasks`). Prints the
-/// cycles per second and the process's CPU time per cycle.
-async fn tasks(
-    client: Option<&quorum_lock::Redlock>,
-    urls: &[String],
-    tag: &str,
-    ms: usize,
-) -> Probe {
+/// What the `tasks` loops lock with.
+#[derive(Clone)]
+enum Locker {
+    /// The client (`tasks`).
+    Client(quorum_lock::Redlock),
+    /// The floor's two rounds on shared connections (`floor-tasks`), after `spin_us` of
+    /// busy work a cycle (`SPIN_US`, default none).
+    Floor {
+        conns: Vec<MultiplexedConnection>,
+        hash: String,
+        spin_us: u64,
+    },
+    /// rslock's `LockManager` (`rslock-tasks`: bench scenario 2's rslock row).
+    Rslock(rslock::LockManager),
+}
+
+type TaskResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+impl Locker {
+    async fn floor(urls: &[String]) -> Result<Locker, Box<dyn std::error::Error>> {
+        let (conns, hash) = floor_conns(urls).await?;
+        let spin_us = match std::env::var("SPIN_US") {
+            Ok(us) => us.parse()?,
+            Err(_) => 0,
+        };
+        Ok(Locker::Floor {
+            conns,
+            hash,
+            spin_us,
+        })
+    }
+
+    /// Lock + release of `name`, the `n`th time.
+    async fn cycle(&self, name: &str, n: u64) -> TaskResult<()> {
+        match self {
+            Locker::Client(c) => c.lock(name, TTL).await?.release().await.map(drop)?,
+            Locker::Floor {
+                conns,
+                hash,
+                spin_us,
+            } => {
+                spin(*spin_us);
+                floor_cycle(conns, hash, name, n).await?;
+            }
+            Locker::Rslock(manager) => {
+                let lock = (manager.lock(name.as_bytes(), TTL).await).map_err(|e| e.to_string())?;
+                manager.unlock(&lock).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 16 tasks, each on its own resource, looping lock + release with `locker` for `ms`
+/// milliseconds on the multi-threaded runtime (scenario 2 of the bench, for `perf
+/// record`). Prints the cycles per second and the process's CPU time per cycle.
+async fn tasks(locker: Locker, tag: &str, ms: usize) -> Probe {
     const TASKS: usize = 16;
     COUNTING.store(false, Ordering::Relaxed);
-    let (conns, hash) = floor_conns(urls).await?;
-    let spin_us: u64 = match std::env::var("SPIN_US") {
-        Ok(us) => us.parse()?,
-        Err(_) => 0,
-    };
     let end = std::time::Instant::now() + Duration::from_millis(ms as u64);
     let cpu0 = process_cpu();
     let handles = (0..TASKS).map(|t| {
-        let client = client.cloned();
-        let (conns, hash, name) = (conns.clone(), hash.clone(), format!("{tag}-{t}"));
+        let (locker, name) = (locker.clone(), format!("{tag}-{t}"));
         tokio::spawn(async move {
             let mut n = 0u64;
             while std::time::Instant::now() < end {
-                match &client {
-                    Some(c) => c
-                        .lock(name.as_str(), TTL)
-                        .await?
-                        .release()
-                        .await
-                        .map(drop)?,
-                    None => {
-                        spin(spin_us);
-                        floor_cycle(&conns, &hash, &name, n).await?
-                    }
-                }
+                locker.cycle(&name, n).await?;
                 n += 1;
             }
-            Ok::<u64, Box<dyn std::error::Error + Send + Sync>>(n)
+            Ok(n)
         })
     });
-    let mut cycles = 0;
-    for h in join_all(handles).await {
-        cycles += h?.map_err(|e| e.to_string())?;
-    }
-    print_rate(TASKS, cycles, ms, process_cpu() - cpu0);
-    Ok(())
-}
-
-/// Prints what `tasks` loops did in `ms` milliseconds: cycles a second, CPU per cycle.
-fn print_rate(tasks: usize, cycles: u64, ms: usize, cpu: Duration) {
+    let cycles = total(handles).await?;
+    let cpu = process_cpu() - cpu0;
     println!(
-        "{tasks} tasks: {:.0} cycles/s, {:.1} µs CPU per cycle",
+        "{TASKS} tasks: {:.0} cycles/s, {:.1} µs CPU per cycle",
         cycles as f64 * 1000.0 / ms as f64,
         cpu.as_secs_f64() * 1e6 / cycles.max(1) as f64
     );
+    Ok(())
+}
+
+/// The sum of what the spawned loops counted; the first error of any.
+async fn total(
+    handles: impl IntoIterator<Item = tokio::task::JoinHandle<TaskResult<u64>>>,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut sum = 0;
+    for h in join_all(handles).await {
+        sum += h?.map_err(|e| e.to_string())?;
+    }
+    Ok(sum)
 }
 
 /// Busy work on the calling thread for `us` microseconds (none for 0).
@@ -310,34 +347,6 @@ fn spin(us: u64) {
     while start.elapsed() < Duration::from_micros(us) {
         std::hint::spin_loop();
     }
-}
-
-/// [`tasks`] with rslock's `LockManager` in place of the client (bench scenario 2's
-/// rslock row, for `perf stat`).
-async fn rslock_tasks(urls: &[String], tag: &str, ms: usize) -> Probe {
-    const TASKS: usize = 16;
-    COUNTING.store(false, Ordering::Relaxed);
-    let manager = rslock::LockManager::new(urls.to_vec());
-    let end = std::time::Instant::now() + Duration::from_millis(ms as u64);
-    let cpu0 = process_cpu();
-    let handles = (0..TASKS).map(|t| {
-        let (manager, name) = (manager.clone(), format!("{tag}-{t}"));
-        tokio::spawn(async move {
-            let mut n = 0u64;
-            while std::time::Instant::now() < end {
-                let lock = (manager.lock(name.as_bytes(), TTL).await).map_err(|e| e.to_string())?;
-                manager.unlock(&lock).await;
-                n += 1;
-            }
-            Ok::<u64, String>(n)
-        })
-    });
-    let mut cycles = 0;
-    for h in join_all(handles).await {
-        cycles += h?.map_err(|e| e.to_string())?;
-    }
-    print_rate(TASKS, cycles, ms, process_cpu() - cpu0);
-    Ok(())
 }
 
 /// 8 clients (one per task, as bench scenario 4c) lock one resource in turn, holding it
@@ -371,13 +380,10 @@ async fn contend(urls: &[String], tag: &str, ms: usize) -> Probe {
                 guard.release().await?;
                 n += 1;
             }
-            Ok::<u64, Box<dyn std::error::Error + Send + Sync>>(n)
+            Ok(n)
         })
     });
-    let mut acquisitions = 0;
-    for h in join_all(handles).await {
-        acquisitions += h?.map_err(|e| e.to_string())?;
-    }
+    let acquisitions = total(handles).await?;
     println!("{TASKS} clients: {acquisitions} acquisitions; per acquisition:");
     let mut rows: Vec<(String, u64)> = (snapshotter.snapshot().into_vec().into_iter())
         .filter_map(|(key, _, _, value)| match value {
@@ -406,7 +412,7 @@ async fn floor_cycle(
     hash: &str,
     name: &str,
     i: u64,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+) -> TaskResult<()> {
     let token = format!("{:032x}", u128::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let sets = join_all(conns.iter().map(|c| {
         let mut set = redis::cmd("SET");
