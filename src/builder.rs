@@ -9,7 +9,7 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::Redlock;
 use crate::coalesce::Yield;
-use crate::config::{Config, check_ttl};
+use crate::config::{Config, MAX_TTL, check_ceiling, check_ttl};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::node::Node;
@@ -43,6 +43,7 @@ pub struct RedlockBuilder {
     wait: Duration,
     max_attempts: Option<u32>,
     default_ttl: Duration,
+    ttl_ceiling: Duration,
     tls_root_cert: Option<Vec<u8>>,
     notifications: bool,
     quarantine: bool,
@@ -66,6 +67,7 @@ impl Default for RedlockBuilder {
             wait: Self::DEFAULT_WAIT,
             max_attempts: None,
             default_ttl: Self::DEFAULT_TTL,
+            ttl_ceiling: Self::DEFAULT_TTL_CEILING,
             tls_root_cert: None,
             notifications: true,
             quarantine: true,
@@ -89,6 +91,8 @@ impl RedlockBuilder {
     pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
     /// Default [`default_ttl`](Self::default_ttl): 30 s.
     pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+    /// Default [`ttl_ceiling`](Self::ttl_ceiling): 60 s.
+    pub const DEFAULT_TTL_CEILING: Duration = Duration::from_secs(60);
 
     /// Adds Redis nodes by URL: `redis://[user:password@]host[:port][/db]` or `rediss://…`
     /// for TLS. Each must be an independent master; listing one server twice is rejected
@@ -248,6 +252,19 @@ impl RedlockBuilder {
         self
     }
 
+    /// The longest TTL any client of these nodes uses (default 60 s): a lock or extension
+    /// with a longer TTL fails with [`Error::Config`](crate::Error::Config), and so does
+    /// [`build`](Self::build) when [`default_ttl`](Self::default_ttl) is longer. Restart
+    /// quarantine needs a bound on the TTL of a lease it cannot see: when a node's history
+    /// cannot be read (a new deployment with a node down, most nodes restarted), a node
+    /// that may have lost its memory votes once it has run for the ceiling plus drift.
+    /// Every client of the same nodes must use the same ceiling, or a larger one; long
+    /// critical sections keep a short TTL and extend it (`LockRequest::auto_extend`).
+    pub fn ttl_ceiling(mut self, ceiling: Duration) -> Self {
+        self.ttl_ceiling = ceiling;
+        self
+    }
+
     /// Restart quarantine (on by default): a node that may have lost locks still in force
     /// does not vote until they have all ended. Every acquisition keeps, on every node, the
     /// ensemble's longest TTL (raised with the `SET NX`), and each node carries a marker
@@ -375,6 +392,13 @@ impl RedlockBuilder {
             return Err(config("max attempts is zero; use at least 1"));
         }
         check_ttl(self.default_ttl, self.drift_factor, self.node_timeout)?;
+        if self.ttl_ceiling.is_zero() || self.ttl_ceiling > MAX_TTL {
+            return Err(config(format!(
+                "ttl ceiling {:?} is outside (0, {MAX_TTL:?}]",
+                self.ttl_ceiling
+            )));
+        }
+        check_ceiling(self.default_ttl, self.ttl_ceiling)?;
         if let Some(floor) = self.fence_floor.filter(|f| *f > MAX_FENCE_FLOOR) {
             return Err(config(format!(
                 "fence floor {floor} is not below 2^53: tokens stay at most 2^53, the largest \
@@ -416,6 +440,7 @@ impl RedlockBuilder {
             wait: self.wait,
             max_attempts: self.max_attempts,
             default_ttl: self.default_ttl,
+            ttl_ceiling: self.ttl_ceiling,
             notifications: self.notifications,
             quarantine: self.quarantine,
             native_commands: self.native_commands,

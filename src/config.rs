@@ -18,6 +18,10 @@ pub(crate) struct Config {
     pub(crate) wait: Duration,
     pub(crate) max_attempts: Option<u32>,
     pub(crate) default_ttl: Duration,
+    /// The longest TTL any client of the deployment uses (see
+    /// `RedlockBuilder::ttl_ceiling`): no lock or extension goes above it, and a node whose
+    /// history cannot be read is kept out this long after it started.
+    pub(crate) ttl_ceiling: Duration,
     pub(crate) notifications: bool,
     pub(crate) quarantine: bool,
     /// Use a node's native compare-and-delete / compare-and-set where it has them.
@@ -59,6 +63,19 @@ pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration
     Ok(())
 }
 
+/// Rejects a TTL above the deployment's ceiling: restart quarantine waits out at most the
+/// ceiling when it cannot read a node's history, so a longer lease could outlive it.
+pub(crate) fn check_ceiling(ttl: Duration, ceiling: Duration) -> Result<()> {
+    if ttl > ceiling {
+        return Err(Error::Config(format!(
+            "ttl {ttl:?} is above the ttl ceiling {ceiling:?}; raise the ceiling \
+             (`ttl_ceiling`, CLI --ttl-ceiling) on every client of these nodes, or use a \
+             shorter ttl with auto-extension"
+        )));
+    }
+    Ok(())
+}
+
 /// Ten years: far beyond any sensible lock, far below what `PX` accepts.
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
@@ -85,5 +102,9 @@ mod tests {
             let err = check_ttl(ttl, 0.01, Duration::from_millis(50)).unwrap_err();
             assert!(err.to_string().contains(needle), "{ttl:?}: {err}");
         }
+        let ceiling = Duration::from_secs(60);
+        assert!(check_ceiling(ceiling, ceiling).is_ok());
+        let err = check_ceiling(ceiling + Duration::from_millis(1), ceiling).unwrap_err();
+        assert!(err.to_string().contains("above the ttl ceiling"), "{err}");
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::config::{Config, check_ttl, whole_ms};
+use crate::config::{Config, check_ceiling, check_ttl, whole_ms};
 use crate::error::{Error, Result};
 use crate::fanout::{Background, View};
 use crate::node::{Node, SendGate};
@@ -221,6 +221,7 @@ impl Ensemble {
     pub(crate) fn accept_ttl(&self, ttl: Duration) -> Result<Duration> {
         let ttl = Duration::from_millis(whole_ms(ttl));
         check_ttl(ttl, self.config.drift_factor, self.config.node_timeout)?;
+        check_ceiling(ttl, self.config.ttl_ceiling)?;
         Ok(ttl)
     }
 

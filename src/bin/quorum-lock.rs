@@ -95,6 +95,11 @@ struct Cli {
     #[arg(long, global = true, value_name = "DURATION", default_value = DEFAULT_NODE_TIMEOUT, value_parser = duration::parse)]
     node_timeout: Duration,
 
+    /// The longest TTL any client of these nodes uses; every client must give the same
+    /// [env: QUORUM_LOCK_TTL_CEILING] [default: 60s]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = duration::parse)]
+    ttl_ceiling: Option<Duration>,
+
     #[command(subcommand)]
     command: Command,
 }
@@ -300,6 +305,17 @@ fn node_urls(flag: Option<String>) -> Result<Vec<String>, Failure> {
     Ok(urls)
 }
 
+/// The TTL ceiling from `QUORUM_LOCK_TTL_CEILING` when `--ttl-ceiling` is not given;
+/// `None` for the library's default.
+fn ttl_ceiling_from_env() -> Result<Option<Duration>, Failure> {
+    match std::env::var("QUORUM_LOCK_TTL_CEILING") {
+        Ok(text) if !text.trim().is_empty() => duration::parse(text.trim())
+            .map(Some)
+            .map_err(|e| Failure::usage(format!("QUORUM_LOCK_TTL_CEILING: {e}"))),
+        _ => Ok(None),
+    }
+}
+
 /// The file name of the program `run` starts, for the lock's holder description.
 fn program_name(program: &[OsString]) -> Option<String> {
     let path = std::path::Path::new(program.first()?);
@@ -313,12 +329,16 @@ fn client(
     node_timeout: Duration,
     ttl: Duration,
     fence_floor: Option<u64>,
+    ttl_ceiling: Option<Duration>,
 ) -> Result<RedlockBuilder, Failure> {
     let urls = node_urls(nodes)?;
     let mut builder = Redlock::builder()
         .nodes(urls)
         .default_ttl(ttl)
         .node_timeout(node_timeout);
+    if let Some(ceiling) = ttl_ceiling.map_or_else(ttl_ceiling_from_env, |c| Ok(Some(c)))? {
+        builder = builder.ttl_ceiling(ceiling);
+    }
     if let Some(floor) = fence_floor {
         builder = builder.fence_floor(floor);
     }
@@ -359,16 +379,23 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         Command::Run(args) => program_name(&args.program),
         _ => None,
     };
-    let redlock = client(cli.nodes, cli.key_prefix, node_timeout, ttl, fence_floor)
-        .map(|b| match program {
-            Some(name) => b.holder_program(name),
-            None => b,
-        })?
-        .build()
-        .map_err(|e| match e {
-            Error::Config(msg) => Failure::usage(msg),
-            other => Failure::usage(other.to_string()),
-        })?;
+    let redlock = client(
+        cli.nodes,
+        cli.key_prefix,
+        node_timeout,
+        ttl,
+        fence_floor,
+        cli.ttl_ceiling,
+    )
+    .map(|b| match program {
+        Some(name) => b.holder_program(name),
+        None => b,
+    })?
+    .build()
+    .map_err(|e| match e {
+        Error::Config(msg) => Failure::usage(msg),
+        other => Failure::usage(other.to_string()),
+    })?;
     // After the client: its TTL check speaks first of a TTL too short for anything.
     let command = match cli.command {
         Command::Run(args) => Ok(run_options(args, node_timeout)?),
