@@ -28,7 +28,7 @@ use crate::wait::Enqueue;
 /// The fast path's plan (see [`acquire_round`]): per node, the life (`run_id`) it was seen
 /// admitted in and the completeness its marker said, for the nodes that get the plain
 /// `SET NX PX`; `None` for those that get the acquire script.
-type Lives = Vec<Option<(Arc<str>, bool)>>;
+type Lives = Vec<Option<Arc<str>>>;
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
 #[derive(Debug)]
@@ -108,9 +108,36 @@ pub(crate) async fn attempt(
         votes = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
-    attempt_inner(ensemble, plan, enqueue)
-        .instrument(span)
-        .await
+    async {
+        match attempt_inner(ensemble, plan, enqueue).await {
+            // Nodes whose quarantine was over were marked, naming the life they answered
+            // from, and their markers acknowledged: at once, a second round confirms them
+            // (their markers now read current) and counts their votes, so that the caller
+            // sees one attempt succeed where the marking alone could not.
+            Err(e) if marked_for_readmission(&e) => attempt_inner(ensemble, plan, enqueue).await,
+            outcome => outcome,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Whether a failed attempt marked a node admitted by its age (see
+/// [`Admission::MarkOnly`]): its yes counts from the next round on.
+fn marked_for_readmission(err: &Error) -> bool {
+    let readmitting = |r: &crate::report::NodeResult| {
+        matches!(
+            r.outcome,
+            NodeOutcome::Quarantined {
+                reason: QuarantineReason::Readmitting,
+                ..
+            }
+        )
+    };
+    matches!(err, Error::Contended { .. } | Error::Unavailable { .. })
+        && err
+            .report()
+            .is_some_and(|r| r.results().iter().any(readmitting))
 }
 
 async fn attempt_inner(
@@ -124,10 +151,10 @@ async fn attempt_inner(
     let holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
     let (requests, lives) = acquire_round(ensemble, plan, &holding, enqueue);
-    let (mut collected, reads, mut round) = collect_votes(ensemble, plan, requests, &lives).await;
+    let (mut collected, reads, mut round) = collect_votes(ensemble, requests, &lives).await;
     // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
     // the decision (see `ballot`).
-    let (ballot, marks) = decide_votes(ensemble, plan, reads, &mut collected);
+    let (reads, marks) = decide_votes(ensemble, plan, reads, &mut collected);
     if let Some(err) = ensemble.same_server() {
         drop(round);
         metrics::attempt("unavailable", start.elapsed());
@@ -167,7 +194,7 @@ async fn attempt_inner(
         marks,
         start,
     };
-    won.into_guard(ensemble, &ballot, &votes).await
+    won.into_guard(ensemble, &reads, &votes).await
 }
 
 /// Reads, in the background, the acquire script's answers that come after the decision
@@ -203,7 +230,7 @@ fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Round) {
                     if let Ok(read) = read_vote(node, answer, None)
                         && let Some(life) = &read.run_id
                     {
-                        node.seen(life, None, record_after(&read, ttl_ms));
+                        node.seen(life, false, record_after(&read, ttl_ms));
                     }
                     NodeOutcome::Reachable
                 },
@@ -256,14 +283,14 @@ impl Won<'_> {
     async fn into_guard(
         self,
         ensemble: &Arc<Ensemble>,
-        ballot: &Ballot,
+        reads: &[Option<Read>],
         votes: &[quorum::Vote],
     ) -> Result<LockGuard> {
         let (plan, start) = (self.plan, self.start);
         let fencing_token = match plan.fencing {
             true => {
                 let token = self.holding.token();
-                match commit_fence(ensemble, plan, token, ballot, &self.collected).await {
+                match commit_fence(ensemble, plan, token, reads, &self.collected).await {
                     Ok(fence) => Some(fence),
                     Err(e) => {
                         metrics::attempt("unavailable", start.elapsed());
@@ -347,9 +374,8 @@ impl Won<'_> {
 /// Returns the round with what is still in flight (none on the direct path).
 async fn collect_votes(
     ensemble: &Ensemble,
-    plan: &Plan,
     requests: Requests<'_>,
-    lives: &[Option<(Arc<str>, bool)>],
+    lives: &[Option<Arc<str>>],
 ) -> (Collected, Vec<Option<Read>>, Option<Round>) {
     let n = ensemble.nodes.len();
     let quarantine = ensemble.config.quarantine;
@@ -367,7 +393,7 @@ async fn collect_votes(
         };
         let outcome = match ballot::early(&read, n, quarantine) {
             _ if !read.set => NodeOutcome::HeldByOther,
-            ballot::Early::Yes { .. } => NodeOutcome::Acquired,
+            ballot::Early::Yes => NodeOutcome::Acquired,
             // Decided once the answers are in (`decide_votes`).
             _ => NodeOutcome::Quarantined {
                 reason: QuarantineReason::RecordUnread,
@@ -397,7 +423,7 @@ async fn collect_votes(
                         .iter()
                         .filter(|(o, _)| *o == NodeOutcome::Pending)
                         .count();
-                    ballot::settled(&lock(), pending, ensemble.quorum, plan.fencing, quarantine)
+                    ballot::settled(&lock(), pending, ensemble.quorum, quarantine)
                 },
             )
             .await;
@@ -413,14 +439,11 @@ async fn collect_votes(
 fn read_vote(
     node: &Node,
     answer: Value,
-    life: Option<&(Arc<str>, bool)>,
+    life: Option<&Arc<str>>,
 ) -> std::result::Result<Read, NodeOutcome> {
     let mut read = node.blank_read();
-    if let Some((life, complete)) = life {
-        read.marker = Seen::Cached {
-            life: Arc::clone(life),
-            complete: *complete,
-        };
+    if let Some(life) = life {
+        read.marker = Seen::Cached(Arc::clone(life));
     }
     match answer {
         Value::Okay => read.set = true,
@@ -428,10 +451,9 @@ fn read_vote(
         answer => {
             let got = reply::acquire_reply(answer)?;
             read.set = got.set;
-            read.marker = Seen::Read(got.marker.map(|m| (m.life, m.complete)));
+            read.marker = Seen::Read(got.marker.map(|m| m.life));
             read.record_ms = got.record_ms;
             read.fence = got.fence;
-            read.fence_life = got.fence_life;
         }
     }
     Ok(read)
@@ -447,73 +469,62 @@ fn decide_votes(
     plan: &Plan,
     reads: Vec<Option<Read>>,
     collected: &mut Collected,
-) -> (Ballot, Option<Marks>) {
-    let quarantine = ensemble.config.quarantine;
-    let view = ballot::view(&reads, ensemble.config.drift_factor);
+) -> (Vec<Option<Read>>, Option<Marks>) {
+    let config = &ensemble.config;
+    let view = ballot::view(&reads);
     let mut marks = Vec::new();
-    let admissions = (reads.iter().zip(&ensemble.nodes).enumerate())
-        .map(|(i, (read, node))| {
-            let read = read.as_ref()?;
-            let admission = ballot::admit(read, &view, ensemble.config.drift_factor);
-            if read.set
-                && let Some(slot) = collected.outcomes.get_mut(i)
-            {
-                // With quarantine off every yes counts; the marker is still kept, so that
-                // other clients' quarantine sees the nodes this one admitted.
-                if quarantine {
-                    slot.0 = ballot::outcome(&admission);
-                }
-                node.count_vote(match &slot.0 {
-                    NodeOutcome::Quarantined { reason, .. } => Some(reason.as_str()),
-                    _ => None,
-                });
+    for (i, (read, node)) in reads.iter().zip(&ensemble.nodes).enumerate() {
+        let Some(read) = read else { continue };
+        let admission = ballot::admit(read, &view, config.drift_factor, config.ttl_ceiling);
+        if read.set
+            && let Some(slot) = collected.outcomes.get_mut(i)
+        {
+            // With quarantine off every yes counts; the marker is still kept, so that
+            // other clients' quarantine sees the nodes this one admitted.
+            if config.quarantine {
+                slot.0 = ballot::outcome(&admission);
             }
-            let incomplete = matches!(
-                admission,
-                Admission::Votes {
-                    complete: false,
-                    ..
-                }
-            );
-            if let (true, true, Some(life)) = (quarantine, incomplete, &read.run_id) {
-                // Re-admitted after a loss: repair its counters in the background.
-                let prefix = &ensemble.config.key_prefix;
-                ensemble.repairs.admitted(ensemble.view(), prefix, i, life);
-            }
-            let (Some(life), Seen::Read(marker)) = (&read.run_id, &read.marker) else {
-                return Some(admission);
-            };
-            // The script raised the record to this TTL, atomically with its `SET NX`.
-            let record_ms = record_after(read, plan.ttl_ms());
-            match admission {
-                Admission::Votes {
-                    mark: true,
-                    complete,
-                } => marks.push((i, Arc::clone(life), complete, record_ms, true)),
-                // Marked, but not cached as admitted: a later answer must show the marker
-                // current before the fast path trusts this node.
-                Admission::MarkOnly { complete } => {
-                    marks.push((i, Arc::clone(life), complete, record_ms, false));
-                }
-                Admission::Votes { complete, .. } if marker.is_some() => {
-                    node.seen(life, Some(complete), record_ms);
-                }
-                _ => node.seen(life, None, record_ms),
-            }
-            Some(admission)
-        })
-        .collect();
+            node.count_vote(match &slot.0 {
+                NodeOutcome::Quarantined { reason, .. } => Some(reason.as_str()),
+                _ => None,
+            });
+        }
+        marks.extend(remember(node, i, read, &admission, plan.ttl_ms()));
+    }
     collected.recount(is_acquired);
     let marks = send_marks(ensemble, marks);
-    (Ballot { reads, admissions }, marks)
+    (reads, marks)
 }
 
-/// What one attempt's ballot read and decided, per node (`None`: no answer).
-struct Ballot {
-    /// What each node answered.
-    reads: Vec<Option<Read>>,
-    /// Whether each node's vote counts (see [`ballot::admit`]).
-    admissions: Vec<Option<Admission>>,
+/// What this client keeps of a scripted answer (the node's record, and whether it votes
+/// without asking the ensemble: the fast path), or the marker its admission asks for.
+fn remember(
+    node: &Node,
+    i: usize,
+    read: &Read,
+    admission: &Admission,
+    ttl_ms: u64,
+) -> Option<Mark> {
+    let (Some(life), Seen::Read(marker)) = (&read.run_id, &read.marker) else {
+        return None;
+    };
+    // The script raised the record to this TTL, atomically with its `SET NX`.
+    let record_ms = record_after(read, ttl_ms);
+    let mark = |voted| Mark {
+        node: i,
+        life: Arc::clone(life),
+        record_ms,
+        voted,
+    };
+    match admission {
+        Admission::Votes { mark: true } => return Some(mark(true)),
+        // Marked, but not cached as admitted: a later answer must show the marker current
+        // before the fast path trusts this node.
+        Admission::MarkOnly => return Some(mark(false)),
+        Admission::Votes { .. } if marker.is_some() => node.seen(life, true, record_ms),
+        _ => node.seen(life, false, record_ms),
+    }
+    None
 }
 
 /// Runs a failed attempt's clean-up `failure` while its marker writes are acknowledged
@@ -535,18 +546,19 @@ async fn clean_up(marks: Option<Marks>, failure: impl Future<Output = Error>) ->
     err
 }
 
-/// Writes the markers `(node, life, complete, record, voted)` that admissions asked for:
-/// each is queued on its node's connection before this returns, so the fence commit that
-/// may follow finds it. See [`Marks`].
+/// Writes the markers that admissions asked for: each is queued on its node's connection
+/// before this returns, so the fence commit that may follow finds it. See [`Marks`].
 fn send_marks(ensemble: &Ensemble, marks: Vec<Mark>) -> Option<Marks> {
     if marks.is_empty() {
         return None;
     }
-    let pending = marks.iter().filter_map(|(i, life, complete, ..)| {
-        let call = Call::script(&scripts::MARK, &ensemble.config.key_prefix, &[])
-            .arg(&**life)
-            .arg(scripts::flag(*complete));
-        Some(fanout::send(*i, ensemble.nodes.get(*i)?, &Arc::new(call)))
+    let pending = marks.iter().filter_map(|mark| {
+        let call = Call::script(&scripts::MARK, &ensemble.config.key_prefix, &[]).arg(&*mark.life);
+        Some(fanout::send(
+            mark.node,
+            ensemble.nodes.get(mark.node)?,
+            &Arc::new(call),
+        ))
     });
     let mut round = Round::new(pending, ensemble.config.node_timeout);
     round.start();
@@ -557,9 +569,18 @@ fn send_marks(ensemble: &Ensemble, marks: Vec<Mark>) -> Option<Marks> {
     })
 }
 
-/// A marker to write: node, life, completeness, the record the node now holds, and
-/// whether the node's yes counted ([`Admission::Votes`]; not for [`Admission::MarkOnly`]).
-type Mark = (usize, Arc<str>, bool, u64, bool);
+/// A marker to write.
+struct Mark {
+    /// The node's index.
+    node: usize,
+    /// The life the marker names.
+    life: Arc<str>,
+    /// The record the node holds now, in milliseconds.
+    record_ms: u64,
+    /// Whether the node's yes counted ([`Admission::Votes`]; not for
+    /// [`Admission::MarkOnly`]), so that the written marker admits it for the fast path.
+    voted: bool,
+}
 
 /// Marker writes in flight. Once a node acknowledges, this client takes the fast path
 /// there. A won attempt leaves them to the background; a failed one waits for them (within
@@ -580,12 +601,10 @@ impl Marks {
             nodes,
             &mut self.round,
             |i, answer| {
-                let written = reply::decode::<i64>(answer);
-                if let (Some((_, life, complete, record_ms, voted)), Some(node), Ok(written)) =
-                    (marks.iter().find(|m| m.0 == i), nodes.get(i), written)
+                let written = reply::decode::<i64>(answer).is_ok_and(|w| w == 1);
+                if let (Some(mark), Some(node)) = (marks.iter().find(|m| m.node == i), nodes.get(i))
                 {
-                    let admitted = voted.then_some(*complete && written == 1);
-                    node.seen(life, admitted, *record_ms);
+                    node.seen(&mark.life, mark.voted && written, mark.record_ms);
                 }
                 NodeOutcome::Reachable
             },
@@ -734,24 +753,16 @@ async fn commit_fence(
     ensemble: &Ensemble,
     plan: &Plan,
     token: &str,
-    ballot: &Ballot,
+    reads: &[Option<Read>],
     acquired: &Collected,
 ) -> Result<FencingToken> {
-    ensemble.warn_unfenced();
+    ensemble.refuse_unfenced()?;
     let config = &ensemble.config;
-    let (reads, admissions) = (&ballot.reads, &ballot.admissions);
-    let fence = match ballot::token(reads, admissions, config.fence_floor, config.quarantine) {
+    let fence = match ballot::token(reads, config.fence_floor, clock_us()) {
         // Past 2^53 the nodes cannot count exactly: refuse rather than risk a repeated
         // token.
         NextToken::Mint(fence) => {
             FencingToken::try_from(fence).map_err(|e| Error::Config(e.to_string()))?
-        }
-        NextToken::Undecidable { trusted, needed } => {
-            return Err(Error::FenceUnknown {
-                trusted,
-                needed,
-                report: acquired.report(&ensemble.nodes),
-            });
         }
         NextToken::Exhausted => {
             return Err(Error::Config(
@@ -783,6 +794,14 @@ async fn commit_fence(
     quorum::decide_reach(&votes)
         .into_result(|| collected.report(&ensemble.nodes))
         .map(|_| fence)
+}
+
+/// The wall clock in microseconds since the Unix epoch: the clock component of fencing
+/// tokens ([`crate::safety::next_token`]); 0 for a clock before the epoch.
+fn clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 fn is_acquired(o: &NodeOutcome) -> bool {

@@ -38,6 +38,11 @@ impl Redlock {
         }
     }
 
+    /// A client over an existing ensemble (a clone of the client that made it).
+    pub(crate) fn from_inner(inner: Arc<Ensemble>) -> Self {
+        Redlock { inner }
+    }
+
     /// The shared state: nodes, configuration, queue and notifier.
     pub(crate) fn inner(&self) -> &Arc<Ensemble> {
         &self.inner

@@ -30,10 +30,6 @@ pub(crate) struct Ensemble {
     pub(crate) notifier: Option<Arc<Notifier>>,
     /// Waits for requests that rounds left behind (shared with the notifier).
     pub(crate) background: Arc<Background>,
-    /// Whether the warning about fencing without quarantine on volatile nodes was given.
-    warned_unfenced: AtomicBool,
-    /// Counter repairs of re-admitted nodes (see `repair`).
-    pub(crate) repairs: Arc<crate::repair::Repairs>,
     /// Set by `Redlock::shutdown`: no new lock, request or background work after it.
     closed: AtomicBool,
     /// The locks this client holds (their leases), for `Redlock::shutdown`.
@@ -42,6 +38,13 @@ pub(crate) struct Ensemble {
     attempts: AtomicUsize,
     /// Told when `attempts` falls to zero.
     attempts_settled: tokio::sync::Notify,
+    /// Whether the background readmission runs (see `heal`).
+    pub(crate) healer_started: AtomicBool,
+    /// Wakes the background readmission: a connect learnt a node's facts.
+    pub(crate) heal_wake: Arc<tokio::sync::Notify>,
+    /// When the last attempt began: the background readmission leaves a busy client to its
+    /// own attempts, which readmit nodes as they go.
+    last_attempt: Mutex<Option<tokio::time::Instant>>,
 }
 
 /// An attempt under way (or the clean-up of one): `Redlock::shutdown` waits until none is
@@ -94,7 +97,13 @@ pub(crate) trait Held: Send + Sync + std::fmt::Debug {
 
 impl Ensemble {
     pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
-        if !config.quarantine {
+        let heal_wake = Arc::new(tokio::sync::Notify::new());
+        if config.quarantine {
+            for node in &nodes {
+                let wake = Arc::clone(&heal_wake);
+                node.on_facts(Arc::new(move |_, _| wake.notify_one()));
+            }
+        } else {
             watch_persistence(&nodes);
         }
         let quorum = quorum::quorum(nodes.len());
@@ -113,15 +122,22 @@ impl Ensemble {
             nodes,
             config,
             quorum,
-            warned_unfenced: AtomicBool::new(false),
-            repairs: Arc::default(),
             queue: Arc::new(LocalQueue::default()),
             notifier,
             closed: AtomicBool::new(false),
             held: Mutex::new(Registry::default()),
             attempts: AtomicUsize::new(0),
             attempts_settled: tokio::sync::Notify::new(),
+            healer_started: AtomicBool::new(false),
+            heal_wake,
+            last_attempt: Mutex::new(None),
         }
+    }
+
+    /// Time since the last attempt began; `None` before the first.
+    pub(crate) fn since_last_attempt(&self) -> Option<Duration> {
+        let last = *self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
+        last.map(|at| at.elapsed())
     }
 
     /// Records a held lock for shutdown (dropping the entries of locks already gone).
@@ -139,6 +155,9 @@ impl Ensemble {
     /// was shut down. Counted before the check (both sequentially consistent): a shutdown
     /// that closes after the check sees the count and waits for the attempt.
     pub(crate) fn begin_attempt(self: &Arc<Self>) -> Result<InFlight> {
+        crate::heal::start_healer(self);
+        *self.last_attempt.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(tokio::time::Instant::now());
         let in_flight = self.in_flight();
         self.check_open()?;
         Ok(in_flight)
@@ -186,6 +205,7 @@ impl Ensemble {
 
     /// Stops the background work: subscriptions, collector, connections.
     pub(crate) fn stop(&self) {
+        self.heal_wake.notify_one();
         if let Some(notifier) = &self.notifier {
             notifier.stop();
         }
@@ -241,13 +261,16 @@ impl Ensemble {
         })
     }
 
-    /// Warns once when fencing tokens are minted with quarantine off while a node may lose
-    /// its counters on a restart (no `appendfsync always`, or unknown): tokens may then
-    /// repeat. The connect already warned (see [`watch_persistence`]) once every node
-    /// had connected; this one also covers a client some of whose nodes never did.
-    pub(crate) fn warn_unfenced(&self) {
-        if self.config.quarantine || self.warned_unfenced.load(Ordering::Relaxed) {
-            return;
+    /// Refuses to mint a fencing token with restart quarantine off while a node may lose
+    /// its counters on a restart (no `appendfsync always`, or unknown): such a node votes
+    /// again at once after a restart, with its counters gone, and a token could repeat.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] naming those nodes.
+    pub(crate) fn refuse_unfenced(&self) -> Result<()> {
+        if self.config.quarantine {
+            return Ok(());
         }
         let volatile: Vec<&str> = (self.nodes.iter())
             .filter(|n| {
@@ -256,13 +279,15 @@ impl Ensemble {
             })
             .map(|n| n.name())
             .collect();
-        if !volatile.is_empty() && !self.warned_unfenced.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                nodes = ?volatile,
-                "fencing with restart quarantine off on nodes without appendfsync always: \
-                 a restart can make fencing tokens repeat"
-            );
+        if volatile.is_empty() {
+            return Ok(());
         }
+        Err(Error::Config(format!(
+            "fencing with restart quarantine off on nodes without appendfsync always ({}): a \
+             restart could repeat a token; turn restart quarantine on, or set appendonly yes \
+             and appendfsync always on every node",
+            volatile.join(", ")
+        )))
     }
 }
 

@@ -103,26 +103,6 @@ pub enum Error {
         second: String,
     },
 
-    /// A fencing token was asked for, but fewer than a majority of the nodes read had a
-    /// counter that can be trusted (nodes that lost their memory and have not seen a
-    /// commit since do not count): a larger token may exist unseen. The acquisition was
-    /// released. `lock()` retries (a trusted node may only have been slow); after a
-    /// majority of nodes lost their memory, continue with
-    /// [`fence_floor`](crate::RedlockBuilder::fence_floor).
-    #[error(
-        "no safe fencing token: {trusted} trusted counters read, {needed} needed (nodes that \
-         lost their data do not count; after most nodes lost theirs, set a fence floor)"
-    )]
-    FenceUnknown {
-        /// Trusted counters read.
-        trusted: usize,
-        /// Trusted counters needed (a majority).
-        needed: usize,
-        /// Per-node outcomes of the acquisition.
-        #[source]
-        report: NodeReport,
-    },
-
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -137,8 +117,7 @@ impl Error {
             | Error::Unavailable { report, .. }
             | Error::ValiditySpent { report, .. }
             | Error::NotHeld { report }
-            | Error::Permission { report }
-            | Error::FenceUnknown { report, .. } => Some(report),
+            | Error::Permission { report } => Some(report),
             Error::Timeout { last, .. } => last.report(),
             Error::Lost { .. } | Error::ShutDown | Error::Config(_) | Error::SameServer { .. } => {
                 None
@@ -181,10 +160,7 @@ impl Error {
     pub(crate) fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::Contended { .. }
-                | Error::Unavailable { .. }
-                | Error::ValiditySpent { .. }
-                | Error::FenceUnknown { .. }
+            Error::Contended { .. } | Error::Unavailable { .. } | Error::ValiditySpent { .. }
         )
     }
 }
@@ -306,10 +282,12 @@ mod tests {
             (
                 &[q(), q(), Pending],
                 "no majority of 3 could be confirmed: 2 of 3 nodes answered (2 kept out by \
-                 restart quarantine: lost its data while locks may depend on it), 1 not waited \
-                 for; n0:6379 kept out by restart quarantine (lost its data while locks may \
-                 depend on it); n1:6379 kept out by restart quarantine (lost its data while \
-                 locks may depend on it)",
+                 restart quarantine: no marker of its current process (new, restarted or \
+                 flushed) while locks may depend on it), 1 not waited for; n0:6379 kept out by \
+                 restart quarantine (no marker of its current process (new, restarted or \
+                 flushed) while locks may depend on it); n1:6379 kept out by restart \
+                 quarantine (no marker of its current process (new, restarted or flushed) \
+                 while locks may depend on it)",
             ),
             (&[], "no majority of 3 could be confirmed"),
         ];

@@ -20,7 +20,6 @@
 //! | `quorum_lock_node_restarts_total` | counter | `node` | a new `run_id` seen on reconnect |
 //! | `quorum_lock_quarantined_votes_total` | counter | `node`, `reason`: `memory_lost` (the node lost its memory while the ensemble had served locks), `restarted` (a new process without durable persistence), `no_identity` (`INFO` refused or incomplete), `record_unread` (the longest TTL read from too few intact nodes), `fresh_needs_all` (a new ensemble: every node must answer first), `readmitting` (quarantine waited out: marked, votes from the next attempt) | yes votes not counted by restart quarantine |
 //! | `quorum_lock_node_quarantined` | gauge | `node` | 1 while the node's votes are quarantined, 0 once they count (set when a vote finds the state changed) |
-//! | `quorum_lock_fence_repairs_total` | counter | `node`, `outcome`: `repaired` (counters raised from a trusted majority, marker complete), `deferred` (too few complete nodes or trusted counters, or a node unreachable: retried on a later admission), `refused` (an ACL refused `SCAN` or a script: the node stays incomplete), `stale` (the node's marker changed under the repair) | counter repairs of nodes re-admitted after losing their memory |
 //! | `quorum_lock_node_clock_offset_seconds` | gauge | `node` | clock offset measured by the last [`check_deployment`](crate::Redlock::check_deployment) |
 
 use std::time::Duration;
@@ -51,8 +50,6 @@ pub const NODE_RESTARTS: &str = "quorum_lock_node_restarts_total";
 pub const QUARANTINED_VOTES: &str = "quorum_lock_quarantined_votes_total";
 /// See the table above.
 pub const NODE_QUARANTINED: &str = "quorum_lock_node_quarantined";
-/// See the table above.
-pub const FENCE_REPAIRS: &str = "quorum_lock_fence_repairs_total";
 /// See the table above.
 pub const NODE_CLOCK_OFFSET: &str = "quorum_lock_node_clock_offset_seconds";
 
@@ -136,10 +133,6 @@ pub(crate) fn node_quarantined(node: &str, quarantined: bool) {
     } else {
         0.0
     });
-}
-
-pub(crate) fn fence_repair(node: &str, outcome: &'static str) {
-    metrics::counter!(FENCE_REPAIRS, "node" => node.to_owned(), "outcome" => outcome).increment(1);
 }
 
 pub(crate) fn clock_offset(node: &str, seconds: f64) {

@@ -512,6 +512,15 @@ impl Drop for ReadingLate {
 /// durability (see [`Node::on_facts`]).
 pub(crate) type FactsHook = Arc<dyn Fn(&str, Persistence) + Send + Sync>;
 
+/// `uptime_in_seconds` as Redis reports it. Redis computes it from wall-clock readings, so
+/// after a backward clock step it is negative: that reads as 0, the lower bound (the age
+/// restart quarantine needs is rounded against the node), rather than as no identity at all,
+/// which would keep even an intact node from voting for the connection's life.
+fn parse_uptime(text: &str) -> Option<Uptime> {
+    let seconds: i64 = text.trim().parse().ok()?;
+    Some(Uptime::seconds(u64::try_from(seconds).unwrap_or(0)))
+}
+
 /// What a connect learnt about the Redis process behind a node, for restart quarantine
 /// (safety v2): its identity and age from `INFO`, its durability, and what this client has
 /// since seen of the node's admission in that life.
@@ -529,9 +538,9 @@ pub(crate) struct Facts {
     /// Why `INFO` gave no identity (say, an ACL user without `+info`).
     pub(crate) refused: Option<String>,
     /// This client saw the node's marker name this life (the node votes without asking
-    /// the ensemble), with the completeness it says. Lets an acquisition send a plain
-    /// `SET NX PX`, with [`Facts::record_ms`].
-    pub(crate) admitted: Option<bool>,
+    /// the ensemble). Lets an acquisition send a plain `SET NX PX`, with
+    /// [`Facts::record_ms`].
+    pub(crate) admitted: bool,
     /// The ensemble record is known to be at least this on the node in this life
     /// (milliseconds; 0: not known).
     pub(crate) record_ms: u64,
@@ -555,7 +564,7 @@ impl Facts {
                     at: Instant::now(),
                     persistence: Persistence::Unknown,
                     refused: Some(format!("info refused: {e}")),
-                    admitted: None,
+                    admitted: false,
                     record_ms: 0,
                     server: None,
                 });
@@ -580,10 +589,7 @@ impl Facts {
             },
         };
         let run_id = info.run_id().map(Arc::from);
-        let uptime = info
-            .get("uptime_in_seconds")
-            .and_then(|v| v.parse().ok())
-            .map(Uptime::seconds);
+        let uptime = info.get("uptime_in_seconds").and_then(parse_uptime);
         let refused = (run_id.is_none() || uptime.is_none())
             .then(|| "info gave no run_id or uptime_in_seconds".to_owned());
         let server = info.server().map(|s| format!("{} {}", s.kind, s.version));
@@ -593,7 +599,7 @@ impl Facts {
             at,
             persistence,
             refused,
-            admitted: None,
+            admitted: false,
             record_ms: 0,
             server,
         })
@@ -664,7 +670,7 @@ impl Node {
         let (admitted, record_ms) = known
             .as_ref()
             .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id)
-            .map_or((None, 0), |f| (f.admitted, f.record_ms));
+            .map_or((false, 0), |f| (f.admitted, f.record_ms));
         let persistence = facts.persistence;
         *known = Some(Facts {
             admitted,
@@ -735,17 +741,22 @@ impl Node {
         self.lock_facts().as_ref().and_then(|f| f.run_id.clone())
     }
 
-    /// The life (`run_id`) in which this node may take a plain `SET NX PX` for `ttl_ms`, and
-    /// the completeness its marker said (`false` when not `admitted`): its ensemble record
-    /// is known to cover `ttl_ms` in its current life and, when `admitted` is asked for, it
-    /// was seen admitted in that life.
-    pub(crate) fn fast_path(&self, ttl_ms: u64, admitted: bool) -> Option<(Arc<str>, bool)> {
+    /// The life (`run_id`) in which this node may take a plain `SET NX PX` for `ttl_ms`: its
+    /// ensemble record is known to cover `ttl_ms` in its current life and, when `admitted`
+    /// is asked for, it was seen admitted in that life.
+    pub(crate) fn fast_path(&self, ttl_ms: u64, admitted: bool) -> Option<Arc<str>> {
         let known = self.lock_facts();
         let facts = known.as_ref()?;
-        if facts.record_ms < ttl_ms || (admitted && facts.admitted.is_none()) {
+        if facts.record_ms < ttl_ms || (admitted && !facts.admitted) {
             return None;
         }
-        Some((facts.run_id.clone()?, facts.admitted.unwrap_or(false)))
+        facts.run_id.clone()
+    }
+
+    /// Whether this client knows the node admitted in its current life (its marker named
+    /// that life in an answer since the last connect learnt it).
+    pub(crate) fn is_admitted(&self) -> bool {
+        self.lock_facts().as_ref().is_some_and(|f| f.admitted)
     }
 
     /// Claims the one reader of this node's late acquire answers (see
@@ -758,17 +769,15 @@ impl Node {
     }
 
     /// Records what this client saw in the node's life `life` (ignored when that is no
-    /// longer its current life): its ensemble record is at least `record_ms`, and, with
-    /// `complete`, its marker names that life with that completeness.
-    pub(crate) fn seen(&self, life: &str, complete: Option<bool>, record_ms: u64) {
+    /// longer its current life): its ensemble record is at least `record_ms`, and, when
+    /// `admitted`, its marker names that life.
+    pub(crate) fn seen(&self, life: &str, admitted: bool, record_ms: u64) {
         let mut known = self.lock_facts();
         if let Some(facts) = known.as_mut()
             && facts.run_id.as_deref() == Some(life)
         {
             facts.record_ms = facts.record_ms.max(record_ms);
-            if complete.is_some() {
-                facts.admitted = complete;
-            }
+            facts.admitted |= admitted;
         }
     }
 
@@ -1039,6 +1048,13 @@ async fn preload_scripts(conn: &mut MultiplexedConnection) -> RedisResult<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_negative_uptime_reads_as_zero_not_as_no_identity() {
+        assert_eq!(parse_uptime("42"), Some(Uptime::seconds(42)));
+        assert_eq!(parse_uptime("-3"), Some(Uptime::seconds(0)));
+        assert_eq!(parse_uptime("x"), None);
+    }
+
     use super::*;
 
     #[test]

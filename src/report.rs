@@ -49,9 +49,10 @@ pub enum NodeOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum QuarantineReason {
-    /// The node lost its memory (its marker is gone) while locks granted before may still
-    /// be in force: it votes again once the longest TTL of the ensemble has passed since
-    /// it started.
+    /// The node has no marker (it is new to a served ensemble, or it lost its memory: a
+    /// restart, a flush) while locks granted before may still be in force: it votes again
+    /// once the longest TTL a live lock may have (plus drift, and at least a second) has
+    /// passed since it started.
     MemoryLost,
     /// The node runs a new process (another `run_id` than the one it was admitted in)
     /// without `appendfsync always`, so it may have lost writes: as for `MemoryLost`.
@@ -60,10 +61,12 @@ pub enum QuarantineReason {
     /// `+info`): it does not vote until they are known.
     NoIdentity,
     /// The ensemble's longest TTL was read from too few nodes whose memory is known intact
-    /// (a majority is needed) to know how long this node must stay out.
+    /// (a majority is needed), and not every node answered: the node stays out for the
+    /// TTL ceiling plus drift from its start
+    /// ([`RedlockBuilder::ttl_ceiling`](crate::RedlockBuilder::ttl_ceiling)).
     RecordUnread,
-    /// A new ensemble: every configured node must answer before the first lock, since a
-    /// fresh ensemble cannot otherwise be told from one whose records were lost.
+    /// A new ensemble with nodes not answering: it cannot be told from one whose records
+    /// were lost, so the node stays out for the TTL ceiling plus drift from its start.
     FreshNeedsAll,
     /// The node's quarantine is over (or a new ensemble's records are waited out), judged
     /// from an answer whose `run_id` and uptime may be those of a process that restarted
@@ -90,11 +93,18 @@ impl QuarantineReason {
 impl fmt::Display for QuarantineReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            QuarantineReason::MemoryLost => "lost its data while locks may depend on it",
+            QuarantineReason::MemoryLost => {
+                "no marker of its current process (new, restarted or flushed) while locks may \
+                 depend on it"
+            }
             QuarantineReason::Restarted => "restarted without appendfsync always",
             QuarantineReason::NoIdentity => "run_id or uptime unknown (info refused?)",
-            QuarantineReason::RecordUnread => "the longest ttl was read from too few intact nodes",
-            QuarantineReason::FreshNeedsAll => "new ensemble: every node must answer first",
+            QuarantineReason::RecordUnread => {
+                "the longest ttl was read from too few intact nodes: waits out the ttl ceiling"
+            }
+            QuarantineReason::FreshNeedsAll => {
+                "new ensemble with nodes not answering: waits out the ttl ceiling"
+            }
             QuarantineReason::Readmitting => {
                 "quarantine over: votes from the attempt after the one that marks it"
             }
@@ -335,8 +345,8 @@ mod tests {
         ]);
         assert_eq!(
             report.summary(),
-            "2 held by another owner, 1 timed out, 1 kept out by restart quarantine: lost its data \
-             while locks may depend on it"
+            "2 held by another owner, 1 timed out, 1 kept out by restart quarantine: no marker \
+             of its current process (new, restarted or flushed) while locks may depend on it"
         );
         assert_eq!(NodeReport::default().summary(), "no node answered");
     }

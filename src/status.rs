@@ -291,7 +291,7 @@ impl Redlock {
                         let value = inspected.value;
                         *slot = Some(holder(&inspected.kind, inspected.pttl, value));
                         let mut seen = node.blank_read();
-                        seen.marker = Seen::Read(inspected.marker.map(|m| (m.life, m.complete)));
+                        seen.marker = Seen::Read(inspected.marker.map(|m| m.life));
                         seen.record_ms = inspected.record_ms;
                         *read = Some(seen);
                     }
@@ -307,7 +307,11 @@ impl Redlock {
         if report.denials() > 0 {
             return Err(Error::Permission { report });
         }
-        let kept_out = ballot::kept_out(&reads, ensemble.config.drift_factor);
+        let kept_out = ballot::kept_out(
+            &reads,
+            ensemble.config.drift_factor,
+            ensemble.config.ttl_ceiling,
+        );
         let nodes: Vec<KeyState> = (ensemble.nodes.iter().zip(holders))
             .zip(collected.outcomes)
             .zip(kept_out)

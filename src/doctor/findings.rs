@@ -603,8 +603,8 @@ pub(super) fn suggest_ttl(limits: &Limits) -> String {
 /// What the check read of one node's restart-quarantine bookkeeping.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Ledger {
-    /// The node's marker `(life, complete)`; `None` when absent.
-    pub(crate) marker: Option<(String, bool)>,
+    /// The life the node's marker names; `None` when absent.
+    pub(crate) marker: Option<String>,
     /// The ensemble record in milliseconds; `None` when absent.
     pub(crate) record_ms: Option<u64>,
 }
@@ -617,11 +617,12 @@ pub(crate) fn kept_out(
     infos: &[NodeInfo],
     ledgers: &[Option<Ledger>],
     drift_factor: f64,
+    ceiling: Duration,
 ) -> Vec<Finding> {
     let reads: Vec<Option<Read>> = (infos.iter().zip(ledgers))
         .map(|(info, ledger)| Some(ballot_read(info, ledger.as_ref()?)))
         .collect();
-    let verdicts = ballot::kept_out(&reads, drift_factor);
+    let verdicts = ballot::kept_out(&reads, drift_factor, ceiling);
     (infos.iter().zip(verdicts))
         .filter_map(|(info, kept)| {
             let (reason, remaining) = kept?;

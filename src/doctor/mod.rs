@@ -331,6 +331,7 @@ impl Redlock {
                 &nodes,
                 &ledgers,
                 inner.config.drift_factor,
+                inner.config.ttl_ceiling,
             ));
             // Most severe first, the order within a severity kept.
             findings.sort_by_key(|f| std::cmp::Reverse(f.severity));

@@ -64,7 +64,7 @@ async fn read_ledger(conn: &MultiplexedConnection, prefix: &str) -> Option<Ledge
     let (marker, record) = futures::join!(get(Global::Marker), get(Global::MaxTtl));
     let marker = marker.ok()?.as_deref().and_then(Marker::parse);
     Some(Ledger {
-        marker: marker.map(|m| (m.life, m.complete)),
+        marker: marker.map(|m| m.life),
         record_ms: record.ok()?.and_then(|r| r.parse().ok()),
     })
 }

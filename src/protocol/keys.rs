@@ -16,9 +16,6 @@ pub(crate) enum Kind {
     Lock,
     /// The fencing counter of a lock key (never expires): a plain integer.
     Fence,
-    /// The life (`run_id`) the fencing counter was last written in, from the node's
-    /// marker (never expires; `''` when the node had no marker).
-    FenceLife,
     /// The waiting list of a lock key (client ids, expires after twice the TTL).
     Waiters,
     /// The client whose turn it is after a release woke it (short expiry).
@@ -82,7 +79,6 @@ pub(crate) fn derived_name<'a>(kind: Kind, prefix: &'a str, lock: &'a str) -> Na
     match kind {
         Kind::Lock => Name([lock, "", "", "", ""]),
         Kind::Fence => internal_name(prefix, "fence", resource),
-        Kind::FenceLife => internal_name(prefix, "fence-life", resource),
         Kind::Waiters => internal_name(prefix, "waiters", resource),
         Kind::Turn => internal_name(prefix, "turn", resource),
     }
@@ -113,27 +109,6 @@ pub(crate) fn global_name(prefix: &str, global: Global) -> Name<'_> {
         Global::MaxTtl => internal_name(prefix, "node", "max-ttl"),
         Global::Marker => internal_name(prefix, "node", "marker"),
     }
-}
-
-/// The `SCAN MATCH` pattern of every fencing counter under `prefix` (glob characters of
-/// the prefix escaped), for counter repair.
-pub(crate) fn fence_pattern(prefix: &str) -> String {
-    let mut escaped = String::with_capacity(prefix.len());
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    internal(&escaped, "fence", "*")
-}
-
-/// The resource whose fencing counter is `key` under `prefix` (the inverse of
-/// [`derived_name`] with [`Kind::Fence`]); `None` for any other key.
-pub(crate) fn fence_resource<'a>(prefix: &str, key: &'a str) -> Option<&'a str> {
-    key.strip_prefix(prefix)?
-        .strip_prefix("quorum-lock:fence:")
-        .filter(|r| !r.is_empty())
 }
 
 /// The lock key of `resource` under `prefix`.
@@ -199,29 +174,9 @@ mod tests {
         assert_eq!(derived(Kind::Turn, "", "r"), "quorum-lock:turn:r");
         assert_eq!(wake_channel("", "c1"), "quorum-lock:wake:c1");
         assert_eq!(wake_channel_prefix(""), "quorum-lock:wake:");
-        assert_eq!(
-            derived(Kind::FenceLife, "", "r"),
-            "quorum-lock:fence-life:r"
-        );
         assert_eq!(global("", Global::MaxTtl), "quorum-lock:node:max-ttl");
         assert_eq!(global("", Global::Marker), "quorum-lock:node:marker");
         assert_eq!(fence_seen("r"), "quorum-lock:fence-seen:r");
-    }
-
-    #[test]
-    fn repair_finds_counters_and_their_resources() {
-        assert_eq!(fence_pattern(""), "quorum-lock:fence:*");
-        assert_eq!(
-            fence_pattern("a*b?[c]\\:"),
-            "a\\*b\\?\\[c\\]\\\\:quorum-lock:fence:*"
-        );
-        for (prefix, resource) in [("", "r"), ("app:", "orders:1"), ("p*", "x")] {
-            let key = derived(Kind::Fence, prefix, &lock(prefix, resource));
-            assert_eq!(fence_resource(prefix, &key), Some(resource));
-        }
-        assert_eq!(fence_resource("", "quorum-lock:fence-life:r"), None);
-        assert_eq!(fence_resource("", "quorum-lock:fence:"), None);
-        assert_eq!(fence_resource("app:", "quorum-lock:fence:r"), None);
     }
 
     #[test]
@@ -249,16 +204,10 @@ mod tests {
             }
             assert!(global(prefix, g).starts_with(prefix), "{g:?}");
         }
-        for kind in [
-            Kind::Lock,
-            Kind::Fence,
-            Kind::FenceLife,
-            Kind::Waiters,
-            Kind::Turn,
-        ] {
+        for kind in [Kind::Lock, Kind::Fence, Kind::Waiters, Kind::Turn] {
             // Exhaustive on purpose: a new kind must be added to the list above.
             match kind {
-                Kind::Lock | Kind::Fence | Kind::FenceLife | Kind::Waiters | Kind::Turn => {}
+                Kind::Lock | Kind::Fence | Kind::Waiters | Kind::Turn => {}
             }
             assert!(
                 derived(kind, prefix, &lock_key).starts_with(prefix),

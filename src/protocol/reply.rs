@@ -21,53 +21,39 @@ pub(crate) struct Acquired {
     pub(crate) set: bool,
     /// The highest fencing counter of the keys (with fencing on).
     pub(crate) fence: Option<u64>,
-    /// The life every counter was written in; `None` when one is absent or they differ.
-    pub(crate) fence_life: Option<String>,
     /// The node's marker as it was.
     pub(crate) marker: Option<Marker>,
     /// The ensemble record before the script raised it, in milliseconds.
     pub(crate) record_ms: Option<u64>,
 }
 
-/// A node's marker, as [`MARK`](super::scripts::MARK) writes it: `<life>:<0|1>`.
+/// A node's marker, as [`MARK`](super::scripts::MARK) writes it: the `run_id` of the life
+/// the node was admitted in. Markers of earlier versions, `<life>:<0|1>`, read as their
+/// life.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Marker {
     /// The `run_id` of the life the node was admitted in.
     pub(crate) life: String,
-    /// Whether the node held everything since it first served.
-    pub(crate) complete: bool,
 }
 
 impl Marker {
-    /// Reads the marker's text; anything else reads as no marker at all (the safe side:
-    /// the node is treated as having lost its memory).
+    /// Reads the marker's text; an empty one reads as no marker at all (the safe side: the
+    /// node is treated as having lost its memory).
     pub(crate) fn parse(text: &str) -> Option<Marker> {
-        let (life, complete) = text.rsplit_once(':')?;
-        let complete = match complete {
-            "1" => true,
-            "0" => false,
-            _ => return None,
-        };
+        let life = text.split(':').next().unwrap_or_default();
         (!life.is_empty()).then(|| Marker {
             life: life.to_owned(),
-            complete,
         })
     }
 }
 
-/// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence, fence_life, marker, record}`.
+/// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence, marker, record}`.
 /// A key of another type in the way (`acquired` = -1) is [`NodeOutcome::WrongType`].
 pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
     // The counter is read as a signed number: the driver turns -1 into `u64::MAX` when
     // asked for a `u64`, and a counter at the top would make every later token equal.
-    type Raw = (
-        i64,
-        Option<i64>,
-        Option<String>,
-        Option<String>,
-        Option<u64>,
-    );
-    let (set, fence, fence_life, marker, record_ms) = decode::<Raw>(reply)?;
+    type Raw = (i64, Option<i64>, Option<String>, Option<u64>);
+    let (set, fence, marker, record_ms) = decode::<Raw>(reply)?;
     if set == -1 {
         return Err(NodeOutcome::WrongType);
     }
@@ -78,7 +64,6 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
     Ok(Acquired {
         set: set == 1,
         fence,
-        fence_life,
         marker: marker.as_deref().and_then(Marker::parse),
         record_ms,
     })
@@ -236,14 +221,32 @@ mod tests {
     }
 
     #[test]
+    fn markers_name_a_life_in_either_format() {
+        let life = |text| Marker::parse(text).map(|m| m.life);
+        assert_eq!(life("abc"), Some("abc".to_owned()));
+        assert_eq!(
+            life("abc:1"),
+            Some("abc".to_owned()),
+            "an earlier version's"
+        );
+        assert_eq!(
+            life("abc:0"),
+            Some("abc".to_owned()),
+            "an earlier version's"
+        );
+        assert_eq!(life(""), None);
+        assert_eq!(life(":1"), None);
+    }
+
+    #[test]
     fn well_formed_replies_decode() {
         use Value::{Array, Int, Nil};
-        let acquired = acquire_reply(Array(vec![Int(1), Int(7), Nil, Nil, Nil])).unwrap();
+        let acquired = acquire_reply(Array(vec![Int(1), Int(7), Nil, Nil])).unwrap();
         assert_eq!((acquired.set, acquired.fence), (true, Some(7)));
-        let refused = acquire_reply(Array(vec![Int(0), Nil, Nil, Nil, Nil])).unwrap();
+        let refused = acquire_reply(Array(vec![Int(0), Nil, Nil, Nil])).unwrap();
         assert_eq!((refused.set, refused.fence), (false, None));
         assert_eq!(
-            acquire_reply(Array(vec![Int(-1), Nil, Nil, Nil, Nil])),
+            acquire_reply(Array(vec![Int(-1), Nil, Nil, Nil])),
             Err(NodeOutcome::WrongType)
         );
         let (yes, no) = (NodeOutcome::Extended, NodeOutcome::NotHeld);
@@ -252,7 +255,7 @@ mod tests {
         // Malformed: errors, not panics or defaults.
         assert!(acquire_reply(Int(1)).is_err());
         assert!(
-            acquire_reply(Array(vec![Int(1), Int(-1), Nil, Nil, Nil])).is_err(),
+            acquire_reply(Array(vec![Int(1), Int(-1), Nil, Nil])).is_err(),
             "a negative counter"
         );
         assert!(one_or(Nil, yes, no).is_failure());

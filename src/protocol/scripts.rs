@@ -122,8 +122,7 @@ end
 /// restart quarantine.
 ///
 /// KEYS: the lock keys (sorted, distinct), then their fencing counters, then their waiting
-/// lists, then their counters' lives (see [`keys`]), then the ensemble record and the
-/// node's marker ([`Global`]).
+/// lists (see [`keys`]), then the ensemble record and the node's marker ([`Global`]).
 /// ARGV[1]: our token. ARGV[2]: TTL in milliseconds. ARGV[3]: our client id, or `''` for no
 /// bookkeeping. ARGV[4]: `'1'` when other tasks of our client still wait for these keys.
 /// ARGV[5]: `'1'` to read the fencing counters. ARGV[6]: `'1'` when this attempt follows
@@ -136,12 +135,11 @@ end
 /// One key is taken with `SET NX PX` (one call tells whether it was free); several are
 /// all checked with `EXISTS` before any is set.
 ///
-/// Returns `{acquired, fence, fence_life, marker, record}`. `acquired` is 1 after setting
+/// Returns `{acquired, fence, marker, record}`. `acquired` is 1 after setting
 /// every key to the token with the TTL, or (nothing set) when a key already exists: 0 when the first one found
 /// holds a string (a lock), -1 when it holds another type (a list, a hash, ...: foreign
 /// data, whose type is read only on this failure path). `fence` is, with ARGV[5], the highest fencing counter of the keys (0
-/// when none exists), else nil; `fence_life` the life every counter was written in, or nil
-/// when one is absent or they differ. `marker` is the node's marker as it was, `record` the
+/// when none exists), else nil. `marker` is the node's marker as it was, `record` the
 /// ensemble record before this call raised it (nil: none). With a client id, a failed
 /// attempt appends the id (once) to each key's waiting list, so the next release wakes
 /// this client; a successful one removes it again unless other tasks of the client still
@@ -150,34 +148,23 @@ end
 const ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
     r"
-local k = (#KEYS - 2) / 4
-local record = redis.call('GET', KEYS[4 * k + 1])
+local k = (#KEYS - 2) / 3
+local record = redis.call('GET', KEYS[3 * k + 1])
 if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[4 * k + 1], ARGV[2])
+    redis.call('SET', KEYS[3 * k + 1], ARGV[2])
 end
-local marker = redis.call('GET', KEYS[4 * k + 2])
+local marker = redis.call('GET', KEYS[3 * k + 2])
 local function queue(i)
     enqueue(KEYS[2 * k + i], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
 end
 local fence = false
-local fence_life = false
 if ARGV[5] == '1' then
     fence = 0
     for i = 1, k do
-        local raw = redis.call('GET', KEYS[k + i])
-        local f = tonumber(raw or '0') or 0
+        local f = tonumber(redis.call('GET', KEYS[k + i]) or '0') or 0
         if f > fence then
             fence = f
         end
-        local life = raw and redis.call('GET', KEYS[3 * k + i]) or ''
-        if life == '' or (fence_life and fence_life ~= life) then
-            fence_life = ''
-        elseif not fence_life then
-            fence_life = life
-        end
-    end
-    if fence_life == '' then
-        fence_life = false
     end
 end
 local function refused(i)
@@ -187,9 +174,9 @@ local function refused(i)
         end
     end
     if redis.call('TYPE', KEYS[i]).ok ~= 'string' then
-        return {-1, fence, fence_life, marker, record}
+        return {-1, fence, marker, record}
     end
-    return {0, fence, fence_life, marker, record}
+    return {0, fence, marker, record}
 end
 local function listed(i)
     if ARGV[3] ~= '' then
@@ -205,7 +192,7 @@ if k == 1 then
         return refused(1)
     end
     listed(1)
-    return {1, fence, fence_life, marker, record}
+    return {1, fence, marker, record}
 end
 for i = 1, k do
     if redis.call('EXISTS', KEYS[i]) == 1 then
@@ -216,98 +203,23 @@ for i = 1, k do
     redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
     listed(i)
 end
-return {1, fence, fence_life, marker, record}
+return {1, fence, marker, record}
 "
 );
 pub(crate) static ACQUIRE: Lua = Lua::with_globals(
-    &[Kind::Lock, Kind::Fence, Kind::Waiters, Kind::FenceLife],
+    &[Kind::Lock, Kind::Fence, Kind::Waiters],
     &[Global::MaxTtl, Global::Marker],
     ACQUIRE_SRC,
 );
 
-/// Writes a node's marker: its life (`run_id`) and completeness.
+/// Writes a node's marker: the life (`run_id`) in which a client admitted it.
 ///
-/// KEYS: the marker ([`Global::Marker`]). ARGV[1]: the life. ARGV[2]: `'1'` complete, `'0'`
-/// not. Returns 1 after writing `<life>:<complete>`, or 0 when asked to write a complete
-/// marker over an incomplete one of the same life (completeness is never restored).
+/// KEYS: the marker ([`Global::Marker`]). ARGV[1]: the life. Returns 1 after writing it.
 const MARK_SRC: &str = r"
-local current = redis.call('GET', KEYS[1])
-if current and ARGV[2] == '1' and current == ARGV[1] .. ':0' then
-    return 0
-end
-redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1])
 return 1
 ";
-pub(crate) static MARK: Lua = Lua::with_globals(&[], &[Global::Marker], MARK_SRC);
-
-/// Counter repair, read side: a node's marker and the fencing counters of some resources
-/// with their lives.
-///
-/// KEYS: the counters, then their lives (see [`keys`]), then the node's marker
-/// ([`Global::Marker`]). No ARGV. Returns `{marker, counter_1, life_1, ..., counter_k,
-/// life_k}`, each `false` when absent. Read only.
-const REPAIR_READ_SRC: &str = r"
-local k = (#KEYS - 1) / 2
-local out = {redis.call('GET', KEYS[2 * k + 1])}
-for i = 1, k do
-    out[2 * i] = redis.call('GET', KEYS[i])
-    out[2 * i + 1] = redis.call('GET', KEYS[k + i])
-end
-return out
-";
-pub(crate) static REPAIR_READ: Lua = Lua::with_globals(
-    &[Kind::Fence, Kind::FenceLife],
-    &[Global::Marker],
-    REPAIR_READ_SRC,
-)
-.repeatable();
-
-/// Counter repair, write side: raises a re-admitted node's counters to the values read
-/// from a trusted majority, tagging them with the node's life.
-///
-/// KEYS: the counters, then their lives, then the node's marker. ARGV[1]: the node's life
-/// (`run_id`) the repair was read for. ARGV[2..k+1]: one value per counter (`'0'`: leave
-/// it). Returns 0, changing nothing, unless the marker reads `<ARGV[1]>:0` (the node
-/// restarted, or was completed, since); else raises each counter to at least its value
-/// (never lowering one), sets its life to ARGV[1], and returns 1.
-const REPAIR_SRC: &str = r"
-local k = (#KEYS - 1) / 2
-if redis.call('GET', KEYS[2 * k + 1]) ~= ARGV[1] .. ':0' then
-    return 0
-end
-for i = 1, k do
-    local value = tonumber(ARGV[i + 1])
-    if value > 0 then
-        if value > (tonumber(redis.call('GET', KEYS[i]) or '0') or 0) then
-            redis.call('SET', KEYS[i], ARGV[i + 1])
-        end
-        redis.call('SET', KEYS[k + i], ARGV[1])
-    end
-end
-return 1
-";
-pub(crate) static REPAIR: Lua = Lua::with_globals(
-    &[Kind::Fence, Kind::FenceLife],
-    &[Global::Marker],
-    REPAIR_SRC,
-)
-.repeatable();
-
-/// Marks a repaired node complete: compare-and-set of its marker.
-///
-/// KEYS: the marker ([`Global::Marker`]). ARGV[1]: the life the repair was read for.
-/// Returns 1 after turning `<ARGV[1]>:0` into `<ARGV[1]>:1`; 0, changing nothing, when the
-/// marker reads anything else (the node restarted: its marker is gone or names another
-/// life).
-const COMPLETE_SRC: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] .. ':0' then
-    return 0
-end
-redis.call('SET', KEYS[1], ARGV[1] .. ':1')
-return 1
-";
-pub(crate) static COMPLETE: Lua =
-    Lua::with_globals(&[], &[Global::Marker], COMPLETE_SRC).repeatable();
+pub(crate) static MARK: Lua = Lua::with_globals(&[], &[Global::Marker], MARK_SRC).repeatable();
 
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
@@ -470,38 +382,26 @@ pub(crate) static GATE: Lua = Lua::new(&[Kind::Turn, Kind::Waiters], GATE_SRC);
 
 /// Commits a fencing token next to a lock we hold.
 ///
-/// KEYS: the lock keys, then their fencing counters, then their counters' lives (see
-/// [`keys`]), then the node's marker ([`Global::Marker`]). ARGV[1]: our token. ARGV[2]: the
-/// fencing token. Returns 1 after raising every counter to at least ARGV[2] (never lowering
-/// one; counters stay plain integers, as older clients read them) and setting its life to
-/// the `run_id` the node's marker names (`''` without a marker), or 0, changing nothing,
-/// when any lock key does not hold our token. The life is what lets a later reader trust
-/// the counter on a node that lost its memory before: the value was written in this life,
-/// from a majority of trusted counters (a counter already above ARGV[2] was too).
+/// KEYS: the lock keys, then their fencing counters (see [`keys`]). ARGV[1]: our token.
+/// ARGV[2]: the fencing token. Returns 1 after raising every counter to at least ARGV[2]
+/// (never lowering one; counters stay plain integers, as older clients read them), or 0,
+/// changing nothing, when any lock key does not hold our token.
 const FENCE_SRC: &str = r"
-local k = (#KEYS - 1) / 3
+local k = #KEYS / 2
 for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
-local marker = redis.call('GET', KEYS[3 * k + 1])
-local life = marker and string.match(marker, '^([^:]+):') or ''
 local value = tonumber(ARGV[2])
 for i = 1, k do
     if value > (tonumber(redis.call('GET', KEYS[k + i]) or '0') or 0) then
         redis.call('SET', KEYS[k + i], ARGV[2])
     end
-    redis.call('SET', KEYS[2 * k + i], life)
 end
 return 1
 ";
-pub(crate) static FENCE: Lua = Lua::with_globals(
-    &[Kind::Lock, Kind::Fence, Kind::FenceLife],
-    &[Global::Marker],
-    FENCE_SRC,
-)
-.repeatable();
+pub(crate) static FENCE: Lua = Lua::new(&[Kind::Lock, Kind::Fence], FENCE_SRC).repeatable();
 
 /// A write guarded by a fencing token, for data kept in Redis.
 ///

@@ -169,7 +169,6 @@ pub fn failure_kind(e: &Error) -> String {
         Error::Contended { .. } => "contended".into(),
         Error::Unavailable { .. } if kept_out => "kept-out".into(),
         Error::Unavailable { .. } => "unavailable".into(),
-        Error::FenceUnknown { .. } => "fence-unknown".into(),
         Error::ValiditySpent { .. } => "validity-spent".into(),
         other => format!("{other}").replace(' ', "_"),
     }

@@ -1,0 +1,233 @@
+//! Readmission without lock traffic: restart quarantine readmits a node only when an
+//! acquisition reads it, so an idle ensemble would never heal. [`Redlock::heal`] runs that
+//! acquisition on a private resource of its own (one attempt, released at once), and a
+//! long-lived client runs it by itself in the background whenever a node it knows is not
+//! admitted in its current life: at connect, after a restart it sees, and when a
+//! quarantine it waits for ends.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::attempt::{self, Plan};
+use crate::client::Redlock;
+use crate::ensemble::Ensemble;
+use crate::error::{Error, Result};
+use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
+
+/// How often an idle long-lived client checks that its nodes still answer (a `PING`
+/// each), so that it sees a restart without lock traffic.
+const IDLE_CHECK: Duration = Duration::from_secs(5);
+
+/// How long a client must have made no attempt before the background readmission probes:
+/// a busy client's own attempts readmit nodes as they go.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// The shortest and longest pause between two readmission rounds while a node waits.
+const SHORTEST_PAUSE: Duration = Duration::from_millis(100);
+const LONGEST_PAUSE: Duration = Duration::from_secs(5);
+
+/// Where each node stands for restart quarantine, as [`Redlock::heal`] found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Readiness {
+    /// One entry per configured node, in configuration order.
+    pub nodes: Vec<NodeReadiness>,
+}
+
+/// One node's part in a [`Readiness`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeReadiness {
+    /// The node's address as `host:port`.
+    pub node: String,
+    /// Where it stands.
+    pub state: NodeState,
+}
+
+/// Whether a node votes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeState {
+    /// Its marker names its current life: its yes counts.
+    Admitted,
+    /// Restart quarantine keeps its yes out: why, and how long until it votes (when known).
+    KeptOut {
+        /// Why.
+        reason: QuarantineReason,
+        /// Time left, from the check; `None` when it waits for something else.
+        remaining: Option<Duration>,
+    },
+    /// It did not answer (down, partitioned, refused the connection).
+    Unreachable(String),
+}
+
+impl Readiness {
+    /// Whether every configured node is admitted: a lock has every node's vote, and one
+    /// node may now restart (or fail) without costing any lock its majority or any
+    /// fencing token its order. An operator restarting nodes one at a time waits for this
+    /// between two restarts (`quorum-lock doctor --ready`).
+    pub fn is_ready(&self) -> bool {
+        self.nodes.iter().all(|n| n.state == NodeState::Admitted)
+    }
+
+    /// How many nodes are admitted.
+    pub fn admitted(&self) -> usize {
+        (self.nodes.iter())
+            .filter(|n| n.state == NodeState::Admitted)
+            .count()
+    }
+
+    /// How long until the next node kept out may vote: the shortest known wait, zero for
+    /// a node that votes from the next round; `None` when no node is kept out.
+    pub fn next_change(&self) -> Option<Duration> {
+        (self.nodes.iter())
+            .filter_map(|n| match n.state {
+                NodeState::KeptOut { remaining, .. } => Some(remaining.unwrap_or_default()),
+                _ => None,
+            })
+            .min()
+    }
+}
+
+impl Redlock {
+    /// Readmits the nodes whose restart quarantine is over, without waiting for lock
+    /// traffic, and says where every node stands. Connects to every node (a reconnect
+    /// learns a restart); when one is not known admitted in its current life, makes one
+    /// acquisition attempt on a private resource (a key of this client's own under the
+    /// prefix, released at once): it marks the nodes whose quarantine is over, and
+    /// confirms them in a second round. Nodes still quarantined are reported with the time
+    /// they wait. A long-lived client does this by itself in the background; this is for
+    /// the command line (`quorum-lock repair`), and for tests.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ShutDown`] after [`shutdown`](Self::shutdown); [`Error::SameServer`] when two
+    /// configured nodes reach one server; [`Error::Config`] when the TTL ceiling is too
+    /// short for the probe's TTL (the node timeout plus drift). Nodes that do not answer
+    /// are reported, not an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves no key behind (the probe is an ordinary acquisition) and
+    /// may leave markers written: the nodes they name are admitted all the same.
+    pub async fn heal(&self) -> Result<Readiness> {
+        heal_ensemble(self.inner()).await
+    }
+}
+
+/// [`Redlock::heal`] on an ensemble.
+async fn heal_ensemble(ensemble: &Arc<Ensemble>) -> Result<Readiness> {
+    let client = Redlock::from_inner(Arc::clone(ensemble));
+    let reached = match client.connect().await {
+        Ok(report) => report,
+        Err(Error::Unavailable { report, .. }) => report,
+        Err(e) => return Err(e),
+    };
+    // Only nodes that answered can be readmitted: with every one of them admitted, a probe
+    // would change nothing (a node that is down costs no traffic).
+    let waiting = (ensemble.nodes.iter().zip(reached.results()))
+        .any(|(node, r)| r.outcome == NodeOutcome::Reachable && !node.is_admitted());
+    if !waiting {
+        return Ok(readiness(ensemble, &reached));
+    }
+    let resource = format!(
+        "quorum-lock:probe:{}",
+        uuid::Uuid::from_bytes(rand::random::<[u8; 16]>()).simple()
+    );
+    let plan = Plan::new(ensemble, vec![resource], probe_ttl(ensemble), false)?;
+    let report = match attempt::attempt(ensemble, &plan, None).await {
+        Ok(guard) => {
+            let report = guard.report().clone();
+            // Best effort: the TTL frees it otherwise.
+            let _ = guard.release().await;
+            report
+        }
+        Err(e) => e.report().cloned().unwrap_or(reached),
+    };
+    Ok(readiness(ensemble, &report))
+}
+
+/// The probe's TTL: long enough to be valid after a node timeout, at most the ceiling.
+fn probe_ttl(ensemble: &Ensemble) -> Duration {
+    let config = &ensemble.config;
+    config
+        .node_timeout
+        .saturating_mul(4)
+        .max(Duration::from_secs(1))
+        .min(config.ttl_ceiling)
+}
+
+/// Where each node stands, from what this client knows of it and `report`, the last round
+/// that reached the nodes.
+fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
+    let nodes = (ensemble.nodes.iter().zip(report.results()))
+        .map(|(node, result)| {
+            let state = match &result.outcome {
+                _ if node.is_admitted() => NodeState::Admitted,
+                NodeOutcome::Quarantined { reason, remaining } => NodeState::KeptOut {
+                    reason: *reason,
+                    remaining: *remaining,
+                },
+                NodeOutcome::Acquired | NodeOutcome::Released | NodeOutcome::Reachable => {
+                    NodeState::KeptOut {
+                        reason: QuarantineReason::Readmitting,
+                        remaining: None,
+                    }
+                }
+                other => NodeState::Unreachable(other.to_string()),
+            };
+            NodeReadiness {
+                node: node.name().to_owned(),
+                state,
+            }
+        })
+        .collect();
+    Readiness { nodes }
+}
+
+/// Starts the background readmission of a long-lived client, once, when a runtime is
+/// there (restart quarantine on). It holds the client weakly and stops with
+/// [`Redlock::shutdown`] or when the last clone is dropped.
+pub(crate) fn start_healer(ensemble: &Arc<Ensemble>) {
+    if !ensemble.config.quarantine || ensemble.healer_started.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        ensemble.healer_started.store(false, Ordering::Release);
+        return;
+    };
+    runtime.spawn(heal_in_background(Arc::downgrade(ensemble)));
+}
+
+/// The background readmission: while a node that answers is kept out, a [`heal_ensemble`]
+/// round when its quarantine should be over (between 100 ms and 5 s apart); otherwise a
+/// `PING` of every node every 5 s (a node that is down costs nothing more), and a round at
+/// once when a connect learns a node's facts.
+async fn heal_in_background(ensemble: Weak<Ensemble>) {
+    let mut pause = Duration::ZERO;
+    loop {
+        let Some(woken) = ensemble.upgrade().map(|e| Arc::clone(&e.heal_wake)) else {
+            return;
+        };
+        let _ = tokio::time::timeout(pause, woken.notified()).await;
+        let Some(ensemble) = ensemble.upgrade() else {
+            return;
+        };
+        if ensemble.is_closed() {
+            return;
+        }
+        if let Some(busy) = (ensemble.since_last_attempt())
+            .and_then(|since| QUIET.checked_sub(since))
+            .filter(|d| !d.is_zero())
+        {
+            pause = busy;
+            continue;
+        }
+        pause = match heal_ensemble(&ensemble).await {
+            Ok(readiness) => (readiness.next_change())
+                .map_or(IDLE_CHECK, |d| d.clamp(SHORTEST_PAUSE, LONGEST_PAUSE)),
+            Err(_) => IDLE_CHECK,
+        };
+    }
+}
