@@ -62,6 +62,7 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     .await;
     let mut attempts: u32 = 0;
     let mut retries: u32 = 0;
+    crate::heal::start_healer(ensemble);
     loop {
         let remaining = wait.saturating_sub(started.elapsed());
         wait_for_local_release(ensemble, &plan, remaining, &mut retries).await;

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::extend::AutoExtend;
 use crate::fanout::{self, Round, Stop};
 use crate::guard::LockGuard;
+use crate::heal::{self, Readiness};
 use crate::node::Call;
 use crate::protocol::{keys, reply};
 use crate::quorum;
@@ -36,11 +37,6 @@ impl Redlock {
         Redlock {
             inner: Arc::new(ensemble),
         }
-    }
-
-    /// A client over an existing ensemble (a clone of the client that made it).
-    pub(crate) fn from_inner(inner: Arc<Ensemble>) -> Self {
-        Redlock { inner }
     }
 
     /// The shared state: nodes, configuration, queue and notifier.
@@ -141,6 +137,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Option<LockGuard>> {
         let plan = Plan::new(&self.inner, vec![resource.into()], ttl, false)?;
+        heal::start_healer(&self.inner);
         match attempt::attempt(&self.inner, &plan, None).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Contended { .. }) => Ok(None),
@@ -162,29 +159,37 @@ impl Redlock {
     /// next request.
     pub async fn connect(&self) -> Result<NodeReport> {
         let ensemble = &self.inner;
-        let timeout = (ensemble.nodes.first())
-            .map_or(Duration::ZERO, |n| n.connect_timeout())
-            .saturating_add(ensemble.config.node_timeout);
-        let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
-        let pending =
-            (ensemble.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
-        let mut round = Round::new(pending, timeout);
-        let collected = fanout::collect(
-            &ensemble.nodes,
-            &mut round,
-            |_, _| NodeOutcome::Reachable,
-            |o| *o == NodeOutcome::Reachable,
-            Stop::AtEnd,
-        )
-        .await;
-        let report = collected.report(&ensemble.nodes);
+        let (report, votes) = heal::ping_every_node(ensemble).await;
         if let Some(err) = ensemble.same_server() {
             return Err(err);
         }
-        let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Reachable);
         quorum::decide_reach(&votes)
             .into_result(|| report.clone())
             .map(|_| report)
+    }
+
+    /// Readmits the nodes whose restart quarantine is over, without waiting for lock
+    /// traffic, and says where every node stands. Pings every node (a reconnect learns a
+    /// restart); when one that answers is not known admitted in its current life, makes an
+    /// acquisition attempt on a private resource (a key of this client's own, released at
+    /// once), which marks the nodes whose quarantine is over and confirms them. Nodes
+    /// still quarantined are reported with the time they wait. A long-lived client does
+    /// this by itself in the background; this is for the command line (`quorum-lock
+    /// repair`, `quorum-lock doctor --ready`) and for tests.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ShutDown`] after [`shutdown`](Self::shutdown); [`Error::SameServer`] when two
+    /// configured nodes reach one server; [`Error::Config`] when the TTL ceiling is too
+    /// short for the probe's TTL (the node timeout plus drift). Nodes that do not answer
+    /// are reported, not an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves no key behind (the probe is an ordinary acquisition) and
+    /// may leave markers written: the nodes they name are admitted all the same.
+    pub async fn heal(&self) -> Result<Readiness> {
+        heal::heal_ensemble(&self.inner).await
     }
 
     /// Deletes the lock on every node whatever its owner (the seeds' `reset`), for an

@@ -155,7 +155,6 @@ impl Ensemble {
     /// was shut down. Counted before the check (both sequentially consistent): a shutdown
     /// that closes after the check sees the count and waits for the attempt.
     pub(crate) fn begin_attempt(self: &Arc<Self>) -> Result<InFlight> {
-        crate::heal::start_healer(self);
         *self.last_attempt.lock().unwrap_or_else(|p| p.into_inner()) =
             Some(tokio::time::Instant::now());
         let in_flight = self.in_flight();

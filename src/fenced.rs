@@ -62,6 +62,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Option<FencedGuard>> {
         let plan = Plan::new(self.inner(), vec![resource.into()], ttl, true)?;
+        crate::heal::start_healer(self.inner());
         match attempt::attempt(self.inner(), &plan, None).await {
             Ok(guard) => FencedGuard::new(guard).map(Some),
             Err(Error::Contended { .. }) => Ok(None),

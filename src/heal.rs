@@ -10,9 +10,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::attempt::{self, Plan};
-use crate::client::Redlock;
 use crate::ensemble::Ensemble;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::fanout::{self, Round, Stop};
+use crate::node::Call;
+use crate::protocol::keys;
+use crate::quorum;
 use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
 
 /// How often an idle long-lived client checks that its nodes still answer (a `PING`
@@ -90,62 +93,76 @@ impl Readiness {
     }
 }
 
-impl Redlock {
-    /// Readmits the nodes whose restart quarantine is over, without waiting for lock
-    /// traffic, and says where every node stands. Connects to every node (a reconnect
-    /// learns a restart); when one is not known admitted in its current life, makes one
-    /// acquisition attempt on a private resource (a key of this client's own under the
-    /// prefix, released at once): it marks the nodes whose quarantine is over, and
-    /// confirms them in a second round. Nodes still quarantined are reported with the time
-    /// they wait. A long-lived client does this by itself in the background; this is for
-    /// the command line (`quorum-lock repair`), and for tests.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::ShutDown`] after [`shutdown`](Self::shutdown); [`Error::SameServer`] when two
-    /// configured nodes reach one server; [`Error::Config`] when the TTL ceiling is too
-    /// short for the probe's TTL (the node timeout plus drift). Nodes that do not answer
-    /// are reported, not an error.
-    ///
-    /// # Cancel safety
-    ///
-    /// Dropping the future leaves no key behind (the probe is an ordinary acquisition) and
-    /// may leave markers written: the nodes they name are admitted all the same.
-    pub async fn heal(&self) -> Result<Readiness> {
-        heal_ensemble(self.inner()).await
+/// `Redlock::heal` on an ensemble: at most two probes, the second when the first won
+/// while some node's marker was still unacknowledged or only written (its yes counts from
+/// the next round).
+pub(crate) async fn heal_ensemble(ensemble: &Arc<Ensemble>) -> Result<Readiness> {
+    let mut readiness = readiness(ensemble, &reach(ensemble).await?);
+    for _ in 0..2 {
+        let waiting = (ensemble.nodes.iter().zip(&readiness.nodes))
+            .any(|(node, r)| !node.is_admitted() && !matches!(r.state, NodeState::Unreachable(_)));
+        let known_wait = readiness.next_change().is_some_and(|d| !d.is_zero());
+        if !waiting || known_wait {
+            break;
+        }
+        readiness = self::readiness(ensemble, &probe(ensemble).await?);
     }
+    Ok(readiness)
 }
 
-/// [`Redlock::heal`] on an ensemble.
-async fn heal_ensemble(ensemble: &Arc<Ensemble>) -> Result<Readiness> {
-    let client = Redlock::from_inner(Arc::clone(ensemble));
-    let reached = match client.connect().await {
-        Ok(report) => report,
-        Err(Error::Unavailable { report, .. }) => report,
-        Err(e) => return Err(e),
-    };
-    // Only nodes that answered can be readmitted: with every one of them admitted, a probe
-    // would change nothing (a node that is down costs no traffic).
-    let waiting = (ensemble.nodes.iter().zip(reached.results()))
-        .any(|(node, r)| r.outcome == NodeOutcome::Reachable && !node.is_admitted());
-    if !waiting {
-        return Ok(readiness(ensemble, &reached));
+/// Pings every node, twice for those that did not answer the first time (a connection
+/// broken by a restart is replaced by the first ping and used by the second).
+async fn reach(ensemble: &Ensemble) -> Result<NodeReport> {
+    let mut report = NodeReport::default();
+    for _ in 0..2 {
+        report = ping_every_node(ensemble).await.0;
+        if let Some(err) = ensemble.same_server() {
+            return Err(err);
+        }
+        if report.count(&NodeOutcome::Reachable) == report.results().len() {
+            break;
+        }
     }
-    let resource = format!(
-        "quorum-lock:probe:{}",
-        uuid::Uuid::from_bytes(rand::random::<[u8; 16]>()).simple()
-    );
+    Ok(report)
+}
+
+/// Connects to every node (if not yet connected) and sends it `PING`, waiting up to the
+/// connect timeout plus the node timeout: `Reachable` for each node that answered, and
+/// the votes of the round.
+pub(crate) async fn ping_every_node(ensemble: &Ensemble) -> (NodeReport, Vec<quorum::Vote>) {
+    let timeout = (ensemble.nodes.first())
+        .map_or(Duration::ZERO, |n| n.connect_timeout())
+        .saturating_add(ensemble.config.node_timeout);
+    let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
+    let pending = (ensemble.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
+    let mut round = Round::new(pending, timeout);
+    let collected = fanout::collect(
+        &ensemble.nodes,
+        &mut round,
+        |_, _| NodeOutcome::Reachable,
+        |o| *o == NodeOutcome::Reachable,
+        Stop::AtEnd,
+    )
+    .await;
+    let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Reachable);
+    (collected.report(&ensemble.nodes), votes)
+}
+
+/// One acquisition attempt on a private resource, released at once: it marks the nodes
+/// whose quarantine is over and confirms them. Returns its per-node report.
+async fn probe(ensemble: &Arc<Ensemble>) -> Result<NodeReport> {
+    let id = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>()).simple();
+    let resource = keys::probe_resource(&id.to_string());
     let plan = Plan::new(ensemble, vec![resource], probe_ttl(ensemble), false)?;
-    let report = match attempt::attempt(ensemble, &plan, None).await {
+    Ok(match attempt::attempt(ensemble, &plan, None).await {
         Ok(guard) => {
             let report = guard.report().clone();
             // Best effort: the TTL frees it otherwise.
             let _ = guard.release().await;
             report
         }
-        Err(e) => e.report().cloned().unwrap_or(reached),
-    };
-    Ok(readiness(ensemble, &report))
+        Err(e) => e.report().cloned().unwrap_or_default(),
+    })
 }
 
 /// The probe's TTL: long enough to be valid after a node timeout, at most the ceiling.
@@ -161,9 +178,11 @@ fn probe_ttl(ensemble: &Ensemble) -> Duration {
 /// Where each node stands, from what this client knows of it and `report`, the last round
 /// that reached the nodes.
 fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
-    let nodes = (ensemble.nodes.iter().zip(report.results()))
-        .map(|(node, result)| {
-            let state = match &result.outcome {
+    let outcomes = (report.results().iter().map(|r| &r.outcome))
+        .chain(std::iter::repeat(&NodeOutcome::Pending));
+    let nodes = (ensemble.nodes.iter().zip(outcomes))
+        .map(|(node, outcome)| {
+            let state = match outcome {
                 _ if node.is_admitted() => NodeState::Admitted,
                 NodeOutcome::Quarantined { reason, remaining } => NodeState::KeptOut {
                     reason: *reason,

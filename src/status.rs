@@ -271,6 +271,7 @@ impl Redlock {
             return Err(Error::Config("empty resource name".into()));
         }
         let ensemble = self.inner();
+        crate::heal::start_healer(ensemble);
         let key = self.key(resource);
         let call = Call::script(
             &scripts::INSPECT,

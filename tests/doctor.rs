@@ -1057,8 +1057,9 @@ async fn a_node_restarted_empty_is_reported_kept_out() {
     let within = ["29", "30", "31"].iter().find(|s| {
         kept[0].message
             == format!(
-                "restart quarantine keeps its vote out: lost its data while locks may \
-                 depend on it; votes again within {s} s"
+                "restart quarantine keeps its vote out: no marker of its current process \
+                 (new, restarted or flushed) while locks may depend on it; votes again \
+                 within {s} s"
             )
     });
     assert!(within.is_some(), "{}", kept[0].message);

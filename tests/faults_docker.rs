@@ -403,9 +403,8 @@ fn docker_tier() {
 
     // First, on the fresh ensemble: nodes without persistence restarted empty (`docker
     // kill` / `docker start`), restart quarantine and fencing on, workers with 1 s and 3 s
-    // TTLs. The rolling run follows on the nodes the first run restarted: their clients
-    // repaired the readmitted nodes' fencing counters (`src/repair.rs`), so fencing stays
-    // live through both runs.
+    // TTLs. The rolling run follows on the nodes the first run restarted: tokens carry a
+    // clock component, so fencing stays live and ordered through both runs.
     rows.push(nemesis::run(
         &mut ens,
         &store,

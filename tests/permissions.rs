@@ -45,7 +45,10 @@ fn client_as_user(cluster: &Cluster) -> Redlock {
     let urls: Vec<String> = (cluster.nodes.iter())
         .map(|n| format!("redis://locker:{PASSWORD}@127.0.0.1:{}", n.port()))
         .collect();
+    // Restart quarantine on, as a fencing client must have it on nodes without
+    // `appendfsync always`: the user's ACL allows what it needs too.
     builder(&urls)
+        .restart_quarantine(true)
         .key_prefix(PREFIX)
         .retry_delay(Duration::from_millis(2))
         .max_retry_delay(Duration::from_millis(20))

@@ -387,9 +387,10 @@ fn counter(node: &RedisServer, resource: &str) -> u64 {
     raw.map_or(0, |raw| raw.split(' ').next().unwrap().parse().unwrap())
 }
 
-/// Issue 14 item 3: a token committed on two of three nodes (the third held a stale key),
-/// one of the two restarts empty; once its quarantine is over, a holder that reads only the
-/// restarted node and the stale one must not be given the same token again.
+/// A token committed on two of three nodes (the third held a stale key), one of the two
+/// restarts empty; once its quarantine is over, a holder that reads only the restarted node
+/// and the stale one must not be given the same token again, nor a smaller one: the
+/// counters it reads are behind, the clock component is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
     let mut cluster = Cluster::start(3);
@@ -427,27 +428,20 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
         }
     }
     tokio::task::block_in_place(|| cluster.nodes[0].pause());
-    // Only node 1 (empty) and node 2 (the older token) answer: no token may be minted.
+    // Only node 1 (empty) and node 2 (the older token) answer: their counters say t1 at
+    // most, yet the token minted is above t2.
     let outcome = fenced().await;
     tokio::task::block_in_place(|| cluster.nodes[0].resume());
     match outcome {
-        Ok(guard) => panic!(
-            "token {:?} minted from the restarted node and the stale one (last was {t2})",
-            guard.fencing_token()
-        ),
+        Ok(guard) => {
+            let token = guard.fencing_token().get();
+            guard.release().await.unwrap();
+            assert!(token > t2, "token {token} after {t2}");
+        }
+        // Or node 1 is still kept out (its readmission is confirmed by the next round).
         Err(Error::Timeout { last, .. }) => {
             let node1 = last.report().unwrap().results()[1].outcome.clone();
-            match *last {
-                // Node 1 votes (its quarantine is over) but its counter is not trusted.
-                Error::FenceUnknown {
-                    trusted: 1,
-                    needed: 2,
-                    ..
-                } => assert_eq!(node1, NodeOutcome::Acquired),
-                // Or node 1 is still kept out: the record was read from too few nodes.
-                Error::Unavailable { .. } if node1.is_quarantined() => {}
-                other => panic!("{other}"),
-            }
+            assert!(node1.is_quarantined(), "{last}");
         }
         Err(other) => panic!("{other}"),
     }
@@ -463,8 +457,9 @@ async fn fencing_tokens_do_not_repeat_after_a_minority_restart() {
 
 /// A rolling restart through every node, each waiting out its quarantine, with fenced
 /// locks all along: tokens strictly increase and every node votes again. A node that lost
-/// its memory after the ensemble served locks is admitted by its age: the attempt that
-/// finds its quarantine over marks it (`Readmitting`) and the next one counts its vote.
+/// its memory after the ensemble served locks is admitted by its age: the round that
+/// finds its quarantine over marks it (`Readmitting`) and the next round (in the same
+/// attempt, when the marking alone left it short of a majority) counts its vote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_increase_through_a_rolling_restart() {
     let mut cluster = Cluster::start(3);
@@ -505,8 +500,6 @@ async fn fencing_tokens_increase_through_a_rolling_restart() {
             assert!(!marked || counts, "{outcome}");
             marked |= outcome == readmitting;
             if outcome == NodeOutcome::Acquired {
-                // Node 0 restarts before any lock: a fresh ensemble, it votes at once.
-                assert_eq!(marked, restarted > 0, "node {restarted}");
                 eprintln!(
                     "node {restarted} votes again {:.1?} after its restart ({attempts} attempts)",
                     began.elapsed()
@@ -522,17 +515,19 @@ async fn fencing_tokens_increase_through_a_rolling_restart() {
     }
 }
 
-/// A fence floor lifts the sequence (for continuing after most nodes lost their memory).
+/// A fence floor lifts the sequence above the clock (for continuing a sequence of larger
+/// tokens).
 #[tokio::test]
 async fn a_fence_floor_lifts_the_token_sequence() {
     let cluster = Cluster::start(3);
+    let floor = 9_000_000_000_000_000;
     let redlock = Redlock::builder()
         .nodes(cluster.urls())
-        .fence_floor(1_000)
+        .fence_floor(floor)
         .build()
         .unwrap();
     let resource = unique("floor");
-    for want in [1_001, 1_002] {
+    for want in [floor + 1, floor + 2] {
         let guard = redlock
             .lock(&resource, Duration::from_secs(5))
             .fenced()
@@ -874,25 +869,29 @@ async fn an_answer_from_before_a_restart_does_not_vote() {
     };
     let report = err.report().unwrap_or_else(|| panic!("{err}"));
     let got: Vec<NodeOutcome> = report.results().iter().map(|r| r.outcome.clone()).collect();
+    // Node 0's old answer is marked and kept out (`Readmitting`); the attempt's
+    // confirmation round then finds A's key there. Either way B has one vote.
+    let readmitting = NodeOutcome::Quarantined {
+        reason: QuarantineReason::Readmitting,
+        remaining: None,
+    };
+    assert!(
+        got[0] == readmitting || got[0] == NodeOutcome::HeldByOther,
+        "{err}"
+    );
     assert_eq!(
-        got,
-        [
-            NodeOutcome::Quarantined {
-                reason: QuarantineReason::Readmitting,
-                remaining: None
-            },
-            NodeOutcome::HeldByOther,
-            NodeOutcome::Acquired,
-        ],
+        got[1..],
+        [NodeOutcome::HeldByOther, NodeOutcome::Acquired],
         "{err}"
     );
     // B's marker for node 0 names the life its answer came from, so if it lands (its
     // connection broke with the restart: it may be lost), the next attempt finds node 0
-    // restarted; if lost, A's marker stays. Never one naming the new life incomplete.
+    // restarted; if lost, A's marker stays (the new life's marker is written only by an
+    // answer of the new life).
     let new_life = info_field(&cluster.nodes[0], "run_id");
     let marked = marker(&cluster.nodes[0]);
     assert!(
-        [format!("{old_life}:0"), format!("{new_life}:1")].contains(marked.as_ref().unwrap()),
+        [old_life.clone(), new_life].contains(marked.as_ref().unwrap()),
         "{marked:?}"
     );
     held.release().await.unwrap();

@@ -6,6 +6,8 @@
 mod duration;
 #[path = "quorum-lock/progress.rs"]
 mod progress;
+#[path = "quorum-lock/ready.rs"]
+mod ready;
 #[path = "quorum-lock/run.rs"]
 mod run;
 #[path = "quorum-lock/schedule.rs"]
@@ -114,6 +116,15 @@ enum Command {
     Release(ReleaseArgs),
     /// Check the deployment: reachability, replication, persistence, clocks
     Doctor(DoctorArgs),
+    /// Readmit the nodes whose restart quarantine is over; say which nodes vote
+    Repair(ReadyArgs),
+}
+
+#[derive(Debug, Args)]
+struct ReadyArgs {
+    /// Wait up to this long for every node to be admitted [default: 0s, check once]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    wait: Option<Duration>,
 }
 
 #[derive(Debug, Args)]
@@ -187,6 +198,15 @@ struct DoctorArgs {
     /// Print one line of JSON instead of a table
     #[arg(long)]
     json: bool,
+
+    /// Only say whether every node votes (readmitting those whose quarantine is over):
+    /// exit 0 when restarting the next node is safe, 75 when not
+    #[arg(long, conflicts_with = "json")]
+    ready: bool,
+
+    /// With --ready: wait up to this long for every node to vote [default: 0s]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, requires = "ready")]
+    wait: Option<Duration>,
 }
 
 /// A command that did not succeed: its exit status and the one-line reason for stderr.
@@ -209,7 +229,7 @@ impl Failure {
     }
 
     /// A library error of `status` or `release`: 77 for a permission refusal, else 64.
-    fn from_error(err: &Error) -> Self {
+    pub(crate) fn from_error(err: &Error) -> Self {
         match err.report().filter(|_| err.is_permission()) {
             Some(report) => Failure::new(EX_NOPERM, format!("{err}: {report}")),
             None => Failure::usage(err.to_string()),
@@ -354,7 +374,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         Command::Run(a) => Some(&a.resource),
         Command::Status(a) => Some(&a.resource),
         Command::Release(a) => Some(&a.resource),
-        Command::Doctor(_) => None,
+        Command::Doctor(_) | Command::Repair(_) => None,
     };
     if resource.is_some_and(|r| r.is_empty()) {
         return Err(Failure::usage("the resource name is empty"));
@@ -417,7 +437,13 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             }
             Err(Command::Status(args)) => status(&redlock, &args).await,
             Err(Command::Release(args)) => release(&redlock, &args.resource).await,
+            Err(Command::Doctor(args)) if args.ready => {
+                ready::until_ready(&redlock, args.wait.unwrap_or_default()).await
+            }
             Err(Command::Doctor(args)) => doctor(&redlock, args.json).await,
+            Err(Command::Repair(args)) => {
+                ready::until_ready(&redlock, args.wait.unwrap_or_default()).await
+            }
             Err(Command::Run(_)) => Err(Failure::new(EX_SOFTWARE, "run options lost")),
         }
     })

@@ -502,9 +502,8 @@ fn persistence_mismatch(infos: &[NodeInfo]) -> Option<Finding> {
 }
 
 /// A majority of nodes that can lose their data together. Fence counters are kept only
-/// by the nodes, so after such a majority restarts (a power cut, a host crash, or a restart
-/// of nodes that keep nothing) the next token can be lower than one already handed out; the
-/// restart quarantine protects locks, not tokens. A node is counted when it keeps nothing
+/// by the nodes, so after such a majority restarts at once (a power cut, a host crash) the
+/// locks in force are forgotten and the ensemble looks new to restart quarantine. A node is counted when it keeps nothing
 /// across a restart (`appendonly no`, no RDB snapshots, or snapshots unknown), keeps only
 /// RDB snapshots (a crash loses what changed since the last one), or has `appendfsync no`
 /// (a host crash loses what the OS had not written). `everysec` loses at most a second and
@@ -534,19 +533,18 @@ fn majority_memory_loss(infos: &[NodeInfo], quorum: usize) -> Option<Finding> {
         Severity::Warning,
         None,
         format!(
-            "{} of {} nodes, a majority, can lose their data together: {}; if fencing tokens \
-             are used, a restart of all of them (a power cut, a crash) starts the fence \
-             counters again below tokens already handed out, so tokens go backwards and \
-             storage that checks them accepts a stale writer (restart quarantine protects \
-             locks, not tokens)",
+            "{} of {} nodes, a majority, can lose their data together: {}; a restart of all \
+             of them at once (a power cut, a crash) forgets the locks in force, and restart \
+             quarantine cannot tell (the nodes look new): a lock may be granted twice until \
+             the TTLs of the lost locks have run out (fencing tokens keep their order: they \
+             carry the clock)",
             at_risk.len(),
             infos.len(),
             at_risk.join(", ")
         ),
         format!(
             "give at least {needed} of the {} nodes appendonly yes with appendfsync always, so \
-             that no majority can lose its data together; a token floor, to restart the \
-             counters above every token already handed out, is planned for a later release",
+             that no majority can lose its data together",
             infos.len()
         ),
     ))

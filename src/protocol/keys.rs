@@ -111,6 +111,12 @@ pub(crate) fn global_name(prefix: &str, global: Global) -> Name<'_> {
     }
 }
 
+/// The resource name of a readmission probe (`heal`): one of the client's own, under the
+/// crate's namespace; the key prefix is added to it as to any resource.
+pub(crate) fn probe_resource(id: &str) -> String {
+    internal("", "probe", id)
+}
+
 /// The lock key of `resource` under `prefix`.
 pub(crate) fn lock(prefix: &str, resource: &str) -> String {
     concat(&[prefix, resource])

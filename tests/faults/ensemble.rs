@@ -97,17 +97,7 @@ pub trait Ensemble {
             .arg(MARKER)
             .query(&mut conn)
             .unwrap_or_else(|e| panic!("GET marker on node {}: {e}", i + 1));
-        marker.is_some_and(|m| m.rsplit_once(':').is_some_and(|(life, _)| life == run_id))
-    }
-
-    /// Whether node `i` is admitted in its current life and complete: its marker reads
-    /// `<run_id>:1` (after a restart, once a client repaired its fencing counters).
-    fn complete(&self, i: usize) -> bool {
-        let marker: Option<String> = redis::cmd("GET")
-            .arg(MARKER)
-            .query(&mut self.admin(i))
-            .unwrap_or_else(|e| panic!("GET marker on node {}: {e}", i + 1));
-        self.admitted(i) && marker.is_some_and(|m| m.ends_with(":1"))
+        marker.is_some_and(|m| m.split(':').next() == Some(run_id))
     }
 
     /// `uptime_in_seconds` of node `i`.

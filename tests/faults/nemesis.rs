@@ -304,6 +304,9 @@ fn run_once(
 ) -> Row {
     let began = Instant::now();
     let counter = unique("faults-counter");
+    // Fencing needs restart quarantine on nodes without `appendfsync always` (a client
+    // with it off is refused a token).
+    let quarantine = run.quarantine || run.fencing;
     let mut spec = WorkerSpec {
         urls: ens.client_urls(),
         store_url: store.url(),
@@ -315,12 +318,12 @@ fn run_once(
         ttls: run.ttls.clone(),
         node_timeout: run.node_timeout,
         lock_wait: run.lock_wait,
-        quarantine: run.quarantine,
+        quarantine,
         fencing: run.fencing,
         use_lock: run.use_lock,
         seed,
     };
-    if run.quarantine {
+    if quarantine {
         prewarm(&spec, run.longest_ttl());
     }
     let start_at = clock::now() + 400_000_000; // time for the processes to start

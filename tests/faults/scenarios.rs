@@ -122,8 +122,11 @@ pub fn bare_majority(
         // uptime: only n3's restart may keep B's votes from counting.
         wait_aged(ens, HIT, TTL.as_secs() + 2);
     }
-    let a = lock_client(ens, false, TTL);
-    let b = lock_client(ens, sc.b_quarantine, TTL);
+    // Fencing needs restart quarantine on nodes without `appendfsync always` (a client with
+    // it off is refused a token); it changes nothing else here: n3 is not restarted in the
+    // fenced cases, and every node was fresh when A marked it.
+    let a = lock_client(ens, sc.fencing, TTL);
+    let b = lock_client(ens, sc.b_quarantine || sc.fencing, TTL);
     let mut store_a = rt.block_on(store_conn(&store.url()));
     let mut store_b = rt.block_on(store_conn(&store.url()));
     // Both clients are up and connected before anything happens.
@@ -330,8 +333,9 @@ pub fn paused_holder(
     let ttl = Duration::from_secs(1);
     let resource = unique("paused-holder");
     let counter = unique("paused-counter");
-    let a = lock_client(ens, false, ttl);
-    let b = lock_client(ens, false, ttl);
+    // Fencing needs restart quarantine on nodes without `appendfsync always`.
+    let a = lock_client(ens, fencing, ttl);
+    let b = lock_client(ens, fencing, ttl);
     let mut store_a = rt.block_on(store_conn(&store.url()));
     let mut store_b = rt.block_on(store_conn(&store.url()));
     let mut problems = Vec::new();

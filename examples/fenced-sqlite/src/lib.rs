@@ -22,7 +22,8 @@ pub use ledger::{Ledger, Pattern};
 pub use nodes::{Nodes, TempDir};
 
 /// A client for `urls` with quick retries, as a service would build it (restart
-/// quarantine stays on: freshly started nodes vote after about one TTL).
+/// quarantine stays on, as fencing needs on nodes without `appendfsync always`; a new
+/// ensemble votes at once).
 ///
 /// # Errors
 ///
