@@ -82,10 +82,15 @@ impl Readiness {
     }
 
     /// How long until the next node kept out may vote: the shortest known wait, zero for
-    /// a node that votes from the next round; `None` when no node is kept out.
+    /// a node that votes from the next round; `None` when no node kept out can vote without
+    /// help (none is kept out, or only nodes whose identity `INFO` refuses).
     pub fn next_change(&self) -> Option<Duration> {
         (self.nodes.iter())
             .filter_map(|n| match n.state {
+                NodeState::KeptOut {
+                    reason: QuarantineReason::NoIdentity,
+                    ..
+                } => None,
                 NodeState::KeptOut { remaining, .. } => Some(remaining.unwrap_or_default()),
                 _ => None,
             })
@@ -99,10 +104,8 @@ impl Readiness {
 pub(crate) async fn heal_ensemble(ensemble: &Arc<Ensemble>) -> Result<Readiness> {
     let mut readiness = readiness(ensemble, &reach(ensemble).await?);
     for _ in 0..2 {
-        let waiting = (ensemble.nodes.iter().zip(&readiness.nodes))
-            .any(|(node, r)| !node.is_admitted() && !matches!(r.state, NodeState::Unreachable(_)));
-        let known_wait = readiness.next_change().is_some_and(|d| !d.is_zero());
-        if !waiting || known_wait {
+        // A probe helps only a node that answers and would vote from the next round.
+        if readiness.next_change() != Some(Duration::ZERO) {
             break;
         }
         readiness = self::readiness(ensemble, &probe(ensemble).await?);
@@ -187,6 +190,11 @@ fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
                 NodeOutcome::Quarantined { reason, remaining } => NodeState::KeptOut {
                     reason: *reason,
                     remaining: *remaining,
+                },
+                // It answered, yet this client does not know its identity: `INFO` refused.
+                NodeOutcome::Reachable if node.run_id().is_none() => NodeState::KeptOut {
+                    reason: QuarantineReason::NoIdentity,
+                    remaining: None,
                 },
                 NodeOutcome::Acquired | NodeOutcome::Released | NodeOutcome::Reachable => {
                     NodeState::KeptOut {
