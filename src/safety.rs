@@ -268,13 +268,16 @@ pub fn quarantine_period(max_ttl: Duration, drift_factor: f64) -> Duration {
 /// highest record read when those answers cover every live lease (every configured node
 /// answered, or a majority of intact nodes did: under the minority-loss assumption some
 /// node of any lease's majority kept its record and is among them), else `ceiling`, the
-/// deployment's TTL ceiling, which bounds every lease (or the record, if higher).
+/// deployment's TTL ceiling. The ceiling bounds every lease (every client refuses a TTL
+/// above it), so a record above it, left by a longer TTL used before the ceiling was
+/// lowered, counts only up to the ceiling: lowering the ceiling once those leases are over
+/// shortens every later quarantine.
 pub fn longest_lease(ensemble: &EnsembleView, ceiling: Duration) -> Duration {
     let record = ensemble.max_ttl.unwrap_or_default();
     if ensemble.answered >= ensemble.nodes || ensemble.intact >= majority(ensemble.nodes) {
-        record
+        record.min(ceiling)
     } else {
-        record.max(ceiling)
+        ceiling
     }
 }
 
@@ -645,11 +648,18 @@ mod tests {
                 reason: why,
             }
         );
+        // A record above the ceiling (a longer TTL used before the ceiling was lowered)
+        // counts up to the ceiling.
         let long_record = EnsembleView {
             max_ttl: Some(MS(5_000)),
             ..one_intact
         };
-        assert_eq!(longest_lease(&long_record, ceiling), MS(5_000));
+        assert_eq!(longest_lease(&long_record, ceiling), ceiling);
+        let long_but_read = EnsembleView {
+            max_ttl: Some(MS(5_000)),
+            ..served(1_000)
+        };
+        assert_eq!(longest_lease(&long_but_read, ceiling), ceiling);
         // Every node heard: the records cover every live lease, intact or not.
         let all_heard = EnsembleView {
             intact: 0,
