@@ -5,7 +5,9 @@
 #    caller's own connection in its public API; the doctor's probes open their own);
 # 3. the pure quorum module imports nothing async and no Redis type;
 # 4. no import cycles between the files of src/ (the library; the binaries are leaves);
-# 5. (report only) functions longer than 80 lines.
+# 5. (report only) functions longer than 80 lines;
+# 6. the public API is the one listed in docs/public-api.txt (scripts/public-api.py over
+#    the rustdoc HTML): an API change is committed together with its listing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -26,4 +28,19 @@ check "async or Redis in the pure quorum module" \
     "$(grep -nE "tokio|futures|redis|async " src/quorum.rs || true)"
 check "import cycles between modules of src/" "$(python3 scripts/import-cycles.py src)"
 python3 scripts/import-cycles.py --long 80 src >&2 || true
+
+# The public API, from the documentation (.ci/run has just built it with the same
+# RUSTDOCFLAGS, so this is a no-op there).
+cargo doc --no-deps --all-features --quiet
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+listing=docs/public-api.txt
+if ! api_diff=$(diff -u --label "$listing (committed)" --label "the public API now" \
+    "$listing" <(python3 scripts/public-api.py "$target_dir/doc/quorum_lock")); then
+    echo "public API: it differs from $listing:" >&2
+    echo "$api_diff" >&2
+    echo "If the change is meant, update the listing and commit it with the change:" >&2
+    echo "    cargo doc --no-deps --all-features && python3 scripts/public-api.py > $listing" >&2
+    fail=1
+fi
 exit $fail

@@ -1,15 +1,23 @@
 #!/usr/bin/env python3
 """Lists the crate's public API from rustdoc HTML, one line per item or member signature,
 sorted, so two builds can be diffed (a stand-in for cargo-public-api, which needs nightly).
+The listing is committed as docs/public-api.txt; scripts/check-layers.sh fails when the
+API differs from it.
 
-Usage: cargo doc --no-deps --all-features && python3 scripts/public-api.py > api.txt
+Usage: cargo doc --no-deps --all-features && python3 scripts/public-api.py > docs/public-api.txt
+(the argument, if any, is the crate's doc directory; by default
+$CARGO_TARGET_DIR/doc/quorum_lock, or target/doc/quorum_lock)
 """
 import html
+import os
 import pathlib
 import re
 import sys
 
-root = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "target/doc/quorum_lock")
+default = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or "target") / "doc" / "quorum_lock"
+root = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else default
+if not root.is_dir():
+    sys.exit(f"public-api.py: no rustdoc output at {root} (run cargo doc first)")
 TAG = re.compile(r"<[^>]+>")
 BLOCKS = [
     re.compile(r'<pre class="rust item-decl"><code>(.*?)</code></pre>', re.S),
