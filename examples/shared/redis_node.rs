@@ -86,9 +86,19 @@ impl Node {
         Err(last)
     }
 
-    fn start_on(port: u16, dir: &Path, install_hint: &str) -> Result<Node, String> {
+    /// Starts a node on `port` with its data in `dir` and waits until it answers: how a
+    /// node killed with [`kill`](Self::kill) comes back on its address, empty (without
+    /// persistence it reads nothing back), as a server that lost its memory in a crash.
+    ///
+    /// # Errors
+    ///
+    /// When the server cannot be run, exits at start (the port is taken, say), or does not
+    /// answer within 10 s.
+    pub fn start_on(port: u16, dir: &Path, install_hint: &str) -> Result<Node, String> {
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            // No persistence (no RDB snapshot, no AOF): a node started again on its port
+            // comes back with no keys at all.
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir)

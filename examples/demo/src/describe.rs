@@ -1,7 +1,7 @@
 //! Sentences about what the nodes did, for a person reading the demo's output.
 //! Pure: takes a report and the nodes' ports, returns text.
 
-use quorum_lock::{NodeOutcome, NodeReport};
+use quorum_lock::{NodeOutcome, NodeReport, NodeState};
 
 /// "node 2", from the `host:port` a report names (ports in configuration order).
 fn node_name(addr: &str, ports: &[u16]) -> String {
@@ -96,6 +96,26 @@ fn others(report: &NodeReport, ports: &[u16], told: &[NodeOutcome]) -> Vec<Strin
         })
         .map(|r| format!("node {}: {}", node_name(&r.node, ports), r.outcome))
         .collect()
+}
+
+/// Where a node stands for restart quarantine, as `Redlock::heal` found it.
+pub fn node_state(state: &NodeState) -> String {
+    match state {
+        NodeState::Admitted => "votes again (admitted)".to_string(),
+        NodeState::KeptOut {
+            reason,
+            remaining: Some(left),
+        } => format!(
+            "kept out by restart quarantine, about {} to go: {reason}",
+            ms(*left)
+        ),
+        NodeState::KeptOut {
+            reason,
+            remaining: None,
+        } => format!("kept out by restart quarantine: {reason}"),
+        NodeState::Unreachable(why) => format!("unreachable: {why}"),
+        other => format!("{other:?}"),
+    }
 }
 
 /// A duration in whole milliseconds.

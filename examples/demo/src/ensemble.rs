@@ -7,6 +7,7 @@ mod redis_node;
 
 use std::path::Path;
 
+use quorum_lock::redis;
 use redis_node::{Node, TempDir};
 
 /// The nodes and their common data directory.
@@ -56,5 +57,33 @@ impl Ensemble {
     /// Kills node `number` (counted from 1).
     pub fn kill(&mut self, number: usize) {
         self.nodes[number - 1].kill();
+    }
+
+    /// Kills node `number` (counted from 1) and starts a new server on its port, without
+    /// persistence: the node comes back with no keys, as after a crash that lost its memory.
+    pub async fn restart(&mut self, number: usize) -> Result<(), String> {
+        let node = &mut self.nodes[number - 1];
+        node.kill();
+        let (port, dir) = (node.port(), self.dir.path().to_owned());
+        let fresh =
+            tokio::task::spawn_blocking(move || Node::start_on(port, &dir, "it ran before"))
+                .await
+                .map_err(|e| format!("restarting node {number} failed: {e}"))??;
+        self.nodes[number - 1] = fresh;
+        Ok(())
+    }
+
+    /// How many keys node `number` (counted from 1) holds (`DBSIZE`).
+    pub async fn key_count(&self, number: usize) -> Result<u64, String> {
+        let failed = |e: redis::RedisError| format!("counting node {number}'s keys: {e}");
+        let client = redis::Client::open(self.nodes[number - 1].url()).map_err(failed)?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(failed)?;
+        redis::cmd("DBSIZE")
+            .query_async(&mut conn)
+            .await
+            .map_err(failed)
     }
 }

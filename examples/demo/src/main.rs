@@ -2,6 +2,12 @@
 //! die: `cargo run --release -p quorum-lock-demo` (or `bash scripts/demo.sh`, which installs
 //! `redis-server` first).
 //!
+//! The scenes, in order: workers contend with all five nodes up; fenced locks while node 3
+//! restarts empty (restart quarantine keeps its vote out until every lock it may have
+//! granted has expired, `Redlock::heal` reports when it votes again, and the fencing tokens
+//! keep increasing throughout); workers contend with a minority killed; no lock once a
+//! majority is gone.
+//!
 //! The demo removes its nodes and their directory when it ends, and also on SIGINT (Ctrl-C),
 //! SIGTERM and SIGHUP; it then exits with 128 + the signal's number.
 
@@ -13,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quorum_lock::{Error, Redlock};
+use quorum_lock::{Error, FencedGuard, FencingToken, NodeOutcome, NodeState, Redlock};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -88,6 +94,161 @@ fn explain_refusal(who: &str, e: &Error, ports: &[u16]) {
     }
 }
 
+/// A fenced lock of the restart scene, already released.
+struct Fenced {
+    token: FencingToken,
+    /// What the nodes did, from the guard's report.
+    granted: String,
+    /// What node 3 did.
+    node3: String,
+    /// Whether node 3 answered (not a broken connection or a timeout).
+    node3_answered: bool,
+}
+
+/// Takes a fenced lock on `RESOURCE`, notes what the nodes did, and releases it.
+async fn fenced(redlock: &Redlock, ports: &[u16]) -> Result<Fenced, String> {
+    let guard = (redlock.lock(RESOURCE, TTL).fenced())
+        .wait(Duration::from_secs(5))
+        .await
+        .map_err(|e| format!("a fenced lock was refused: {e}"))?;
+    let (node3, node3_answered) = node3(redlock, &guard).await?;
+    let lock = Fenced {
+        token: guard.fencing_token(),
+        granted: describe::granted(guard.report(), ports),
+        node3,
+        node3_answered,
+    };
+    guard.release().await.map_err(|e| e.to_string())?;
+    Ok(lock)
+}
+
+/// Node 3's outcome in the guard's report, and whether node 3 answered. A lock returns as
+/// soon as a majority agreed, so node 3's answer may not be in the report: then its
+/// standing is read back from every node (read-only, `Redlock::status`).
+async fn node3(redlock: &Redlock, guard: &FencedGuard) -> Result<(String, bool), String> {
+    let outcome = &guard.report().results()[2].outcome;
+    if *outcome != NodeOutcome::Pending {
+        return Ok((format!("node 3: {outcome}"), !outcome.is_failure()));
+    }
+    let status = redlock.status(RESOURCE).await.map_err(|e| e.to_string())?;
+    let node = &status.nodes[2];
+    if let Some(e) = &node.error {
+        return Ok((format!("node 3: {e}"), false));
+    }
+    let what = match node.kept_out {
+        None => "its vote counts".to_string(),
+        Some(kept_out) => {
+            let left = (kept_out.remaining).map_or(String::new(), |d| {
+                format!(", votes again in {}", describe::ms(d))
+            });
+            format!("kept out by restart quarantine: {}{left}", kept_out.reason)
+        }
+    };
+    let line = format!("node 3 (not waited for, read back): {what}");
+    Ok((line, true))
+}
+
+/// Fencing tokens across a node that restarts empty: restart quarantine keeps its vote out
+/// until every lock it may have granted has expired, then readmits it, and the tokens keep
+/// increasing throughout.
+async fn restart_scene(
+    redlock: &Redlock,
+    nodes: &mut Ensemble,
+    ports: &[u16],
+) -> Result<(), String> {
+    println!("\n== fencing tokens while node 3 restarts empty");
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let lock = fenced(redlock, ports).await?;
+        println!("  fenced lock, token {}", lock.token);
+        tokens.push(lock.token);
+    }
+    println!("  (a hybrid logical clock: about microseconds since the epoch, never repeated)");
+
+    let before = nodes.key_count(3).await?;
+    nodes.restart(3).await?;
+    let restarted = Instant::now();
+    let after = nodes.key_count(3).await?;
+    println!(
+        "\nrestarted node 3 without persistence: {before} keys before, {after} now \
+         (it lost every key, its fencing counter too)"
+    );
+    for label in ["fenced lock at once", "fenced lock again"] {
+        let lock = fenced(redlock, ports).await?;
+        // The client's connection to node 3 died with the old process.
+        let note = if lock.node3_answered {
+            ""
+        } else {
+            " (the connection the restart broke: the client reconnects)"
+        };
+        println!(
+            "  {label}, token {}\n    {}\n    {}{note}",
+            lock.token, lock.granted, lock.node3
+        );
+        tokens.push(lock.token);
+        if lock.node3_answered {
+            break;
+        }
+    }
+
+    wait_until_ready(redlock, restarted).await?;
+
+    let lock = fenced(redlock, ports).await?;
+    println!("  fenced lock, token {}\n    {}", lock.token, lock.node3);
+    tokens.push(lock.token);
+    let shown: Vec<String> = tokens.iter().map(FencingToken::to_string).collect();
+    if tokens.windows(2).all(|w| w[0] < w[1]) {
+        println!(
+            "  -> tokens kept increasing across the restart: {}",
+            shown.join(", ")
+        );
+    } else {
+        println!(
+            "  unexpected: the tokens did not always increase: {}",
+            shown.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// Asks `Redlock::heal` every 200 ms until every node votes, printing node 3's state when
+/// it changes; gives up (with the reason) after 15 s.
+async fn wait_until_ready(redlock: &Redlock, restarted: Instant) -> Result<(), String> {
+    const DEADLINE: Duration = Duration::from_secs(15);
+    let mut shown = String::new();
+    loop {
+        let readiness = redlock.heal().await.map_err(|e| e.to_string())?;
+        let state = &readiness.nodes[2].state;
+        // A change of state, not of the time left.
+        let kind = match state {
+            NodeState::KeptOut { reason, .. } => format!("kept out: {reason}"),
+            other => describe::node_state(other),
+        };
+        if kind != shown {
+            println!(
+                "  {} after the restart: node 3 {}",
+                describe::ms(restarted.elapsed()),
+                describe::node_state(state)
+            );
+            shown = kind;
+        }
+        if readiness.is_ready() {
+            println!("  all five nodes vote again");
+            return Ok(());
+        }
+        if restarted.elapsed() > DEADLINE {
+            println!(
+                "  node 3 still does not vote {} after its restart: its quarantine lasts the \
+                 longest TTL a lock may still have (up to the 60 s TTL ceiling when that TTL \
+                 could not be read from a majority); the demo goes on without waiting",
+                describe::ms(DEADLINE)
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The demo proper. The ensemble lives in `slot` so that `main` removes it however this
 /// future ends (returned, failed, or dropped on a signal).
 async fn demo(slot: &mut Option<Ensemble>) -> Result<(), String> {
@@ -105,6 +266,7 @@ async fn demo(slot: &mut Option<Ensemble>) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     println!("a lock needs a majority: {} of 5 nodes", redlock.quorum());
     round(&redlock, &ports, "all five nodes up", 4, 3).await;
+    restart_scene(&redlock, nodes, &ports).await?;
 
     nodes.kill(2);
     nodes.kill(4);

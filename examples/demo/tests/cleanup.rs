@@ -207,6 +207,35 @@ fn a_full_run_leaves_nothing_and_reads_plainly() {
             );
         }
     }
+    // The restart scene: node 3 comes back empty, is kept out, votes again, and the fencing
+    // tokens never go back.
+    let restarted = out
+        .iter()
+        .position(|l| l.starts_with("restarted node 3 without persistence"))
+        .expect("restart");
+    assert!(out[restarted].contains(", 0 now"), "{:?}", out[restarted]);
+    let ready = out
+        .iter()
+        .position(|l| l.contains("all five nodes vote again"))
+        .expect("node 3 readmitted");
+    assert!(
+        out[restarted..ready]
+            .iter()
+            .any(|l| l.contains("node 3") && l.contains("kept out by restart quarantine")),
+        "{:?}",
+        &out[restarted..ready]
+    );
+    let summary = "  -> tokens kept increasing across the restart: ";
+    let tokens: Vec<u64> = out
+        .iter()
+        .find_map(|l| l.strip_prefix(summary))
+        .expect("tokens")
+        .split(", ")
+        .map(|t| t.parse().unwrap())
+        .collect();
+    assert!(tokens.len() >= 5, "{tokens:?}");
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+
     // The refused lock: a plain sentence, per-node lines that never say "acquired".
     let refused = out
         .iter()
