@@ -37,6 +37,9 @@ pub(crate) struct Plan {
     pub(crate) keys: Arc<[String]>,
     pub(crate) ttl: Duration,
     pub(crate) fencing: bool,
+    /// Read every node's answer (up to the node timeout), not only until the outcome is
+    /// certain: a readmission probe reports every node's standing.
+    pub(crate) every_answer: bool,
 }
 
 impl Plan {
@@ -65,7 +68,16 @@ impl Plan {
             keys,
             ttl,
             fencing,
+            every_answer: false,
         })
+    }
+
+    /// The same plan, reading every node's answer (see [`Plan::every_answer`]).
+    pub(crate) fn reading_every_answer(self) -> Plan {
+        Plan {
+            every_answer: true,
+            ..self
+        }
     }
 
     fn ttl_ms(&self) -> u64 {
@@ -151,7 +163,7 @@ async fn attempt_inner(
     let holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
     let (requests, lives) = acquire_round(ensemble, plan, &holding, enqueue);
-    let (mut collected, reads, mut round) = collect_votes(ensemble, requests, &lives).await;
+    let (mut collected, reads, mut round) = collect_votes(ensemble, plan, requests, &lives).await;
     // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
     // the decision (see `ballot`).
     let (reads, marks) = decide_votes(ensemble, plan, reads, &mut collected);
@@ -374,6 +386,7 @@ impl Won<'_> {
 /// Returns the round with what is still in flight (none on the direct path).
 async fn collect_votes(
     ensemble: &Ensemble,
+    plan: &Plan,
     requests: Requests<'_>,
     lives: &[Option<Arc<str>>],
 ) -> (Collected, Vec<Option<Read>>, Option<Round>) {
@@ -423,7 +436,8 @@ async fn collect_votes(
                         .iter()
                         .filter(|(o, _)| *o == NodeOutcome::Pending)
                         .count();
-                    ballot::settled(&lock(), pending, ensemble.quorum, quarantine)
+                    let settled = ballot::settled(&lock(), pending, ensemble.quorum, quarantine);
+                    settled && (pending == 0 || !plan.every_answer)
                 },
             )
             .await;

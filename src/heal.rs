@@ -156,7 +156,8 @@ pub(crate) async fn ping_every_node(ensemble: &Ensemble) -> (NodeReport, Vec<quo
 async fn probe(ensemble: &Arc<Ensemble>) -> Result<NodeReport> {
     let id = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>()).simple();
     let resource = keys::probe_resource(&id.to_string());
-    let plan = Plan::new(ensemble, vec![resource], probe_ttl(ensemble), false)?;
+    let plan =
+        Plan::new(ensemble, vec![resource], probe_ttl(ensemble), false)?.reading_every_answer();
     Ok(match attempt::attempt(ensemble, &plan, None).await {
         Ok(guard) => {
             let report = guard.report().clone();
