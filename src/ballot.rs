@@ -1,4 +1,4 @@
-//! The ballot of one acquisition attempt under restart quarantine (safety v2): which
+//! The ballot of one acquisition attempt under restart quarantine: which
 //! node's "yes" counts, when the attempt knows enough to stop waiting for answers, and which
 //! fencing token it may mint.
 //!

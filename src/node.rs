@@ -521,8 +521,8 @@ fn parse_uptime(text: &str) -> Option<Uptime> {
     Some(Uptime::seconds(u64::try_from(seconds).unwrap_or(0)))
 }
 
-/// What a connect learnt about the Redis process behind a node, for restart quarantine
-/// (safety v2): its identity and age from `INFO`, its durability, and what this client has
+/// What a connect learnt about the Redis process behind a node, for restart quarantine:
+/// its identity and age from `INFO`, its durability, and what this client has
 /// since seen of the node's admission in that life.
 #[derive(Debug, Clone)]
 pub(crate) struct Facts {

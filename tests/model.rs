@@ -1,6 +1,6 @@
 //! Model check of the lock protocol with restarts, using the crate's own decision rules
-//! (`quorum_lock::safety`, exposed `#[doc(hidden)] pub` for this test). The model, its time
-//! abstraction and what it covers are described in `docs/safety-v2.md` ("The model").
+//! (`quorum_lock::safety`, exposed `#[doc(hidden)] pub` for this test). DESIGN.md section 7
+//! states the rules and the argument for each.
 //!
 //! In short: N nodes (3, and 5 without restarts), two clients with different TTLs, time in
 //! ticks of 2 ms so that the drift allowance at drift factor 0 (2 ms) is exactly one tick.

@@ -84,7 +84,7 @@ pub(crate) fn derived_name<'a>(kind: Kind, prefix: &'a str, lock: &'a str) -> Na
     }
 }
 
-/// The node-wide keys of restart quarantine (safety v2): one of each per node and key
+/// The node-wide keys of restart quarantine: one of each per node and key
 /// prefix (clients of one prefix share them: their leases are on the same keys), never
 /// expiring. A script gets them after its per-lock
 /// blocks, in the order of its layout's globals.
