@@ -301,13 +301,12 @@ impl RedlockBuilder {
         self
     }
 
-    /// Every fencing token this client mints is above `floor` (default: none). For
-    /// continuing a token sequence after most nodes lost their memory (restarted without
-    /// persistence, say): Redis then no longer knows the highest token issued, and an
-    /// acquisition with fencing fails with [`Error::FenceUnknown`] rather than risk
-    /// repeating one. Set it to at least the highest token ever issued (your storage keeps
-    /// it: the highest token it accepted). Below 2^53: tokens stay at most 2^53, the
-    /// largest integer the nodes' scripts count exactly.
+    /// Every fencing token this client mints is above `floor` (default: none). Tokens are
+    /// at least the client's wall clock in microseconds since the Unix epoch (about 1.8 ×
+    /// 10^15), so a floor matters only to continue a sequence of larger numbers (a store
+    /// that fenced on them before): set it to the highest token that store accepted. Below
+    /// 2^53: tokens stay at most 2^53, the largest integer the nodes' scripts count
+    /// exactly.
     pub fn fence_floor(mut self, floor: u64) -> Self {
         self.fence_floor = Some(floor);
         self

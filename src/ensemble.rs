@@ -294,8 +294,7 @@ impl Ensemble {
 /// durability, naming the nodes that may lose writes on a restart (no `appendfsync
 /// always`, or unknown). Fencing is chosen per request (`.fenced()`), not for the client,
 /// so the warning is given whether or not this client will fence, and says that fenced
-/// locks are unsafe there. Issue 14: "fencing on nodes without persistence and with
-/// quarantine off is a loud warning at connect".
+/// locks are refused there (a fenced acquisition fails with a configuration error).
 fn watch_persistence(nodes: &[Arc<Node>]) {
     let learnt: Vec<(String, Option<Persistence>)> =
         nodes.iter().map(|n| (n.name().to_owned(), None)).collect();
@@ -318,7 +317,7 @@ fn watch_persistence(nodes: &[Arc<Node>]) {
                     nodes = ?volatile,
                     "restart quarantine is off on nodes without appendfsync always: a \
                      restart of one can let a lock be granted twice, and fenced locks are \
-                     unsafe (their fencing tokens can repeat)"
+                     refused (their fencing tokens could repeat)"
                 );
             }
         }));

@@ -1,5 +1,5 @@
 //! Readmission without lock traffic: restart quarantine readmits a node only when an
-//! acquisition reads it, so an idle ensemble would never heal. [`Redlock::heal`] runs that
+//! acquisition reads it, so an idle ensemble would never heal. [`Redlock::heal`](crate::Redlock::heal) runs that
 //! acquisition on a private resource of its own (one attempt, released at once), and a
 //! long-lived client runs it by itself in the background whenever a node it knows is not
 //! admitted in its current life: at connect, after a restart it sees, and when a
@@ -30,7 +30,8 @@ const QUIET: Duration = Duration::from_secs(1);
 const SHORTEST_PAUSE: Duration = Duration::from_millis(100);
 const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 
-/// Where each node stands for restart quarantine, as [`Redlock::heal`] found it.
+/// Where each node stands for restart quarantine, as
+/// [`Redlock::heal`](crate::Redlock::heal) found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Readiness {
@@ -216,7 +217,7 @@ fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
 
 /// Starts the background readmission of a long-lived client, once, when a runtime is
 /// there (restart quarantine on). It holds the client weakly and stops with
-/// [`Redlock::shutdown`] or when the last clone is dropped.
+/// [`Redlock::shutdown`](crate::Redlock::shutdown) or when the last clone is dropped.
 pub(crate) fn start_healer(ensemble: &Arc<Ensemble>) {
     if !ensemble.config.quarantine || ensemble.healer_started.swap(true, Ordering::AcqRel) {
         return;

@@ -38,7 +38,8 @@ mod scoped;
 mod shutdown;
 mod status;
 mod wait;
-// Pure rules of issue 14 (called through `ballot`), public only for tests/model.rs.
+// Pure rules of restart quarantine and fencing (called through `ballot`), public only for
+// tests/model.rs.
 #[doc(hidden)]
 pub mod safety;
 

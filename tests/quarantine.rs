@@ -1,4 +1,4 @@
-//! Restart quarantine v2 against real servers (issue 14): a node that lost its memory is
+//! Restart quarantine against real servers: a node that lost its memory is
 //! kept out for as long as any client's lease may depend on it (the ensemble's longest
 //! TTL, rounding its uptime down), fresh and unrestarted nodes vote at once, missing inputs
 //! keep a node out, one server behind two URLs is refused, and fencing tokens never repeat
@@ -84,7 +84,7 @@ fn restart_and_age(node: &mut RedisServer, secs: u64) {
     });
 }
 
-/// Issue 14 item 8: a fresh ensemble grants the first lock at once (the old quarantine
+/// A fresh ensemble grants the first lock at once (the old quarantine
 /// refused every vote for one TTL), and the next lock takes the fast path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_ensemble_locks_at_once() {
@@ -112,7 +112,7 @@ async fn a_fresh_ensemble_locks_at_once() {
     guard.release().await.unwrap();
 }
 
-/// Issue 14 item 2: the quarantine lasts the longest TTL of the ensemble, not the TTL of
+/// The quarantine lasts the longest TTL of the ensemble, not the TTL of
 /// the client asking. A 60 s lock held on a bare majority loses one of its nodes; a 2 s
 /// client must not acquire through that node once its own TTL has passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +198,7 @@ async fn a_short_ttl_client_waits_out_another_clients_long_lease() {
     );
 }
 
-/// Issue 14 item 1: `uptime_in_seconds` is the difference of two whole-second readings, so
+/// `uptime_in_seconds` is the difference of two whole-second readings, so
 /// a node 0.4 s old can report 1. A restarted node is only trusted as old as its uptime
 /// minus one second: a client never acquires through it while a 1 s lease it may have
 /// held is still valid.
@@ -276,7 +276,7 @@ async fn a_restarted_node_is_not_trusted_older_than_it_may_be() {
     );
 }
 
-/// Issue 14 item 7: a node whose `INFO` is refused (an ACL user without `+info`) does not
+/// A node whose `INFO` is refused (an ACL user without `+info`) does not
 /// vote, and the report says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_that_refuses_info_does_not_vote() {
@@ -334,7 +334,7 @@ async fn a_node_that_refuses_info_does_not_vote() {
     .await;
 }
 
-/// Issue 14 item 6: two URLs reaching one server are one vote: a configuration error
+/// Two URLs reaching one server are one vote: a configuration error
 /// naming both, at connect and at the first lock.
 #[tokio::test]
 async fn one_server_behind_two_urls_is_refused() {
@@ -696,12 +696,12 @@ impl Captured {
     }
 }
 
-const UNSAFE_FENCING: &str = "fenced locks are unsafe";
+const UNSAFE_FENCING: &str = "fenced locks are refused";
 
-/// Issue 14: "Fencing on nodes without persistence and with quarantine off is a loud
-/// warning at connect". Fencing is chosen per request, so a client with quarantine off
-/// warns once its nodes are connected, naming the nodes without `appendfsync always` and
-/// saying that fenced locks are unsafe, before any lock; once per client. With quarantine
+/// Fencing on nodes without persistence and with quarantine off is refused, and said at
+/// connect: fencing is chosen per request, so a client with quarantine off warns once its
+/// nodes are connected, naming the nodes without `appendfsync always` and saying that
+/// fenced locks are refused, before any lock; once per client. With quarantine
 /// on, or on durable nodes, it says nothing. (Current-thread runtime: the subscriber set
 /// for this thread sees every task of the test.)
 #[tokio::test]
@@ -773,7 +773,7 @@ fn marker(node: &RedisServer) -> Option<String> {
         .unwrap()
 }
 
-/// The model's counterexample to voting at once when admitted by age (issue 14, see
+/// The model's counterexample to voting at once when admitted by age (see
 /// `tests/model.rs`, `voting_at_once_when_admitted_by_age_loses_exclusion`), on real
 /// servers: B's acquire sets its key on node 0, its requests to nodes 1 and 2 are held
 /// (black-holed proxies); node 0 restarts empty; A finds a fresh ensemble, locks, releases

@@ -288,7 +288,7 @@ pub(crate) static RELEASE: Lua =
 /// Compare-and-delete of one lock key, waking nobody: the plain release of a one-key lock
 /// (a node that is not the waiting-list node, or notifications off). The same effect as
 /// [`RELEASE`] on that key with ARGV[2] `'0'`, without its loops, its waiting-list keys and
-/// its reply table: about a third less server time than a `RELEASE` call (issue 16).
+/// its reply table: about a third less server time than a `RELEASE` call.
 ///
 /// KEYS[1]: the lock key. ARGV[1]: our token. Returns 1 after deleting the key, 0 when it
 /// does not hold the token: `DELIFEQ`'s reply, which stands in for this script on the
@@ -313,7 +313,7 @@ pub(crate) static UNLOCK: Lua = Lua::new(&[Kind::Lock], UNLOCK_SRC).repeatable()
 ///
 /// The key is deleted after the list is popped, in the same script (atomic, so nothing sees
 /// the order): waking nobody, one `DEL` takes the key and the turn together, the common
-/// case of an uncontended release, four calls instead of five (issue 16).
+/// case of an uncontended release, four calls instead of five.
 const RELEASE_ONE_SRC: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
