@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use common::{RedisServer, clockshift_lib, raw_ping};
 use kit::ensemble::{Ensemble, Fault, LocalEnsemble, NodeKind};
 use kit::history::{self, Done, History, Hold, Row, Verdict, Write};
+use kit::liveness::{self, ReadyBy};
 use kit::nemesis::{self, Expect, FaultGen, NemesisRun, Order, Plan};
 use kit::proxy::{FaultProxy, Link};
 use kit::scenarios::{self, BareMajority, Hit};
@@ -173,6 +174,60 @@ fn nemesis_empty_restarts_with_quarantine() {
                 nemesis::rolling_empty_restart("rolling empty restart, every node"),
             ),
         ],
+    );
+}
+
+/// Liveness with restart quarantine and fencing on (TTL 1 s, TTL ceiling 2 s, plain and
+/// fenced workers): an idle rolling restart, a new deployment with a minority down from the
+/// start, single restarts with idle gaps, and rolling restarts paced by `Redlock::heal()`
+/// and by `quorum-lock doctor --ready` (that one only with the `cli` feature, which builds
+/// the binary). Each on fresh nodes; safe with increasing tokens, and locks of both kinds
+/// granted within `liveness::SLACK` of a majority having served for the ceiling plus drift.
+#[test]
+fn liveness_after_idle_restarts_and_a_minority_down() {
+    let store = RedisServer::start();
+    let base = kit::rng::seed();
+    let mut runs = vec![
+        liveness::idle_rolling_restart(5),
+        liveness::down_from_the_start(5),
+        liveness::idle_single_restarts(),
+        liveness::ready_paced_rolling_restart(5, ReadyBy::Heal),
+    ];
+    match option_env!("CARGO_BIN_EXE_quorum-lock") {
+        Some(bin) => runs.push(liveness::ready_paced_rolling_restart(
+            5,
+            ReadyBy::Cli(bin.into()),
+        )),
+        None => {
+            let _ = std::io::Write::write_all(
+                &mut std::io::stderr(),
+                b"liveness row paced by `quorum-lock doctor --ready` skipped: the binary needs \
+                  the `cli` feature (cargo test --all-features)\n",
+            );
+        }
+    }
+    let rows: Vec<Row> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let mut ens = LocalEnsemble::uniform(5, PLAIN, true);
+            let started = ens.started.clone();
+            liveness::run(
+                &mut ens,
+                &started,
+                &store,
+                WORKER_TEST,
+                run,
+                base + i as u64,
+            )
+        })
+        .collect();
+    history::report(
+        &format!(
+            "portable: liveness after empty restarts, quarantine and fencing on, TTL 1 s, \
+             ceiling 2 s [QL_FAULTS_SEED={base}]"
+        ),
+        &rows,
     );
 }
 

@@ -167,6 +167,8 @@ pub struct NodeKind {
 /// Local `redis-server` processes, optionally each behind a [`FaultProxy`].
 pub struct LocalEnsemble {
     pub nodes: Vec<RedisServer>,
+    /// When each node first served (common clock, taken once its start returned).
+    pub started: Vec<u64>,
     proxies: Vec<FaultProxy>,
     clocks: Vec<Option<ClockFile>>,
 }
@@ -176,6 +178,7 @@ impl LocalEnsemble {
     /// through its own proxy (needed for partitions and latency).
     pub fn start(kinds: &[NodeKind], proxies: bool) -> LocalEnsemble {
         let mut nodes = Vec::new();
+        let mut started = Vec::new();
         let mut clocks = Vec::new();
         for kind in kinds {
             let clock = kind.shifted_clock.then(|| ClockFile::new(0));
@@ -188,6 +191,7 @@ impl LocalEnsemble {
                 ..ServerOptions::default()
             };
             nodes.push(RedisServer::start_extended(opts, extras));
+            started.push(super::clock::now());
             clocks.push(clock);
         }
         let proxies = if proxies {
@@ -200,6 +204,7 @@ impl LocalEnsemble {
         };
         LocalEnsemble {
             nodes,
+            started,
             proxies,
             clocks,
         }

@@ -382,6 +382,26 @@ impl Check {
     }
 }
 
+/// How fast locks were granted again once the ensemble had settled after its faults (a
+/// majority of nodes serving for the longest quarantine), for the rows that measure it
+/// (`super::liveness`); the table's `refused`, `→plain` and `→fenced` columns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Live {
+    /// `lock()` calls begun after a settling point that gave up.
+    pub refused: usize,
+    /// The longest time from a settling point to the first plain lock granted after it;
+    /// `None` when one point saw none.
+    pub to_plain: Option<Duration>,
+    /// The same for fenced locks.
+    pub to_fenced: Option<Duration>,
+}
+
+impl Live {
+    fn cell(d: Option<Duration>) -> String {
+        d.map_or_else(|| "none".to_owned(), |d| format!("{:.2}s", d.as_secs_f64()))
+    }
+}
+
 /// One line of a result table.
 #[derive(Clone, Debug)]
 pub struct Row {
@@ -401,6 +421,8 @@ pub struct Row {
     pub verdict: Verdict,
     /// The verdict the scenario must reach.
     pub want: Verdict,
+    /// Liveness figures, for the rows that measure them.
+    pub live: Option<Live>,
     pub secs: f64,
     /// Other facts worth a glance (refusals, progress, seed).
     pub notes: String,
@@ -426,6 +448,7 @@ impl Row {
             expected: check.expected,
             verdict: check.verdict(fencing),
             want,
+            live: None,
             secs: 0.0,
             notes: String::new(),
             problems: Vec::new(),
@@ -465,7 +488,7 @@ pub fn table(title: &str, rows: &[Row]) -> String {
     let _ = writeln!(out, "\n== {title} ==");
     let _ = writeln!(
         out,
-        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
+        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
         "scenario",
         "holds",
         "during",
@@ -473,6 +496,9 @@ pub fn table(title: &str, rows: &[Row]) -> String {
         "late",
         "fenced",
         "tokens↑",
+        "refused",
+        "→plain",
+        "→fenced",
         "counter",
         "expected",
         "verdict",
@@ -484,9 +510,17 @@ pub fn table(title: &str, rows: &[Row]) -> String {
         let during = r
             .during_faults
             .map_or_else(|| "-".to_owned(), |n| n.to_string());
+        let (refused, to_plain, to_fenced) = match &r.live {
+            Some(live) => (
+                live.refused.to_string(),
+                Live::cell(live.to_plain),
+                Live::cell(live.to_fenced),
+            ),
+            None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+        };
         let _ = writeln!(
             out,
-            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
+            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
             r.scenario,
             r.holds,
             during,
@@ -494,6 +528,9 @@ pub fn table(title: &str, rows: &[Row]) -> String {
             r.late,
             r.rejected,
             r.tokens_cell(),
+            refused,
+            to_plain,
+            to_fenced,
             r.counter,
             r.expected,
             r.verdict.to_string(),

@@ -10,12 +10,15 @@
 //! - [`ensemble`]: the nodes and the faults that can be applied to them;
 //! - [`nemesis`]: randomised fault schedules against concurrent workers;
 //! - [`scenarios`]: the deterministic bare-majority and paused-holder scenarios;
+//! - [`liveness`]: rows that restart nodes empty (or keep a minority down) around idle
+//!   workers and measure how fast locks are granted again;
 //! - [`rng`]: a small seeded generator, so a failing schedule can be replayed.
 #![allow(dead_code)]
 
 pub mod clock;
 pub mod ensemble;
 pub mod history;
+pub mod liveness;
 pub mod nemesis;
 pub mod rng;
 pub mod scenarios;

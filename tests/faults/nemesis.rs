@@ -20,7 +20,7 @@ use super::clock;
 use super::ensemble::{Cut, Ensemble, Fault};
 use super::history::{self, Hold, Row, Verdict};
 use super::rng::Rng;
-use super::worker::{WorkerSpec, Workers, client};
+use super::worker::{WorkerSpec, Workers, client_with_ceiling};
 
 /// Per-node timeout of the randomised runs: generous, because the workers share two cores
 /// with ten servers, five proxies and possibly other tests.
@@ -320,6 +320,8 @@ fn run_once(
         lock_wait: run.lock_wait,
         quarantine,
         fencing: run.fencing,
+        mixed: false,
+        ttl_ceiling: None,
         use_lock: run.use_lock,
         seed,
     };
@@ -561,12 +563,12 @@ fn run_once(
 /// until the nodes are older than the longest TTL plus drift (DESIGN.md, section 7, "Not
 /// guaranteed"): seconds without any acquisition at the start, which would hide the
 /// quarantine dips the restart runs are about.
-fn prewarm(spec: &WorkerSpec, ttl: Duration) {
+pub fn prewarm(spec: &WorkerSpec, ttl: Duration) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("runtime");
-    let redlock = client(&spec.urls, ttl, spec.node_timeout, true);
+    let redlock = client_with_ceiling(&spec.urls, ttl, spec.node_timeout, true, spec.ttl_ceiling);
     rt.block_on(async {
         let request = redlock
             .lock(&spec.resource, ttl)

@@ -4,8 +4,11 @@
 //! kept in a separate, never-faulted Redis by read-modify-write (GET, a short sleep, SET —
 //! or, with fencing, `fenced_set` under the token of a `LockRequest::fenced()` lock),
 //! releases, and records every hold (with its token) and every failed `lock()` call as a
-//! line in its own file, which the parent reads once it exits. Workers of one run may use
-//! different TTLs (`WorkerSpec::ttls`); the parent can end a run early (`Workers::stop`).
+//! line in its own file, which the parent reads once it exits (or, complete lines only,
+//! while it runs: `Workers::snapshot`). Workers of one run may use different TTLs
+//! (`WorkerSpec::ttls`) and mix plain and fenced locks (`WorkerSpec::mixed`); the parent
+//! can end a run early (`Workers::stop`) or hold every worker idle for a while
+//! (`Workers::pause`, `Workers::resume`).
 
 use std::fs::{self, File};
 use std::io::Write as _;
@@ -43,6 +46,12 @@ pub struct WorkerSpec {
     /// Lock with [`LockRequest::fenced`](quorum_lock::LockRequest::fenced) (a
     /// `FencedGuard`), record each hold's token and write the counter with `fenced_set`.
     pub fencing: bool,
+    /// With `fencing`, even-numbered workers (2, 4, ...) lock plain: plain and fenced
+    /// holders of one resource in one run.
+    pub mixed: bool,
+    /// The deployment's TTL ceiling every worker's client is built with
+    /// (`RedlockBuilder::ttl_ceiling`); `None`: the library's default.
+    pub ttl_ceiling: Option<Duration>,
     /// False for the control run: increments without any lock.
     pub use_lock: bool,
     pub seed: u64,
@@ -54,6 +63,11 @@ impl WorkerSpec {
     /// The TTL of worker `id` (from 1).
     pub fn ttl_of(&self, id: u32) -> Duration {
         self.ttls[(id as usize - 1) % self.ttls.len()]
+    }
+
+    /// Whether worker `id` (from 1) locks with a fencing token.
+    pub fn fenced(&self, id: u32) -> bool {
+        self.fencing && !(self.mixed && id.is_multiple_of(2))
     }
 
     fn to_env(&self) -> Vec<(String, String)> {
@@ -78,6 +92,11 @@ impl WorkerSpec {
             ("LOCK_WAIT_MS", ms(self.lock_wait)),
             ("QUARANTINE", u8::from(self.quarantine).to_string()),
             ("FENCING", u8::from(self.fencing).to_string()),
+            ("MIXED", u8::from(self.mixed).to_string()),
+            (
+                "CEILING_MS",
+                self.ttl_ceiling.map_or(0, |d| d.as_millis()).to_string(),
+            ),
             ("USE_LOCK", u8::from(self.use_lock).to_string()),
             ("SEED", self.seed.to_string()),
         ]
@@ -112,6 +131,8 @@ impl WorkerSpec {
             lock_wait: ms("LOCK_WAIT_MS"),
             quarantine: n("QUARANTINE") == 1,
             fencing: n("FENCING") == 1,
+            mixed: n("MIXED") == 1,
+            ttl_ceiling: Some(ms("CEILING_MS")).filter(|d| !d.is_zero()),
             use_lock: n("USE_LOCK") == 1,
             seed: n("SEED"),
         }
@@ -120,15 +141,30 @@ impl WorkerSpec {
 
 /// The lock client a worker (or a scenario's client) uses.
 pub fn client(urls: &[String], ttl: Duration, node_timeout: Duration, quarantine: bool) -> Redlock {
-    Redlock::builder()
+    client_with_ceiling(urls, ttl, node_timeout, quarantine, None)
+}
+
+/// [`client`] with the deployment's TTL ceiling (`None`: the library's default).
+pub fn client_with_ceiling(
+    urls: &[String],
+    ttl: Duration,
+    node_timeout: Duration,
+    quarantine: bool,
+    ceiling: Option<Duration>,
+) -> Redlock {
+    let builder = Redlock::builder()
         .nodes(urls)
         .node_timeout(node_timeout)
         .retry_delay(Duration::from_millis(5))
         .max_retry_delay(Duration::from_millis(50))
         .default_ttl(ttl)
-        .restart_quarantine(quarantine)
-        .build()
-        .expect("valid lock configuration")
+        .restart_quarantine(quarantine);
+    match ceiling {
+        Some(ceiling) => builder.ttl_ceiling(ceiling),
+        None => builder,
+    }
+    .build()
+    .expect("valid lock configuration")
 }
 
 /// A multiplexed connection to the counter store with generous timeouts (the store is never
@@ -232,7 +268,14 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
             .expect("write record");
     };
     let ttl = spec.ttl_of(id);
-    let redlock = client(&spec.urls, ttl, spec.node_timeout, spec.quarantine);
+    let fenced = spec.fenced(id);
+    let redlock = client_with_ceiling(
+        &spec.urls,
+        ttl,
+        spec.node_timeout,
+        spec.quarantine,
+        spec.ttl_ceiling,
+    );
     let mut store = store_conn(&spec.store_url).await;
     let mut rng = Rng::new(spec.seed ^ (u64::from(id) << 32));
     // Anything closer than this to the deadline is not started: the holder stops in time.
@@ -241,11 +284,32 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
     // restarted nodes are readmitted) by creating this file.
     let stop_file = std::env::var_os("QLF_STOP").map(PathBuf::from);
     let stopped = || stop_file.as_ref().is_some_and(|f| f.exists());
+    // While the parent's pause file exists no `lock()` call starts; this worker says it is
+    // idle by creating its own acknowledgement file, and removes it when it goes on. The
+    // client stays alive meanwhile (its background work goes on).
+    let pause_file = std::env::var_os("QLF_PAUSE").map(PathBuf::from);
+    let ack_file = std::env::var_os("QLF_PAUSED").map(PathBuf::from);
+    let paused = || pause_file.as_ref().is_some_and(|f| f.exists());
+    let mut acked = false;
 
     tokio::time::sleep_until(clock::instant_of(spec.start_at).into()).await;
     let mut seq = 0u32;
     let mut increments = 0u64;
     while clock::now() < spec.stop_at && increments < spec.max_increments && !stopped() {
+        if let Some(ack) = &ack_file {
+            if paused() {
+                if !acked {
+                    File::create(ack).unwrap_or_else(|e| panic!("create {}: {e}", ack.display()));
+                    acked = true;
+                }
+                tokio::time::sleep(PAUSE_POLL).await;
+                continue;
+            }
+            if acked {
+                fs::remove_file(ack).unwrap_or_else(|e| panic!("remove {}: {e}", ack.display()));
+                acked = false;
+            }
+        }
         seq += 1;
         let start = clock::now();
         if !spec.use_lock {
@@ -283,7 +347,7 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         let left = Duration::from_nanos(spec.stop_at.saturating_sub(start));
         let wait = spec.lock_wait.min(left);
         let (guard, token) =
-            match acquire(redlock.lock(&spec.resource, ttl).wait(wait), spec.fencing).await {
+            match acquire(redlock.lock(&spec.resource, ttl).wait(wait), fenced).await {
                 Ok(held) => held,
                 Err(e) => {
                     emit(
@@ -358,9 +422,14 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
     );
 }
 
+/// How often a paused worker checks whether it may go on.
+const PAUSE_POLL: Duration = Duration::from_millis(10);
+
 /// The parent's handle on a set of worker processes; kills and reaps them when dropped.
 pub struct Workers {
     children: Vec<Child>,
+    /// The workers' ids, in the order of `children`.
+    ids: Vec<u32>,
     dir: PathBuf,
 }
 
@@ -368,14 +437,26 @@ impl Workers {
     /// Starts `count` workers running `spec`, by re-executing this test binary with
     /// `--exact <test_name> --ignored`.
     pub fn spawn(test_name: &str, spec: &WorkerSpec, count: usize) -> Workers {
+        Self::spawn_ids(test_name, spec, 1..=count as u32)
+    }
+
+    /// [`spawn`](Self::spawn) with these worker ids (a run that starts new workers after
+    /// earlier ones ended numbers them on, so their records stay apart; the id also picks
+    /// the TTL and the lock kind).
+    pub fn spawn_ids(
+        test_name: &str,
+        spec: &WorkerSpec,
+        ids: std::ops::RangeInclusive<u32>,
+    ) -> Workers {
         let dir = std::env::temp_dir().join(crate::common::unique("quorum-lock-faults"));
         fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
         let exe = std::env::current_exe().expect("current_exe");
         let mut workers = Workers {
             children: Vec::new(),
+            ids: Vec::new(),
             dir,
         };
-        for id in 1..=count {
+        for id in ids {
             let stderr = File::create(workers.dir.join(format!("w{id}.err"))).expect("stderr file");
             let child = Command::new(&exe)
                 .args(["--exact", test_name, "--ignored", "--nocapture"])
@@ -384,14 +465,59 @@ impl Workers {
                 .env("QLF_WORKER", id.to_string())
                 .env("QLF_OUT", workers.dir.join(format!("w{id}.log")))
                 .env("QLF_STOP", workers.dir.join("stop"))
+                .env("QLF_PAUSE", workers.dir.join("pause"))
+                .env("QLF_PAUSED", workers.dir.join(format!("paused-w{id}")))
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(stderr)
                 .spawn()
                 .unwrap_or_else(|e| panic!("spawn worker {id}: {e}"));
             workers.children.push(child);
+            workers.ids.push(id);
         }
         workers
+    }
+
+    /// Asks every worker to start no new `lock()` call until [`resume`](Self::resume), and
+    /// returns once each one is idle (it finished its current call and hold) or has
+    /// exited; panics after `limit`.
+    pub fn pause(&mut self, limit: Duration) {
+        let path = self.dir.join("pause");
+        File::create(&path).unwrap_or_else(|e| panic!("create {}: {e}", path.display()));
+        let start = Instant::now();
+        loop {
+            let mut idle = true;
+            for (child, id) in self.children.iter_mut().zip(&self.ids) {
+                let exited = child.try_wait().expect("try_wait on a worker").is_some();
+                idle &= exited || self.dir.join(format!("paused-w{id}")).exists();
+            }
+            if idle {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "workers not idle {limit:?} after the pause\n{}",
+                self.stderr_tails()
+            );
+            std::thread::sleep(PAUSE_POLL);
+        }
+    }
+
+    /// Lets paused workers go on (each within [`PAUSE_POLL`]).
+    pub fn resume(&self) {
+        let path = self.dir.join("pause");
+        fs::remove_file(&path).unwrap_or_else(|e| panic!("remove {}: {e}", path.display()));
+    }
+
+    /// The records the workers have written so far (complete lines only), while they run.
+    pub fn snapshot(&self) -> History {
+        let mut history = History::default();
+        for id in &self.ids {
+            let text = fs::read_to_string(self.dir.join(format!("w{id}.log"))).unwrap_or_default();
+            let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+            parse(complete, &mut history);
+        }
+        history
     }
 
     /// Asks every worker to stop starting new `lock()` calls (each finishes its current
@@ -424,11 +550,9 @@ impl Workers {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let failed: Vec<usize> = status
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !s.is_some_and(|s| s.success()))
-            .map(|(i, _)| i + 1)
+        let failed: Vec<u32> = (status.iter().zip(&self.ids))
+            .filter(|(s, _)| !s.is_some_and(|s| s.success()))
+            .map(|(_, &id)| id)
             .collect();
         assert!(
             failed.is_empty(),
@@ -436,7 +560,7 @@ impl Workers {
             self.stderr_tails()
         );
         let mut history = History::default();
-        for id in 1..=self.children.len() {
+        for id in &self.ids {
             let path = self.dir.join(format!("w{id}.log"));
             let text = fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
@@ -451,7 +575,7 @@ impl Workers {
     }
 
     fn stderr_tails(&self) -> String {
-        (1..=self.children.len())
+        (self.ids.iter())
             .map(|id| {
                 let text =
                     fs::read_to_string(self.dir.join(format!("w{id}.err"))).unwrap_or_default();
