@@ -343,20 +343,24 @@ fn program_name(program: &[OsString]) -> Option<String> {
 }
 
 /// The client builder for the global options, locking with `ttl`.
+/// `ttl`: `run`'s; `None` for the commands that do not lock, which take the library's
+/// default TTL, or the ceiling when that is shorter.
 fn client(
     nodes: Option<String>,
     key_prefix: Option<String>,
     node_timeout: Duration,
-    ttl: Duration,
+    ttl: Option<Duration>,
     fence_floor: Option<u64>,
     ttl_ceiling: Option<Duration>,
 ) -> Result<RedlockBuilder, Failure> {
     let urls = node_urls(nodes)?;
+    let ceiling = ttl_ceiling.map_or_else(ttl_ceiling_from_env, |c| Ok(Some(c)))?;
+    let limit = ceiling.unwrap_or(RedlockBuilder::DEFAULT_TTL_CEILING);
     let mut builder = Redlock::builder()
         .nodes(urls)
-        .default_ttl(ttl)
+        .default_ttl(ttl.unwrap_or(RedlockBuilder::DEFAULT_TTL.min(limit)))
         .node_timeout(node_timeout);
-    if let Some(ceiling) = ttl_ceiling.map_or_else(ttl_ceiling_from_env, |c| Ok(Some(c)))? {
+    if let Some(ceiling) = ceiling {
         builder = builder.ttl_ceiling(ceiling);
     }
     if let Some(floor) = fence_floor {
@@ -389,9 +393,9 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         )));
     }
     let (ttl, fence_floor) = match &cli.command {
-        Command::Run(args) => (args.ttl, args.fence_floor),
-        // Only `run` locks; the others use the library's default.
-        _ => (RedlockBuilder::DEFAULT_TTL, None),
+        Command::Run(args) => (Some(args.ttl), args.fence_floor),
+        // Only `run` locks; the others use the library's default (see `client`).
+        _ => (None, None),
     };
     let node_timeout = cli.node_timeout;
     // `run`'s lock value names the command it runs (`status` shows it), not quorum-lock.
