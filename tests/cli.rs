@@ -1192,3 +1192,99 @@ fn doctor_prints_the_deployment_check() {
     cmd.env("QUORUM_LOCK_NODES", "not a url");
     output(cmd).stdout_has("1 node, quorum 1");
 }
+
+// ---------------------------------------------------------------------------------------
+// Readiness for rolling restarts
+
+/// The TTL ceiling the readiness tests give every invocation, so that waits stay short.
+const CEILING_ARG: &str = "2s";
+
+/// `cli(urls, args)` with `--ttl-ceiling 2s`.
+fn with_ceiling<'a>(urls: &[String], args: impl IntoIterator<Item = &'a str>) -> Command {
+    let mut cmd = cli(urls, ["--ttl-ceiling", CEILING_ARG]);
+    cmd.args(args);
+    cmd
+}
+
+/// `doctor --ready` says whether restarting the next node is safe. On a new ensemble after
+/// one `run --ttl 1s` (`--no-extend`: a 1 s TTL leaves no room for extensions at the tests'
+/// node timeout), it exits 0 with every node admitted. Right after a node restarts empty
+/// it exits 75 at once (no `--wait`), the node "kept out"; with `--wait 15s` it readmits
+/// the node once its quarantine is over and exits 0, the node "admitted"; then `repair`
+/// exits 0.
+///
+/// On the code before this change `doctor --ready` (and `--ttl-ceiling`) did not exist:
+/// exit 64, "unexpected argument".
+#[test]
+fn doctor_ready_waits_for_a_restarted_node_to_be_readmitted() {
+    let mut cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let resource = unique("ready");
+    let run = ["run", "--ttl", "1s", "--no-extend", &resource, "--", "true"];
+    output(with_ceiling(&urls, run)).expect(0);
+
+    let done = output(with_ceiling(&urls, ["doctor", "--ready"]));
+    done.expect(0).stdout_has("3 of 3 nodes admitted: ready");
+    assert_eq!(
+        done.stdout.matches("admitted: votes").count(),
+        3,
+        "{done:#?}"
+    );
+
+    restart_empty(&mut cluster.nodes[1]);
+    let node = format!("127.0.0.1:{}", cluster.nodes[1].port());
+    let done = output(with_ceiling(&urls, ["doctor", "--ready"]));
+    done.expect(75)
+        .stdout_has("2 of 3 nodes admitted")
+        .stderr_has("not ready");
+    assert!(
+        done.elapsed < Duration::from_secs(3),
+        "no --wait: one check, not a wait: {done:#?}"
+    );
+    let line = node_line(&done.stdout, &node);
+    assert!(line.contains("kept out"), "{node}: {line:?} in {done:#?}");
+    eprintln!("doctor --ready after the restart:\n{}", done.stdout);
+
+    let done = output(with_ceiling(&urls, ["doctor", "--ready", "--wait", "15s"]));
+    done.expect(0).stdout_has("3 of 3 nodes admitted: ready");
+    let line = node_line(&done.stdout, &node);
+    assert!(line.contains("admitted"), "{node}: {line:?} in {done:#?}");
+    eprintln!(
+        "doctor --ready --wait 15s after the restart: {:.1?}",
+        done.elapsed
+    );
+
+    output(with_ceiling(&urls, ["repair"]))
+        .expect(0)
+        .stdout_has("3 of 3 nodes admitted: ready");
+}
+
+/// Restarts `node` (no persistence: it comes back empty).
+fn restart_empty(node: &mut RedisServer) {
+    node.restart();
+    assert!(node.keys("*").is_empty(), "the restart kept keys");
+}
+
+/// The line of `stdout` that starts with `node` (`host:port`).
+#[track_caller]
+fn node_line<'a>(stdout: &'a str, node: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("{node} ")))
+        .unwrap_or_else(|| panic!("no line for {node} in {stdout:?}"))
+}
+
+/// The commands that take no `--ttl` accept a TTL ceiling below their 30 s default TTL:
+/// besides `doctor --ready` and `repair` (above), `status` and `release --force` with
+/// `--ttl-ceiling 2s` do their work. Before they took the ceiling into account, all four
+/// exited 64 at once ("ttl 30s is above the ttl ceiling 2s").
+#[test]
+fn commands_without_a_ttl_accept_a_short_ttl_ceiling() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let resource = unique("short-ceiling");
+    let run = ["run", "--ttl", "1s", "--no-extend", &resource, "--", "true"];
+    output(with_ceiling(&urls, run)).expect(0);
+    output(with_ceiling(&urls, ["status", &resource])).expect(0);
+    output(with_ceiling(&urls, ["release", "--force", &resource])).expect(0);
+}

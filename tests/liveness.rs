@@ -2,15 +2,20 @@
 //! ensemble for good. After rolling restarts with idle gaps, a node down from the start,
 //! concurrent first clients, a peer's key at first contact or a `FLUSHALL`, locks (plain
 //! and fenced) are granted again within a bound derived from the TTL ceiling, and fencing
-//! tokens keep increasing. Each test uses a 1 s TTL and a 2 s ceiling, so that bound
+//! tokens keep increasing. A long-lived client readmits a restarted node without any lock
+//! traffic (until it is shut down), and a backward step of a node's wall clock does not
+//! take its vote away. Each test uses a 1 s TTL and a 2 s ceiling, so that bound
 //! (`BOUND`: twice the ceiling plus 5 s) stays short.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, RedisServer, ServerOptions, eventually, unique};
-use quorum_lock::{Error, FencedGuard, LockGuard, Redlock};
+use common::{
+    CLOCKSHIFT_REFRESH, ClockFile, Cluster, RedisServer, ServerExtras, ServerOptions,
+    clockshift_lib, eventually, unique,
+};
+use quorum_lock::{Error, FencedGuard, LockGuard, NodeOutcome, Redlock};
 
 /// The TTL of every lock in these tests.
 const TTL: Duration = Duration::from_secs(1);
@@ -533,4 +538,218 @@ async fn fencing_without_quarantine_on_volatile_nodes_is_a_config_error() {
     let first = token_by(&redlock, &resource, deadline, "durable nodes").await;
     let second = token_by(&redlock, &resource, deadline, "durable nodes, again").await;
     assert!(first < second, "tokens {first} then {second}");
+}
+
+/// The key in which a node keeps the `run_id` of the life a client admitted it in.
+const MARKER: &str = "quorum-lock:node:marker";
+
+/// `node`'s `run_id` (`INFO server`): a new one on every start.
+fn run_id(node: &RedisServer) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query(&mut node.conn())
+        .unwrap_or_else(|e| panic!("INFO server on {}: {e}", node.url()));
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_else(|| panic!("no run_id in INFO server of {}", node.url()))
+}
+
+/// `node`'s marker, if it has one.
+fn marker(node: &RedisServer) -> Option<String> {
+    redis::cmd("GET")
+        .arg(MARKER)
+        .query(&mut node.conn())
+        .unwrap_or_else(|e| panic!("GET {MARKER} on {}: {e}", node.url()))
+}
+
+/// Whether `marker` names the life `run_id` (earlier versions wrote `<run_id>:<0|1>`).
+fn names(marker: Option<&str>, run_id: &str) -> bool {
+    marker
+        .is_some_and(|m| m == run_id || m.strip_prefix(run_id).is_some_and(|r| r.starts_with(':')))
+}
+
+/// How long a readmission without lock traffic may take: the background task's idle
+/// `PING` (every 5 s) sees the restart, then the quarantine (the 1 s record, rounded
+/// against the node: up to 3 s from its start) and two probe rounds; measured 3 to 8 s,
+/// plus a margin for a loaded machine.
+const READMISSION_BOUND: Duration = Duration::from_secs(12);
+
+/// How long a client that was shut down is watched for not readmitting a restarted node:
+/// longer than the background task's idle `PING` period (5 s) plus the 1-2 s quarantine,
+/// so a task still running would have written the marker (as the first half shows).
+const AFTER_SHUTDOWN: Duration = Duration::from_secs(8);
+
+/// A long-lived client readmits a restarted node by itself, with no lock traffic at all,
+/// and stops doing so once shut down. 3 nodes, TTL 1 s, ceiling 2 s: one lock starts the
+/// client's background task; node 1 restarts empty; nobody locks again; node 1's marker
+/// comes to name its new `run_id` within [`READMISSION_BOUND`]. Then the client is shut
+/// down (and kept alive, so that only `shutdown()` can stop the task), node 2 restarts
+/// empty, and its marker stays unwritten for [`AFTER_SHUTDOWN`].
+///
+/// On the code before background healing (no `ttl_ceiling` there; the same steps with
+/// the builder's other settings) node 1's marker kept naming its old life: "timed out
+/// after 12s waiting for: node 1's marker to name its new run_id". Without the
+/// `shutdown()` call, node 2's marker is written about 5 s after its restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_lived_client_readmits_a_restarted_node_without_lock_traffic() {
+    let mut cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("background-readmission");
+    let deadline = Instant::now() + BOUND;
+    plain_and_release(&redlock, &resource, deadline, "the one lock").await;
+    let old = run_id(&cluster.nodes[1]);
+    let node1 = &cluster.nodes[1];
+    eventually(
+        Duration::from_secs(5),
+        "node 1's marker to name its first life",
+        || names(marker(node1).as_deref(), &old),
+    )
+    .await;
+
+    restart_empty(&mut cluster.nodes[1], 1);
+    let restarted = Instant::now();
+    let new = run_id(&cluster.nodes[1]);
+    assert_ne!(old, new, "a restart gives a new run_id");
+    let node1 = &cluster.nodes[1];
+    eventually(
+        READMISSION_BOUND,
+        "node 1's marker to name its new run_id",
+        || names(marker(node1).as_deref(), &new),
+    )
+    .await;
+    eprintln!(
+        "node 1 readmitted without lock traffic {:.1?} after its restart",
+        restarted.elapsed()
+    );
+
+    // (A probe of the background task may be under way: shutdown waits for it.)
+    redlock.shutdown().await;
+    restart_empty(&mut cluster.nodes[2], 2);
+    let node2_life = run_id(&cluster.nodes[2]);
+    let watched = Instant::now();
+    while watched.elapsed() < AFTER_SHUTDOWN {
+        let written = marker(&cluster.nodes[2]);
+        assert!(
+            written.is_none(),
+            "a client shut down {:.1?} ago still readmitted node 2 (life {node2_life}): \
+             its marker is {written:?}",
+            watched.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The client stays alive until here: only `shutdown()` stopped its background task.
+    drop(redlock);
+}
+
+/// A backward step of a node's wall clock does not take its vote away. Node 0 of 3 runs
+/// under the clockshift shim; one lock admits every node; then node 0's clock steps back
+/// 10 minutes, so its `INFO` reports a negative `uptime_in_seconds`, and its client
+/// connections are killed so that the client reconnects and reads that `INFO`. Locks keep
+/// being granted, and within a few attempts with node 0's yes counted (its outcome
+/// `Acquired`), again and again.
+///
+/// On the code before this change a negative uptime read as "no identity": from the
+/// reconnect on, node 0 was "kept out by restart quarantine: run_id or uptime unknown
+/// (info refused?)", never `Acquired`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backward_clock_step_does_not_take_a_nodes_vote_away() {
+    if clockshift_lib().is_none() {
+        eprintln!("skipping: no `cc` to build the clockshift shim (tests/shim/clockshift.c)");
+        return;
+    }
+    /// How far node 0's wall clock steps back.
+    const STEP_MS: i64 = -600_000;
+    /// Attempts allowed for the first lock that counts node 0's yes after the step.
+    const ATTEMPTS: u32 = 30;
+
+    let clock = ClockFile::new(0);
+    let shifted = RedisServer::start_extended(
+        ServerOptions::default(),
+        ServerExtras {
+            clock_offset_file: Some(clock.path().to_owned()),
+            ..ServerExtras::default()
+        },
+    );
+    let others = Cluster::start(2);
+    let mut urls = vec![shifted.url()];
+    urls.extend(others.urls());
+    let redlock = client(&urls);
+
+    let deadline = Instant::now() + BOUND;
+    let guard = plain_by(
+        &redlock,
+        &unique("before-step"),
+        deadline,
+        "before the step",
+    )
+    .await;
+    let report = guard.report().clone();
+    guard.release().await.expect("release");
+    assert_eq!(
+        report.count(&NodeOutcome::Acquired),
+        3,
+        "every node votes on a fresh ensemble: {report}"
+    );
+
+    clock.set(STEP_MS);
+    let uptime = || -> i64 {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut shifted.conn())
+            .expect("INFO server");
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|u| u.trim().parse().ok())
+            .expect("uptime_in_seconds")
+    };
+    eventually(
+        CLOCKSHIFT_REFRESH * 30,
+        "node 0 to report a negative uptime",
+        || uptime() < 0,
+    )
+    .await;
+    eprintln!("node 0 reports uptime_in_seconds:{}", uptime());
+    // Every client connection of node 0 (not this admin one): the client reconnects and
+    // learns node 0's facts again, from an INFO with the negative uptime.
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut shifted.conn())
+        .expect("CLIENT KILL TYPE normal");
+    assert!(killed > 0, "the client had a connection to node 0");
+
+    let mut outcomes = Vec::new();
+    let mut voted = 0;
+    for attempt in 1..=ATTEMPTS {
+        let deadline = Instant::now() + BOUND;
+        let what = format!("after the step, attempt {attempt}");
+        let guard = plain_by(&redlock, &unique("after-step"), deadline, &what).await;
+        let outcome = guard.report().results()[0].outcome.clone();
+        guard
+            .release()
+            .await
+            .unwrap_or_else(|e| panic!("{what}: release: {}", explain(&e)));
+        outcomes.push(outcome.to_string());
+        // The first attempt finds its connection killed; an answer that came after the
+        // majority's is not waited for ("no answer yet"). Neither is a vote kept out.
+        assert!(
+            !outcome.is_quarantined(),
+            "node 0 kept out after its clock stepped back: {outcomes:?}"
+        );
+        if outcome == NodeOutcome::Acquired {
+            voted += 1;
+            if voted == 3 {
+                break;
+            }
+        }
+    }
+    eprintln!("node 0's outcomes after the step: {outcomes:?}");
+    assert_eq!(
+        voted, 3,
+        "node 0's yes did not count in 3 locks out of {ATTEMPTS} after its clock stepped \
+         back: {outcomes:?}"
+    );
+    assert!(uptime() < 0, "node 0's uptime stayed negative throughout");
 }
