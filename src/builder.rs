@@ -258,7 +258,8 @@ impl RedlockBuilder {
     /// quarantine needs a bound on the TTL of a lease it cannot see: when a node's history
     /// cannot be read (a new deployment with a node down, most nodes restarted), a node
     /// that may have lost its memory votes once it has run for the ceiling plus drift.
-    /// Every client of the same nodes must use the same ceiling, or a larger one; long
+    /// Every client of the same nodes must use the same ceiling (no TTL above any client's
+    /// ceiling: a client with a larger one could outlive another's quarantine); long
     /// critical sections keep a short TTL and extend it (`LockRequest::auto_extend`).
     pub fn ttl_ceiling(mut self, ceiling: Duration) -> Self {
         self.ttl_ceiling = ceiling;
