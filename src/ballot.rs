@@ -251,6 +251,7 @@ pub(crate) fn public(reason: Reason) -> QuarantineReason {
         Reason::NoIdentity => QuarantineReason::NoIdentity,
         Reason::RecordUnread { .. } => QuarantineReason::RecordUnread,
         Reason::FreshNeedsAll { .. } => QuarantineReason::FreshNeedsAll,
+        Reason::JustStarted => QuarantineReason::JustStarted,
     }
 }
 

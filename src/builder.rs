@@ -85,6 +85,9 @@ impl RedlockBuilder {
     pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
     /// Default [`node_timeout`](Self::node_timeout): 50 ms.
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+    /// The largest [`node_timeout`](Self::node_timeout) accepted: 500 ms.
+    pub const MAX_NODE_TIMEOUT: Duration = crate::safety::MAX_NODE_TIMEOUT;
     /// Default [`connect_timeout`](Self::connect_timeout): 500 ms.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
     /// Default [`wait`](Self::wait): 10 s.
@@ -184,7 +187,10 @@ impl RedlockBuilder {
 
     /// Upper bound on one request to one node, including any wait for its connection.
     /// A node that does not answer in time counts as a failed vote for that attempt; keep
-    /// it small against the TTL: a TTL not above it is a configuration error. Default: 50 ms.
+    /// it small against the TTL: a TTL not above it is a configuration error. At most
+    /// 500 ms ([`MAX_NODE_TIMEOUT`](Self::MAX_NODE_TIMEOUT)): restart quarantine relies
+    /// on two clients' rounds together lasting less than its shortest period, a second.
+    /// Default: 50 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
         self
@@ -384,6 +390,13 @@ impl RedlockBuilder {
             return Err(config(
                 "node timeout is zero; use a few milliseconds or more",
             ));
+        }
+        if self.node_timeout > Self::MAX_NODE_TIMEOUT {
+            return Err(config(format!(
+                "node timeout {:?} is above {:?}: restart quarantine relies on                  two clients' rounds together lasting less than a second",
+                self.node_timeout,
+                Self::MAX_NODE_TIMEOUT
+            )));
         }
         if self.connect_timeout.is_zero() {
             return Err(config("connect timeout is zero; use 100 ms or more"));

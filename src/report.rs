@@ -68,6 +68,9 @@ pub enum QuarantineReason {
     /// A new ensemble with nodes not answering: it cannot be told from one whose records
     /// were lost, so the node stays out for the TTL ceiling plus drift from its start.
     FreshNeedsAll,
+    /// A new ensemble's node that has run for less than a second: it votes once it has
+    /// (a node that restarted moments ago cannot yet be told from a new one).
+    JustStarted,
     /// The node's quarantine is over (or a new ensemble's records are waited out), judged
     /// from an answer whose `run_id` and uptime may be those of a process that restarted
     /// after it answered: its marker is written now, naming that process, and it votes
@@ -77,7 +80,8 @@ pub enum QuarantineReason {
 
 impl QuarantineReason {
     /// A short machine-readable name: `memory_lost`, `restarted`, `no_identity`,
-    /// `record_unread`, `fresh_needs_all` or `readmitting` (the metric's `reason` label).
+    /// `record_unread`, `fresh_needs_all`, `just_started` or `readmitting` (the metric's
+    /// `reason` label).
     pub fn as_str(&self) -> &'static str {
         match self {
             QuarantineReason::MemoryLost => "memory_lost",
@@ -85,6 +89,7 @@ impl QuarantineReason {
             QuarantineReason::NoIdentity => "no_identity",
             QuarantineReason::RecordUnread => "record_unread",
             QuarantineReason::FreshNeedsAll => "fresh_needs_all",
+            QuarantineReason::JustStarted => "just_started",
             QuarantineReason::Readmitting => "readmitting",
         }
     }
@@ -105,6 +110,7 @@ impl fmt::Display for QuarantineReason {
             QuarantineReason::FreshNeedsAll => {
                 "new ensemble with nodes not answering: waits out the ttl ceiling"
             }
+            QuarantineReason::JustStarted => "new ensemble, node started under 1 s ago",
             QuarantineReason::Readmitting => {
                 "quarantine over: votes from the attempt after the one that marks it"
             }

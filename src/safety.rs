@@ -192,6 +192,11 @@ pub enum Reason {
         /// Intact nodes needed (a majority of the configured nodes).
         needed: usize,
     },
+    /// The ensemble looks new, but the node has run for less than [`MIN_QUARANTINE`]: it
+    /// may have restarted while another client's answers from its previous life still
+    /// count in a round whose other requests are in flight (they land within a node
+    /// timeout, at most [`MAX_NODE_TIMEOUT`]), so it waits until those have landed.
+    JustStarted,
 }
 
 impl fmt::Display for Reason {
@@ -211,6 +216,9 @@ impl fmt::Display for Reason {
             Reason::RecordUnread { intact, needed } => write!(
                 f,
                 "ensemble record read from {intact} intact nodes, {needed} needed: waits out the ttl ceiling"
+            ),
+            Reason::JustStarted => f.write_str(
+                "node started moments ago: a new ensemble's nodes vote once they have run 1 s",
             ),
         }
     }
@@ -255,6 +263,12 @@ pub enum Admission {
 /// time.
 pub const MIN_QUARANTINE: Duration = Duration::from_secs(1);
 
+/// The longest node timeout a client accepts: half of [`MIN_QUARANTINE`]. A round counts
+/// only answers that arrive within one node timeout of its start, so two clients' rounds
+/// together span less than the shortest quarantine; [`admit`] relies on it for a new
+/// ensemble's nodes.
+pub const MAX_NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
 /// How long a node that lost its memory stays out: the longest TTL a lease depending on it
 /// may have had plus its drift allowance, and at least [`MIN_QUARANTINE`]. Every lease that
 /// may have depended on the lost memory has ended by then.
@@ -287,7 +301,8 @@ pub fn longest_lease(ensemble: &EnsembleView, ceiling: Duration) -> Duration {
 ///
 /// In order: unknown identity → [`Admission::Unknown`]; intact (marker of this process,
 /// or durable) → votes at once; a fresh ensemble ([`EnsembleView::is_fresh`]) → votes at
-/// once; otherwise the node may have lost memory: it is kept out until its uptime (rounded
+/// once if the node has run for [`MIN_QUARANTINE`], else waits until it has
+/// ([`fresh_once_old`]); otherwise the node may have lost memory: it is kept out until its uptime (rounded
 /// down by a whole unit) covers the [`quarantine_period`] of [`longest_lease`], then marked
 /// ([`Admission::MarkOnly`]: it votes from the next attempt, see [`wait_out`]). So no
 /// history keeps an answering node out for longer than the ceiling plus drift after its
@@ -311,7 +326,7 @@ pub fn admit(
         };
     }
     if ensemble.is_fresh() {
-        return Admission::Votes { mark: true };
+        return fresh_once_old(uptime.min_age());
     }
     wait_out(
         longest_lease(ensemble, ceiling),
@@ -319,6 +334,28 @@ pub fn admit(
         kept_out_because(node, ensemble),
         drift_factor,
     )
+}
+
+/// A node of a fresh ensemble that is at least `age` old: it votes (and is marked) once it
+/// has run for [`MIN_QUARANTINE`], else it is quarantined until then.
+///
+/// A fresh view can be read across a restart: client B counts a node's yes from its old
+/// life, the node restarts empty, client A reads every node before B's other requests of
+/// that round land, sees no record or marker anywhere, and would vote the restarted node
+/// in at once; B's late answers then complete B's majority while A holds. B's requests
+/// land within B's node timeout of its round's start, before the restart, and A read them
+/// within A's node timeout: two node timeouts, at most [`MIN_QUARANTINE`]
+/// ([`MAX_NODE_TIMEOUT`]). A node that has run that long was read by A after B's requests
+/// landed, so A's view is not fresh.
+pub fn fresh_once_old(age: Duration) -> Admission {
+    match MIN_QUARANTINE.checked_sub(age).filter(|r| !r.is_zero()) {
+        Some(remaining) => Admission::Quarantined {
+            remaining,
+            period: MIN_QUARANTINE,
+            reason: Reason::JustStarted,
+        },
+        None => Admission::Votes { mark: true },
+    }
 }
 
 /// Why a node that is neither intact nor fresh is kept out.

@@ -62,8 +62,7 @@
 //! Each rule of the crate, weakened or replaced by an earlier one, must give a
 //! counterexample ([`Rule`]); so must faults outside the assumptions (`FLUSHALL`, a TTL
 //! above another client's ceiling, a clock error of half the shortest quarantine). The
-//! rules as written must give none, except the defect documented at
-//! `a_fresh_view_read_across_a_restart_loses_exclusion`.
+//! rules as written must give none.
 //!
 //! Reductions, each exact for these properties: nodes are symmetric (the checker keeps one
 //! representative per permutation; the printed paths replay from the initial state as
@@ -259,9 +258,6 @@ enum Rule {
     RecordFromAnyMajority,
     /// A failed extension leaves the old validity.
     KeepValidityAfterFailedExtension,
-    /// A node admitted by its age (`Admission::MarkOnly`) votes in the attempt that marks
-    /// it.
-    AgeVotesAtOnce,
     /// A fast path answer (`Seen::Cached`) counts without comparing the life it was
     /// planned for with the `run_id` it came from.
     CachedLifeUnchecked,
@@ -281,10 +277,9 @@ enum Rule {
     NoMinQuarantine,
     /// The earlier token rule: counters and floor only, no clock component.
     TokensIgnoreClock,
-    /// A candidate repair, not the crate's rule: a fresh view admits at once only nodes
-    /// that have run for `MIN_QUARANTINE`; a younger one waits it out (then is marked, and
-    /// votes from the confirmation round).
-    FreshOnlyOnceOld,
+    /// A fresh ensemble's nodes vote at once whatever their age (no
+    /// `safety::fresh_once_old`).
+    FreshAtAnyAge,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -476,10 +471,17 @@ impl Lock {
             intact: view.intact,
             needed,
         };
-        let fresh = view.is_fresh() && admission == (Admission::Votes { mark: true });
         let admission = match self.rule {
-            Rule::FreshOnlyOnceOld if fresh && age < safety::MIN_QUARANTINE => {
-                safety::wait_out(Duration::ZERO, age, Reason::MemoryLost, 0.0)
+            Rule::FreshAtAnyAge
+                if matches!(
+                    admission,
+                    Admission::Quarantined {
+                        reason: Reason::JustStarted,
+                        ..
+                    }
+                ) =>
+            {
+                Admission::Votes { mark: true }
             }
             _ if !by_age => admission,
             Rule::NoCeiling if !readable => Admission::Unknown { reason: unread },
@@ -506,10 +508,7 @@ impl Lock {
             (Admission::MarkOnly, false) => BY_CEILING,
             _ => 0,
         };
-        match (self.rule, admission) {
-            (Rule::AgeVotesAtOnce, Admission::MarkOnly) => (Admission::Votes { mark: true }, path),
-            _ => (admission, path),
-        }
+        (admission, path)
     }
 
     /// The decision of client `c`'s attempt; the marker writes to the nodes in `lost` are
@@ -1318,11 +1317,13 @@ const ROLLING: Lock = Lock {
     ..SERVED
 };
 
-/// Nodes that never served a lock, one restart.
+/// Nodes that never served a lock, started [`safety::MIN_QUARANTINE`] (four ticks) before
+/// the clients, so a new ensemble's nodes vote at once and only a restarted one is young;
+/// one restart.
 const FRESH: Lock = Lock {
-    t_max: 3,
+    t_max: 6,
     fenced: [true, true],
-    start: Start::Fresh,
+    start: Start::Aged(4),
     ..SERVED
 };
 
@@ -1360,10 +1361,10 @@ fn rules_keep_exclusion_and_fencing_with_five_nodes() {
         "FRESH5",
         Lock {
             nodes: 5,
-            t_max: 2,
+            t_max: 5,
             extends: 0,
             restarts: 1,
-            start: Start::Fresh,
+            start: Start::Aged(4),
             ..SERVED
         },
         &[],
@@ -1385,12 +1386,21 @@ fn quarantine_from_this_clients_ttl_loses_exclusion() {
     );
 }
 
+/// A long lease taken on a new ensemble, then one of its nodes restarts and another
+/// crashes: the two answering nodes show no record.
 #[test]
 fn fresh_from_a_majority_of_answers_loses_exclusion() {
     assert_caught(
-        "FRESH",
+        "FRESH, a crash",
         Lock {
             rule: Rule::FreshFromMajority,
+            ttls: [6, 2],
+            ceilings: [6, 6],
+            t_max: 10,
+            fenced: [false, false],
+            reliable: [false, true],
+            crashes: 1,
+            fast_path: false,
             ..FRESH
         },
         EXCLUSION,
@@ -1474,68 +1484,47 @@ fn rules_keep_exclusion_and_fencing_on_a_new_ensemble_with_lost_markers() {
 /// all three nodes without record or marker (fresh), locks, marks them, releases, and locks
 /// again on {0, 1}. B's answers from 1 (held) and 2 (free) arrive: two intact nodes give
 /// the record, and node 0, whose answer shows no marker and an old process, has waited out
-/// its quarantine (`MemoryLost` by its age). Voting at once (the rule before
-/// `Admission::MarkOnly`), B held {0, 2} while A held {0, 1}: see
-/// `voting_at_once_when_admitted_by_age_loses_exclusion`. Marked only, node 0's marker
-/// names its old life, and a later round finds it restarted.
+/// its quarantine (`MemoryLost` by its age). Voting at once, B would hold {0, 2} while A
+/// holds {0, 1}. Two rules stop it: A cannot find node 0's new life fresh before it has run
+/// `MIN_QUARANTINE` (by then B's slow requests have landed), and an admission by age only
+/// marks the node (`Admission::MarkOnly`), whose marker names the old life. The checker
+/// finds no overlap here with the first rule alone (voting at once when admitted by age,
+/// in every configuration of this file); the second is kept as a second guard.
 ///
-/// DEFECT of the current rules, found in [`CONCURRENT`] (10 steps, no time passing): a
-/// fresh view admits a restarted node's new life at once while another client counts a
-/// vote its old life gave before the restart. Client 1 (B: 2-tick TTL, unfenced) reaches
-/// only node 0 (its other requests lost): one answer, no record or marker; not every node
-/// answered and no intact one did, so the node waits out the ceiling, which it is past
-/// (6 ticks old): marked (`MarkOnly`). B's confirmation round reaches node 0 at once (key
-/// set, marker current: intact); its request to node 1 is slow. Node 0 restarts: B's key
-/// there is lost. Client 0 (A) reads all three nodes: node 0's new life and nodes 1 and 2
-/// show no record and no marker: fresh. A votes all three (marking node 0's new life; its
-/// commit to node 1 lost), locks and releases. B's answer from node 1 arrives (free, and
-/// marked by A: intact): B holds {0 (old life), 1}. A locks again on {0 (new life, marked:
-/// intact), 2}: two holders. An intact answer from before a restart is harmless only while
-/// the new life is quarantined, and the fresh rule skips the quarantine. The rules before
-/// the ceiling could not mark node 0 from one answer, but reach the same overlap with A's
-/// answers from nodes 1 and 2 read before B's markers and one more attempt for B (a budget
-/// the earlier model never explored). This check asserts that the defect is found; once
-/// the rules are repaired it must become `assert_safe` (see the candidate below).
+/// A fresh view read across a restart, found by the checker in [`CONCURRENT`] against the
+/// rule that admitted a fresh ensemble's nodes at any age (10 steps, no time passing).
+/// Client 1 (B: 2-tick TTL, unfenced) reaches only node 0 (its other requests lost): one
+/// answer, no record or marker; not every node answered and no intact one did, so the node
+/// waits out the ceiling, which it is past (6 ticks old): marked (`MarkOnly`). B's
+/// confirmation round reaches node 0 at once (key set, marker current: intact); its request
+/// to node 1 is slow. Node 0 restarts: B's key there is lost. Client 0 (A) reads all three
+/// nodes: node 0's new life and nodes 1 and 2 show no record and no marker: fresh. A votes
+/// all three at once (marking node 0's new life; its commit to node 1 lost), locks and
+/// releases. B's answer from node 1 arrives (free, and marked by A: intact): B holds
+/// {0 (old life), 1}. A locks again on {0 (new life, marked: intact), 2}: two holders.
+///
+/// The rule (`safety::fresh_once_old`): a fresh ensemble's node votes at once only once it
+/// has run for `MIN_QUARANTINE`, else it waits that out. Every round is shorter than half
+/// of it (here one tick against four; the client's node timeout is at most
+/// `MAX_NODE_TIMEOUT`), so B's slow request had landed, and its record was read, before A
+/// read a node that old.
 #[test]
-fn a_fresh_view_read_across_a_restart_loses_exclusion() {
+fn a_fresh_view_read_across_a_restart_keeps_exclusion() {
+    assert_safe("CONCURRENT", CONCURRENT, &[BY_RECORD_REACHED, CONFIRMED]);
+}
+
+/// The earlier rule: a fresh ensemble's nodes vote at once, whatever their age.
+#[test]
+fn admitting_a_fresh_view_at_any_age_loses_exclusion() {
     // Client 0's requests all arrive: the overlap needs none of its losses.
     let reliable = Lock {
         reliable: [true, false],
+        rule: Rule::FreshAtAnyAge,
         ..CONCURRENT
     };
     assert_caught("CONCURRENT, client 0 reliable", reliable, EXCLUSION);
 }
 
-/// A candidate repair of the defect above (not the crate's rule): a node of a fresh view
-/// votes at once only once it has run for `MIN_QUARANTINE`, else it waits that out and is
-/// marked. With every round shorter than half of it (here one tick against four), an
-/// answer from the node's previous life was decided, and its lease's records written,
-/// before any answer of the fresh view was read.
-#[test]
-#[ignore = "a candidate repair, not the crate's rule: run with `cargo test --all-features --test model -- --ignored`"]
-fn admitting_only_old_nodes_as_fresh_keeps_exclusion_across_a_restart() {
-    assert_safe(
-        "CONCURRENT",
-        Lock {
-            rule: Rule::FreshOnlyOnceOld,
-            ..CONCURRENT
-        },
-        &[BY_RECORD_REACHED, CONFIRMED],
-    );
-}
-
-/// The old rule: a node admitted by its age votes in the attempt that marks it.
-#[test]
-fn voting_at_once_when_admitted_by_age_loses_exclusion() {
-    assert_caught(
-        "CONCURRENT",
-        Lock {
-            rule: Rule::AgeVotesAtOnce,
-            ..CONCURRENT
-        },
-        EXCLUSION,
-    );
-}
 
 // ---------------------------------------------------------------------------------------
 // The fast path: a plain `SET NX PX` to the nodes a client has seen admitted in their

@@ -691,6 +691,9 @@ fn kept_out_fix(reason: QuarantineReason) -> &'static str {
         QuarantineReason::FreshNeedsAll => {
             "bring every node up: the first lock of a new ensemble needs every node's answer"
         }
+        QuarantineReason::JustStarted => {
+            "none needed: a new ensemble's node votes once it has run for a second"
+        }
         QuarantineReason::Readmitting => {
             "none needed: the next acquisition writes its marker, and it votes from the one after"
         }
