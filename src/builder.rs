@@ -187,9 +187,10 @@ impl RedlockBuilder {
 
     /// Upper bound on one request to one node, including any wait for its connection.
     /// A node that does not answer in time counts as a failed vote for that attempt; keep
-    /// it small against the TTL: a TTL not above it is a configuration error. At most
-    /// 500 ms ([`MAX_NODE_TIMEOUT`](Self::MAX_NODE_TIMEOUT)): restart quarantine relies
-    /// on two clients' rounds together lasting less than its shortest period, a second.
+    /// it small against the TTL: a TTL not above it is a configuration error. With restart
+    /// quarantine on (the default), at most 500 ms
+    /// ([`MAX_NODE_TIMEOUT`](Self::MAX_NODE_TIMEOUT)): the quarantine relies on two
+    /// clients' rounds together lasting less than its shortest period, a second.
     /// Default: 50 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
@@ -391,7 +392,7 @@ impl RedlockBuilder {
                 "node timeout is zero; use a few milliseconds or more",
             ));
         }
-        if self.node_timeout > Self::MAX_NODE_TIMEOUT {
+        if self.quarantine && self.node_timeout > Self::MAX_NODE_TIMEOUT {
             return Err(config(format!(
                 "node timeout {:?} is above {:?}: restart quarantine relies on                  two clients' rounds together lasting less than a second",
                 self.node_timeout,

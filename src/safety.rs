@@ -596,7 +596,14 @@ mod tests {
         };
         let table = [
             (facts(Some("r2"), "r2", 0), served(60_000), votes(false)),
-            (facts(None, "r2", 0), FRESH, votes(true)),
+            // A new ensemble's node votes once it has run for a second (uptime 2: more
+            // than one second, rounding down).
+            (
+                facts(None, "r2", 0),
+                FRESH,
+                q(1_000, 1_000, Reason::JustStarted),
+            ),
+            (facts(None, "r2", 2), FRESH, votes(true)),
             (facts(None, "r2", 500), FRESH, votes(true)),
             (
                 facts(None, "r2", 1),

@@ -494,10 +494,7 @@ fn builder_durations_at_their_maximum() {
     let urls = cluster().urls();
     let base = || Redlock::builder().nodes(&urls).restart_quarantine(false);
     let err = base().node_timeout(Duration::MAX).build().unwrap_err();
-    assert!(
-        err.to_string().contains("not above the node timeout"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("node timeout"), "{err}");
     runtime().block_on(async {
         let client = base().connect_timeout(Duration::MAX).build().unwrap();
         client.connect().await.expect("connected");
@@ -515,4 +512,27 @@ fn builder_durations_at_their_maximum() {
     });
     let (after, messages) = panics();
     assert_eq!(after, before, "panics: {messages:?}");
+}
+
+/// The node timeout is at most `MAX_NODE_TIMEOUT` (500 ms): restart quarantine relies on
+/// two clients' rounds together lasting less than a second.
+#[test]
+fn node_timeout_above_half_a_second_is_a_config_error() {
+    let urls = cluster().urls();
+    let base = || {
+        Redlock::builder()
+            .nodes(&urls)
+            .default_ttl(Duration::from_secs(5))
+    };
+    assert_eq!(RedlockBuilder::MAX_NODE_TIMEOUT, Duration::from_millis(500));
+    base()
+        .node_timeout(RedlockBuilder::MAX_NODE_TIMEOUT)
+        .build()
+        .expect("500 ms is accepted");
+    let err = base()
+        .node_timeout(Duration::from_millis(501))
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, quorum_lock::Error::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("above 500ms"), "{err}");
 }

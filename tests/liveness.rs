@@ -15,7 +15,7 @@ use common::{
     CLOCKSHIFT_REFRESH, ClockFile, Cluster, RedisServer, ServerExtras, ServerOptions,
     clockshift_lib, eventually, unique,
 };
-use quorum_lock::{Error, FencedGuard, LockGuard, NodeOutcome, Redlock};
+use quorum_lock::{Error, FencedGuard, LockGuard, NodeOutcome, QuarantineReason, Redlock};
 
 /// The TTL of every lock in these tests.
 const TTL: Duration = Duration::from_secs(1);
@@ -752,4 +752,46 @@ async fn a_backward_clock_step_does_not_take_a_nodes_vote_away() {
          back: {outcomes:?}"
     );
     assert!(uptime() < 0, "node 0's uptime stayed negative throughout");
+}
+
+/// A new ensemble's nodes vote only once they have run for a second (a node that
+/// restarted moments ago cannot yet be told from a new one: another client's answers from
+/// its previous life may still be in flight). Servers started just now refuse the first
+/// attempt with `JustStarted`, then grant a lock once they are a second old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ensembles_nodes_vote_once_they_have_run_a_second() {
+    let before_start = Instant::now();
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let resource = unique("just-started");
+    let first = redlock.try_lock(&resource, TTL).await;
+    let Err(e) = first else {
+        panic!("servers started just now granted a lock at once: {first:?}");
+    };
+    let report = e
+        .report()
+        .unwrap_or_else(|| panic!("no report: {}", explain(&e)));
+    let young = (report.results().iter())
+        .filter(|r| {
+            matches!(
+                r.outcome,
+                NodeOutcome::Quarantined {
+                    reason: QuarantineReason::JustStarted,
+                    remaining: Some(left),
+                } if left <= Duration::from_secs(1)
+            )
+        })
+        .count();
+    assert!(young >= 2, "a majority must be just started: {report}");
+    assert!(
+        cluster.keys_everywhere(&format!("*{resource}*")).is_empty(),
+        "a refused attempt left keys: {}",
+        cluster.describe(&format!("*{resource}*"))
+    );
+    let guard = plain_by(&redlock, &resource, before_start + BOUND, "new ensemble").await;
+    assert!(
+        before_start.elapsed() >= Duration::from_secs(1),
+        "granted before the nodes had run a second"
+    );
+    guard.release().await.expect("release");
 }

@@ -1525,7 +1525,6 @@ fn admitting_a_fresh_view_at_any_age_loses_exclusion() {
     assert_caught("CONCURRENT, client 0 reliable", reliable, EXCLUSION);
 }
 
-
 // ---------------------------------------------------------------------------------------
 // The fast path: a plain `SET NX PX` to the nodes a client has seen admitted in their
 // current life with a record covering its TTL (`Node::fast_path`), the script to the

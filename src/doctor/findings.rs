@@ -610,7 +610,8 @@ pub(crate) struct Ledger {
 /// The nodes restart quarantine keeps out now, one finding each, judged from every node's
 /// facts and ledger (`None`: not read) as an acquisition judges them
 /// ([`ballot::kept_out`]); the message says why and when the node votes again, in whole
-/// seconds rounded up, so that nodes kept out alike share one line of the text report.
+/// seconds rounded up, so that nodes kept out alike share one line of the text report. A
+/// new ensemble's node younger than a second (`JustStarted`) gets none.
 pub(crate) fn kept_out(
     infos: &[NodeInfo],
     ledgers: &[Option<Ledger>],
@@ -625,6 +626,9 @@ pub(crate) fn kept_out(
         .filter_map(|(info, kept)| {
             let (reason, remaining) = kept?;
             let (message, severity) = match (reason, remaining) {
+                // A new ensemble's node under a second old: over by itself before anyone
+                // could act on it.
+                (QuarantineReason::JustStarted, _) => return None,
                 // Over by itself at the next acquisition: worth knowing, not a warning.
                 (QuarantineReason::Readmitting, _) => {
                     (format!("restart quarantine: {reason}"), Severity::Info)
