@@ -8,13 +8,13 @@ use redis::io::tcp::TcpSettings;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::Redlock;
-use crate::coalesce::Yield;
 use crate::config::{Config, MAX_TTL, check_ceiling, check_ttl};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
-use crate::node::Node;
+use crate::net::coalesce::Yield;
+use crate::net::node::Node;
 use crate::protocol::holder;
-use crate::retry::RetryPolicy;
+use crate::rules::retry::RetryPolicy;
 
 /// The highest [`RedlockBuilder::fence_floor`]: tokens stay at most 2^53, the largest
 /// integer the nodes' Lua numbers hold exactly.

@@ -1,6 +1,6 @@
 //! The public client handle, [`Redlock`], and the [`LockRequest`] builder that `lock()` and
 //! `lock_many()` return. Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
-//! [`attempt`](crate::attempt) (one round); the shared state in
+//! [`attempt`](crate::acquire::attempt) (one round); the shared state in
 //! [`ensemble`](crate::ensemble).
 
 use std::future::IntoFuture;
@@ -9,18 +9,18 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::acquire::attempt::{self, Plan};
+use crate::acquire::heal::{self, Readiness};
 use crate::acquire::{self, Request};
-use crate::attempt::{self, Plan};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
-use crate::extend::AutoExtend;
-use crate::fanout::{self, Round, Stop};
-use crate::guard::LockGuard;
-use crate::heal::{self, Readiness};
-use crate::node::Call;
+use crate::held::extend::AutoExtend;
+use crate::held::guard::LockGuard;
+use crate::net::fanout::{self, Round, Stop};
+use crate::net::node::Call;
 use crate::protocol::{keys, reply};
-use crate::quorum;
 use crate::report::{NodeOutcome, NodeReport};
+use crate::rules::quorum;
 
 /// A Redlock client over N independent Redis masters.
 ///

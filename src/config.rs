@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::quorum;
-use crate::retry::RetryPolicy;
+use crate::rules::quorum;
+use crate::rules::retry::RetryPolicy;
 
 /// Validated settings shared by every clone of a `Redlock`.
 #[derive(Debug, Clone)]

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use crate::config::{Config, check_ceiling, check_ttl, whole_ms};
 use crate::error::{Error, Result};
-use crate::fanout::{Background, View};
-use crate::node::{Node, SendGate};
-use crate::quorum;
-use crate::safety::{self, Persistence};
+use crate::net::fanout::{Background, View};
+use crate::net::node::{Node, SendGate};
+use crate::rules::quorum;
+use crate::rules::safety::{self, Persistence};
 use crate::wait::Context;
 use crate::wait::notify::Notifier;
 use crate::wait::queue::LocalQueue;

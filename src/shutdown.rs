@@ -6,7 +6,7 @@ use std::sync::Arc;
 use futures::future::join_all;
 
 use crate::client::Redlock;
-use crate::release::Holding;
+use crate::held::release::Holding;
 
 impl Redlock {
     /// Shuts this client (and every clone of it) down, for a service that stops:

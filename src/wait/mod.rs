@@ -23,9 +23,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::fanout::{self, Round, Stop, View};
 use crate::metrics;
-use crate::node::Call;
+use crate::net::fanout::{self, Round, Stop, View};
+use crate::net::node::Call;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration};

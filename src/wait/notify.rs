@@ -24,10 +24,10 @@ use futures::StreamExt;
 use redis::Value;
 use tokio::sync::{Notify, watch};
 
-use crate::fanout::{self, Background, Round, Stop};
 use crate::metrics;
-use crate::node::Call;
-use crate::node::Node;
+use crate::net::fanout::{self, Background, Round, Stop};
+use crate::net::node::Call;
+use crate::net::node::Node;
 use crate::protocol::{keys, reply, scripts};
 use crate::report::NodeOutcome;
 

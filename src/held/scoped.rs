@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
+use crate::acquire::fenced::{FencedContext, FencedRequest};
 use crate::client::{LockRequest, Redlock};
 use crate::error::{Error, Result};
-use crate::extend::AutoExtend;
-use crate::fenced::{FencedContext, FencedRequest};
-use crate::guard::LockGuard;
-use crate::lease::LockContext;
+use crate::held::extend::AutoExtend;
+use crate::held::guard::LockGuard;
+use crate::held::lease::LockContext;
 
 impl LockRequest {
     /// Acquires the lock, runs `f` under it with auto-extension (unlimited unless

@@ -4,12 +4,12 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::ballot::{self, Seen};
+use crate::acquire::ballot::{self, Seen};
 use crate::client::Redlock;
 use crate::error::{Error, Result};
-use crate::fanout::{self, Round, Stop};
-use crate::json::JsonObject;
-use crate::node::Call;
+use crate::inspect::json::JsonObject;
+use crate::net::fanout::{self, Round, Stop};
+use crate::net::node::Call;
 use crate::protocol::holder::{self, HolderInfo};
 use crate::protocol::{reply, scripts};
 use crate::report::{NodeOutcome, QuarantineReason};
@@ -271,7 +271,7 @@ impl Redlock {
             return Err(Error::Config("empty resource name".into()));
         }
         let ensemble = self.inner();
-        crate::heal::start_healer(ensemble);
+        crate::acquire::heal::start_healer(ensemble);
         let key = self.key(resource);
         let call = Call::script(
             &scripts::INSPECT,

@@ -459,16 +459,16 @@ mod tests {
     #[test]
     fn rules_match_the_clients_quorum_arithmetic() {
         for n in 0..9 {
-            assert_eq!(majority(n), crate::quorum::quorum(n));
+            assert_eq!(majority(n), crate::rules::quorum::quorum(n));
         }
         for (ttl, elapsed, df) in [(10_000, 898, 0.01), (3, 0, 0.0), (2, 0, 0.0), (0, 0, 0.5)] {
             assert_eq!(
                 lease_validity(MS(ttl), MS(elapsed), df),
-                crate::quorum::validity(MS(ttl), MS(elapsed), df)
+                crate::rules::quorum::validity(MS(ttl), MS(elapsed), df)
             );
             assert_eq!(
                 drift_allowance(MS(ttl), df),
-                crate::quorum::drift(MS(ttl), df)
+                crate::rules::quorum::drift(MS(ttl), df)
             );
         }
         assert_eq!(lease_validity(Duration::MAX, Duration::MAX, 0.01), None);

@@ -8,7 +8,7 @@ use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use super::{DeploymentReport, Finding, NodeInfo, Severity};
-use crate::json::{JsonObject, json_opt_str};
+use crate::inspect::json::{JsonObject, json_opt_str};
 
 /// The JSON document of [`DeploymentReport::to_json`].
 pub(super) fn json(report: &DeploymentReport) -> String {

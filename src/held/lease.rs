@@ -13,13 +13,13 @@ use tracing::Instrument;
 use crate::config::whole_ms;
 use crate::ensemble::{Ensemble, Held};
 use crate::error::{Error, Result};
-use crate::fanout::{self, Round, Stop};
 use crate::metrics;
-use crate::node::{Call, SendGate};
+use crate::net::fanout::{self, Round, Stop};
+use crate::net::node::{Call, SendGate};
 use crate::protocol::{native, reply, scripts};
-use crate::quorum::{self, Decision};
 use crate::report::{NodeOutcome, NodeReport};
-use crate::safety;
+use crate::rules::quorum::{self, Decision};
+use crate::rules::safety;
 
 /// Why a lock can no longer be assumed held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,7 +273,7 @@ impl Lease {
             Decision::Won { validity } => {
                 std::mem::forget(unsettled);
                 self.status.modify(|s| {
-                    s.deadline = crate::deadline::after(decided, validity);
+                    s.deadline = crate::rules::deadline::after(decided, validity);
                     s.ttl = ttl;
                     s.at_risk = None;
                     true
@@ -319,8 +319,8 @@ impl Drop for Unsettled<'_> {
                 now.saturating_duration_since(self.start),
                 drift,
             ) {
-                Some(left) if crate::deadline::after(now, left) < s.deadline => {
-                    s.deadline = crate::deadline::after(now, left);
+                Some(left) if crate::rules::deadline::after(now, left) < s.deadline => {
+                    s.deadline = crate::rules::deadline::after(now, left);
                     true
                 }
                 Some(_) => false,

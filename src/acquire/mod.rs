@@ -1,20 +1,34 @@
-//! `lock()`: attempts retried with jittered backoff until the wait budget or the attempt
-//! cap runs out, in this client's local turn for the keys, waiting between attempts
-//! through the waiting protocol ([`Waiting`]).
+//! Acquiring a lock: the Redlock attempt and everything that decides whether it won.
+//!
+//! - this file: `lock()`'s loop, attempts retried with jittered backoff until the wait
+//!   budget or the attempt cap runs out, in this client's local turn for the keys, waiting
+//!   between attempts through the waiting protocol ([`Waiting`]);
+//! - [`attempt`]: one attempt (`try_lock`), its acquire round and its decision;
+//! - [`ballot`]: what each node's answer says for restart quarantine and fencing;
+//! - [`fenced`]: the fenced requests and guards;
+//! - [`heal`]: readmission of restarted nodes without lock traffic.
+//!
+//! The rest of the crate calls [`acquire`] with a [`Request`] (or [`attempt::Plan`] for a
+//! single attempt) and gets a held lock back.
+
+pub(crate) mod attempt;
+pub mod ballot;
+pub(crate) mod fenced;
+pub(crate) mod heal;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::attempt::{self, Plan};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
-use crate::extend::AutoExtend;
-use crate::guard::LockGuard;
+use crate::held::extend::AutoExtend;
+use crate::held::guard::LockGuard;
 use crate::metrics;
 use crate::report::NodeReport;
 use crate::wait::Waiting;
+use attempt::Plan;
 
 /// What a `LockRequest` asks for.
 #[derive(Debug)]
@@ -57,12 +71,12 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     let mut waiting = Waiting::start(
         ensemble.wait_context(),
         &plan.keys,
-        crate::deadline::after(started, wait),
+        crate::rules::deadline::after(started, wait),
     )
     .await;
     let mut attempts: u32 = 0;
     let mut retries: u32 = 0;
-    crate::heal::start_healer(ensemble);
+    crate::acquire::heal::start_healer(ensemble);
     loop {
         let remaining = wait.saturating_sub(started.elapsed());
         wait_for_local_release(ensemble, &plan, remaining, &mut retries).await;

@@ -9,20 +9,20 @@ use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::ballot::{self, Read, Seen};
+use crate::acquire::ballot::{self, Read, Seen};
 use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
-use crate::fanout::{self, Collected, Round, Stop};
 use crate::fencing::FencingToken;
-use crate::guard::LockGuard;
+use crate::held::guard::LockGuard;
+use crate::held::release::Holding;
 use crate::metrics;
-use crate::node::{Call, Node};
+use crate::net::fanout::{self, Collected, Round, Stop};
+use crate::net::node::{Call, Node};
 use crate::protocol::{keys, reply, scripts};
-use crate::quorum::{self, Decision};
-use crate::release::Holding;
 use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
-use crate::safety::{Admission, NextToken};
+use crate::rules::quorum::{self, Decision};
+use crate::rules::safety::{Admission, NextToken};
 use crate::wait::Enqueue;
 
 /// The fast path's plan (see [`acquire_round`]): per node, the life (`run_id`) it was seen
@@ -355,7 +355,7 @@ impl Won<'_> {
             self.holding,
             Arc::clone(&self.plan.resources),
             self.plan.ttl,
-            crate::deadline::after(decided, validity),
+            crate::rules::deadline::after(decided, validity),
             self.collected.outcomes,
             fencing_token,
         )
@@ -811,7 +811,7 @@ async fn commit_fence(
 }
 
 /// The wall clock in microseconds since the Unix epoch: the clock component of fencing
-/// tokens ([`crate::safety::next_token`]); 0 for a clock before the epoch.
+/// tokens ([`crate::rules::safety::next_token`]); 0 for a clock before the epoch.
 fn clock_us() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

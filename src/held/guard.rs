@@ -1,6 +1,6 @@
 //! The held lock: the public owned guard with validity, extend, release and the lost-lock
 //! signal. The release itself, and the clean-up when a guard is dropped, are in
-//! [`release`](crate::release).
+//! [`release`](crate::held::release).
 
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
@@ -14,12 +14,12 @@ use crate::ensemble::Held;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::extend::{self, AutoExtend};
-use crate::fanout;
 use crate::fencing::FencingToken;
-use crate::lease::{Lease, LockContext, LostReason, LostSignal};
+use crate::held::extend::{self, AutoExtend};
+use crate::held::lease::{Lease, LockContext, LostReason, LostSignal};
+use crate::held::release::Holding;
 use crate::metrics;
-use crate::release::Holding;
+use crate::net::fanout;
 use crate::report::{NodeOutcome, NodeReport};
 
 /// A lock held on a majority of nodes.

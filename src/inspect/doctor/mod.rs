@@ -3,7 +3,7 @@
 //! about the set of them weakens the lock, each finding with a severity and a one-line fix.
 //!
 //! - `probe`: the only part that talks to Redis: what is asked of each node, and how the
-//!   answers (parsed by `crate::info`) fill a [`NodeInfo`].
+//!   answers (parsed by `crate::protocol::info`) fill a [`NodeInfo`].
 //! - `findings`: pure: one function per kind of finding over the probed facts and the
 //!   configuration, table-tested without a server.
 //! - `render`: the report as text for people (findings that are the same on several nodes
@@ -20,7 +20,7 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-pub use crate::info::ServerKind;
+pub use crate::protocol::info::ServerKind;
 pub(crate) use findings::Limits;
 
 /// How serious a [`Finding`] is. Ordered: `Info < Warning < Error`.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::lease::{Lease, LostReason};
+use crate::held::lease::{Lease, LostReason};
 
 /// How a held lock is extended in the background.
 ///

@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Finding, FindingKind, NodeInfo, ServerKind, Severity};
-use crate::ballot::{self, Read, Seen};
+use crate::acquire::ballot::{self, Read, Seen};
 use crate::config::Config;
-use crate::info::Version;
-use crate::quorum;
+use crate::protocol::info::Version;
 use crate::report::QuarantineReason;
-use crate::safety::{Persistence, Uptime};
+use crate::rules::quorum;
+use crate::rules::safety::{Persistence, Uptime};
 
 /// A default TTL that keeps less than this share of itself as validity is flagged.
 const MIN_VALIDITY_SHARE: f64 = 0.5;

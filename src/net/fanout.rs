@@ -23,9 +23,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::metrics;
-use crate::node::{Call, Node, NodeFailure};
-use crate::quorum::{Tally, Verdict};
+use crate::net::node::{Call, Node, NodeFailure};
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
+use crate::rules::quorum::{Tally, Verdict};
 
 /// The nodes a round goes to, as the layers above hand them down: every node in
 /// configuration order, the timeout that bounds one request, and the collector that
@@ -93,7 +93,7 @@ impl Round {
             pending: slots,
             early: Vec::new(),
             start,
-            deadline: crate::deadline::after(start, timeout),
+            deadline: crate::rules::deadline::after(start, timeout),
         }
     }
 
@@ -383,7 +383,7 @@ pub(crate) async fn direct(
     timeout: Duration,
 ) -> (Result<Value, NodeFailure>, Duration) {
     let start = Instant::now();
-    let deadline = crate::deadline::after(start, timeout);
+    let deadline = crate::rules::deadline::after(start, timeout);
     match tokio::time::timeout_at(deadline, node.send(call)).await {
         Ok(result) => (result, start.elapsed()),
         Err(_) => (Err(NodeFailure::TimedOut), start.elapsed()),

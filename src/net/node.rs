@@ -16,12 +16,12 @@ use redis::{AsyncConnectionConfig, Client, Cmd, RedisError, RedisResult, ToRedis
 use tokio::task::coop::Unconstrained;
 use tokio::time::Instant;
 
-use crate::ballot::{self, Read};
-use crate::coalesce::Yield;
+use crate::acquire::ballot::{self, Read};
+use crate::net::coalesce::Yield;
 use crate::protocol::native::{Capabilities, Native};
 use crate::protocol::scripts::{self, Lua};
 use crate::report::NodeOutcome;
-use crate::safety::{Persistence, Uptime};
+use crate::rules::safety::{Persistence, Uptime};
 
 type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
 
@@ -552,7 +552,7 @@ impl Facts {
     /// Reads `INFO` (every default section: `server` and `persistence` are needed) and, only
     /// with AOF on, `CONFIG GET appendfsync`. A refused `INFO` leaves the identity unknown,
     /// a refused `CONFIG` the persistence: both fall to the safe side (see
-    /// [`safety::admit`](crate::safety::admit)). Only I/O errors fail.
+    /// [`safety::admit`](crate::rules::safety::admit)). Only I/O errors fail.
     async fn learn(conn: &mut MultiplexedConnection) -> RedisResult<Facts> {
         let text = match redis::cmd("INFO").query_async::<String>(conn).await {
             Ok(text) => text,
@@ -571,7 +571,7 @@ impl Facts {
             }
         };
         let at = Instant::now();
-        let info = crate::info::parse(&text);
+        let info = crate::protocol::info::parse(&text);
         let persistence = match info.aof_enabled() {
             Some(false) => Persistence::Volatile,
             None => Persistence::Unknown,
@@ -882,7 +882,8 @@ impl Node {
         let connect = async move {
             let result = tokio::time::timeout(node.connect_timeout, async {
                 let mut conn =
-                    crate::coalesce::connect(&node.client, &node.config, node.coalescing).await?;
+                    crate::net::coalesce::connect(&node.client, &node.config, node.coalescing)
+                        .await?;
                 preload_scripts(&mut conn).await?;
                 let mut probe = conn.clone();
                 let (facts, capabilities) = futures::join!(

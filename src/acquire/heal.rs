@@ -9,14 +9,14 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::attempt::{self, Plan};
+use crate::acquire::attempt::{self, Plan};
 use crate::ensemble::Ensemble;
 use crate::error::Result;
-use crate::fanout::{self, Round, Stop};
-use crate::node::Call;
+use crate::net::fanout::{self, Round, Stop};
+use crate::net::node::Call;
 use crate::protocol::keys;
-use crate::quorum;
 use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
+use crate::rules::quorum;
 
 /// How often an idle long-lived client checks that its nodes still answer (a `PING`
 /// each), so that it sees a restart without lock traffic.

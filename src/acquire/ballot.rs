@@ -4,7 +4,7 @@
 //!
 //! Pure: no clock, no Redis, no `async`. The client feeds it the facts each node's connect
 //! learnt (`run_id`, uptime, persistence) and what each acquire reply said (the marker, the
-//! ensemble record, the fencing counters); the rules themselves are [`crate::safety`]'s.
+//! ensemble record, the fencing counters); the rules themselves are [`crate::rules::safety`]'s.
 //! [`view`], [`admit`] and [`token`] are public (`#[doc(hidden)]`, not the crate's API) so
 //! that the model checker in `tests/model.rs` decides with them, as the client does.
 
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::report::{NodeOutcome, QuarantineReason};
-use crate::safety::{
+use crate::rules::safety::{
     self, Admission, EnsembleView, NextToken, NodeFacts, Persistence, Reason, Uptime,
 };
 

@@ -7,8 +7,8 @@ use super::findings::{Limits, findings, suggest_ttl};
 use super::probe::{apply_info, estimate_offset};
 use super::render::{short_duration, signed_ms};
 use super::*;
-use crate::info;
-use crate::quorum;
+use crate::protocol::info;
+use crate::rules::quorum;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 

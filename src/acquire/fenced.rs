@@ -12,13 +12,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::acquire;
-use crate::attempt::{self, Plan};
+use crate::acquire::attempt::{self, Plan};
 use crate::client::{LockRequest, Redlock};
 use crate::error::{Error, Result};
-use crate::extend::AutoExtend;
 use crate::fencing::FencingToken;
-use crate::guard::LockGuard;
-use crate::lease::LockContext;
+use crate::held::extend::AutoExtend;
+use crate::held::guard::LockGuard;
+use crate::held::lease::LockContext;
 use crate::report::NodeReport;
 
 impl LockRequest {
@@ -62,7 +62,7 @@ impl Redlock {
         ttl: Duration,
     ) -> Result<Option<FencedGuard>> {
         let plan = Plan::new(self.inner(), vec![resource.into()], ttl, true)?;
-        crate::heal::start_healer(self.inner());
+        crate::acquire::heal::start_healer(self.inner());
         match attempt::attempt(self.inner(), &plan, None).await {
             Ok(guard) => FencedGuard::new(guard).map(Some),
             Err(Error::Contended { .. }) => Ok(None),

@@ -9,12 +9,12 @@ use redis::Value;
 use crate::config::whole_ms;
 use crate::ensemble::{Ensemble, InFlight};
 use crate::error::{Error, Result};
-use crate::fanout::{self, Collected, Round, Stop};
 use crate::metrics;
-use crate::node::{Call, Node, SendGate};
+use crate::net::fanout::{self, Collected, Round, Stop};
+use crate::net::node::{Call, Node, SendGate};
 use crate::protocol::{keys, native, reply, scripts};
-use crate::quorum;
 use crate::report::{NodeOutcome, NodeReport};
+use crate::rules::quorum;
 use crate::wait::Requeue;
 use crate::wait::queue::LocalHold;
 

@@ -10,8 +10,8 @@ use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError};
 
 use super::findings::Ledger;
 use super::{ClockOffset, NodeInfo};
-use crate::info::{self, Info};
-use crate::node::Node;
+use crate::net::node::Node;
+use crate::protocol::info::{self, Info};
 use crate::protocol::keys::{self, Global};
 use crate::protocol::reply::Marker;
 
