@@ -9,15 +9,16 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::acquire::attempt::{self, Plan};
+use crate::acquire::attempt;
 use crate::acquire::heal::{self, Readiness};
+use crate::acquire::plan::Plan;
 use crate::acquire::{self, Request};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
+use crate::net::call::Call;
 use crate::net::fanout::{self, Round, Stop};
-use crate::net::node::Call;
 use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::config::{Config, check_ceiling, check_ttl, whole_ms};
 use crate::error::{Error, Result};
 use crate::net::fanout::{Background, View};
-use crate::net::node::{Node, SendGate};
+use crate::net::node::Node;
+use crate::net::send_gate::SendGate;
 use crate::rules::quorum;
 use crate::rules::safety::{self, Persistence};
 use crate::wait::Context;
@@ -251,7 +252,8 @@ impl Ensemble {
             // One node cannot vote twice (and an attempt at N = 1 allocates nothing here).
             return None;
         }
-        let run_ids: Vec<Option<Arc<str>>> = self.nodes.iter().map(|n| n.run_id()).collect();
+        let run_ids: Vec<Option<Arc<str>>> =
+            self.nodes.iter().map(|n| n.known().run_id()).collect();
         let refs: Vec<Option<&str>> = run_ids.iter().map(Option::as_deref).collect();
         let (i, j) = safety::duplicate_server(&refs)?;
         Some(Error::SameServer {
@@ -273,7 +275,8 @@ impl Ensemble {
         }
         let volatile: Vec<&str> = (self.nodes.iter())
             .filter(|n| {
-                n.facts()
+                n.known()
+                    .facts()
                     .is_some_and(|f| f.persistence != Persistence::AofAlways)
             })
             .map(|n| n.name())

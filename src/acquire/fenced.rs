@@ -12,7 +12,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::acquire;
-use crate::acquire::attempt::{self, Plan};
+use crate::acquire::attempt;
+use crate::acquire::plan::Plan;
 use crate::client::{LockRequest, Redlock};
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;

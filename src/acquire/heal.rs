@@ -9,11 +9,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::acquire::attempt::{self, Plan};
+use crate::acquire::attempt;
+use crate::acquire::plan::Plan;
 use crate::ensemble::Ensemble;
 use crate::error::Result;
+use crate::net::call::Call;
 use crate::net::fanout::{self, Round, Stop};
-use crate::net::node::Call;
 use crate::protocol::keys;
 use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
 use crate::rules::quorum;
@@ -188,13 +189,13 @@ fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
     let nodes = (ensemble.nodes.iter().zip(outcomes))
         .map(|(node, outcome)| {
             let state = match outcome {
-                _ if node.is_admitted() => NodeState::Admitted,
+                _ if node.known().is_admitted() => NodeState::Admitted,
                 NodeOutcome::Quarantined { reason, remaining } => NodeState::KeptOut {
                     reason: *reason,
                     remaining: *remaining,
                 },
                 // It answered, yet this client does not know its identity: `INFO` refused.
-                NodeOutcome::Reachable if node.run_id().is_none() => NodeState::KeptOut {
+                NodeOutcome::Reachable if node.known().run_id().is_none() => NodeState::KeptOut {
                     reason: QuarantineReason::NoIdentity,
                     remaining: None,
                 },

@@ -3,18 +3,27 @@
 //! - this file: `lock()`'s loop, attempts retried with jittered backoff until the wait
 //!   budget or the attempt cap runs out, in this client's local turn for the keys, waiting
 //!   between attempts through the waiting protocol ([`Waiting`]);
-//! - [`attempt`]: one attempt (`try_lock`), its acquire round and its decision;
+//! - [`plan`]: a validated acquisition (resources, keys, TTL);
+//! - [`attempt`]: one attempt (`try_lock`) from its token to its guard or its error, made
+//!   of the acquire round and its votes ([`vote_round`]), restart quarantine's markers
+//!   ([`markers`]), the fencing commit ([`fence_commit`]) and the clean-up and error of a
+//!   failed attempt ([`refusal`]);
 //! - [`ballot`]: what each node's answer says for restart quarantine and fencing;
 //! - [`fenced`]: the fenced requests and guards;
 //! - [`heal`]: readmission of restarted nodes without lock traffic.
 //!
-//! The rest of the crate calls [`acquire`] with a [`Request`] (or [`attempt::Plan`] for a
-//! single attempt) and gets a held lock back.
+//! The rest of the crate calls [`acquire`] with a [`Request`] (or [`plan::Plan`] and
+//! [`attempt::attempt`] for a single attempt) and gets a held lock back.
 
 pub(crate) mod attempt;
 pub mod ballot;
+mod fence_commit;
 pub(crate) mod fenced;
 pub(crate) mod heal;
+mod markers;
+pub(crate) mod plan;
+mod refusal;
+pub(crate) mod vote_round;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +37,7 @@ use crate::held::guard::LockGuard;
 use crate::metrics;
 use crate::report::NodeReport;
 use crate::wait::Waiting;
-use attempt::Plan;
+use plan::Plan;
 
 /// What a `LockRequest` asks for.
 #[derive(Debug)]

@@ -8,8 +8,8 @@ use crate::acquire::ballot::{self, Seen};
 use crate::client::Redlock;
 use crate::error::{Error, Result};
 use crate::inspect::json::JsonObject;
+use crate::net::call::Call;
 use crate::net::fanout::{self, Round, Stop};
-use crate::net::node::Call;
 use crate::protocol::holder::{self, HolderInfo};
 use crate::protocol::{reply, scripts};
 use crate::report::{NodeOutcome, QuarantineReason};
@@ -291,7 +291,7 @@ impl Redlock {
                     {
                         let value = inspected.value;
                         *slot = Some(holder(&inspected.kind, inspected.pttl, value));
-                        let mut seen = node.blank_read();
+                        let mut seen = crate::acquire::vote_round::blank_read(node);
                         seen.marker = Seen::Read(inspected.marker.map(|m| m.life));
                         seen.record_ms = inspected.record_ms;
                         *read = Some(seen);

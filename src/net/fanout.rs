@@ -23,7 +23,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::metrics;
-use crate::net::node::{Call, Node, NodeFailure};
+use crate::net::call::Call;
+use crate::net::failure::NodeFailure;
+use crate::net::node::Node;
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
 use crate::rules::quorum::{Tally, Verdict};
 
@@ -225,7 +227,7 @@ pub(crate) fn report(nodes: &[Arc<Node>], outcomes: &[(NodeOutcome, Duration)]) 
             .zip(outcomes)
             .map(|(node, (outcome, latency))| NodeResult {
                 node: node.name().to_owned(),
-                server: node.server(),
+                server: node.known().server(),
                 outcome: outcome.clone(),
                 latency: *latency,
             })

@@ -1,15 +1,23 @@
 //! The network layer: the only code that holds connections to the nodes and names the
 //! driver's async connection types (`redis::aio`).
 //!
-//! - [`node`]: one node, its lazily made shared connection, and what a connect learns of
-//!   the server behind it;
+//! - [`node`]: one node and the lifecycle of its lazily made, shared connection;
+//! - [`server_facts`]: what a connect learns of the server behind a node, for restart
+//!   quarantine and the fast path;
+//! - [`call`]: the command a round sends (script, native stand-in, delivery);
+//! - [`send_gate`]: the gate that orders a token's `SET`s before its release;
+//! - [`failure`]: why a request produced no usable answer;
 //! - [`fanout`]: one request to many nodes under one deadline, decided as soon as the
 //!   outcome is certain, and the background collector of the late answers;
 //! - [`coalesce`]: the byte stream under a node's connection.
 //!
-//! The rest of the crate builds a [`Call`](node::Call) and sends it to one
+//! The rest of the crate builds a [`Call`](call::Call) and sends it to one
 //! [`Node`](node::Node) or, as a [`Round`](fanout::Round), to many.
 
+pub(crate) mod call;
 pub(crate) mod coalesce;
+pub(crate) mod failure;
 pub(crate) mod fanout;
 pub(crate) mod node;
+pub(crate) mod send_gate;
+pub(crate) mod server_facts;

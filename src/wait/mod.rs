@@ -24,8 +24,8 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::net::call::Call;
 use crate::net::fanout::{self, Round, Stop, View};
-use crate::net::node::Call;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration};

@@ -25,8 +25,8 @@ use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use crate::metrics;
+use crate::net::call::Call;
 use crate::net::fanout::{self, Background, Round, Stop};
-use crate::net::node::Call;
 use crate::net::node::Node;
 use crate::protocol::{keys, reply, scripts};
 use crate::report::NodeOutcome;
