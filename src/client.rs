@@ -216,7 +216,7 @@ impl Redlock {
         let key = self.key(resource);
         let mut del = redis::cmd("DEL");
         del.arg(key);
-        let mut round = Round::everywhere(ensemble.view(), Call::new(del).repeatable());
+        let mut round = Round::everywhere(ensemble.round_scope(), Call::new(del).repeatable());
         let collected = fanout::collect(
             &ensemble.nodes,
             &mut round,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::config::{Config, check_ceiling, check_ttl, whole_ms};
 use crate::error::{Error, Result};
-use crate::net::fanout::{Background, View};
+use crate::net::fanout::{Background, RoundScope};
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
 use crate::rules::quorum;
@@ -217,8 +217,8 @@ impl Ensemble {
 
     /// The nodes as a round sees them: every node, bounded by the node timeout, with the
     /// collector that finishes what a round leaves behind.
-    pub(crate) fn view(&self) -> View<'_> {
-        View {
+    pub(crate) fn round_scope(&self) -> RoundScope<'_> {
+        RoundScope {
             nodes: &self.nodes,
             timeout: self.config.node_timeout,
             background: &self.background,
@@ -228,7 +228,7 @@ impl Ensemble {
     /// What the waiting protocol uses of this client.
     pub(crate) fn wait_context(&self) -> Context<'_> {
         Context {
-            view: self.view(),
+            scope: self.round_scope(),
             notifier: self.notifier.as_ref(),
             queue: &self.queue,
             prefix: &self.config.key_prefix,

@@ -125,7 +125,7 @@ async fn attempt_inner(
     // the same connection, and one not yet queued is never sent.
     match round {
         Some(round) if lives.iter().all(Option::is_some) => {
-            round.finish_in_background(ensemble.view());
+            round.finish_in_background(ensemble.round_scope());
         }
         Some(round) => read_late_records(ensemble, plan, round),
         None => {}

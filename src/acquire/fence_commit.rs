@@ -42,7 +42,7 @@ pub(super) async fn commit_fence(
     let call = Call::script(&scripts::FENCE, &config.key_prefix, &plan.keys)
         .arg(token)
         .arg(fence.get());
-    let mut round = Round::everywhere(ensemble.view(), call);
+    let mut round = Round::everywhere(ensemble.round_scope(), call);
     let collected = fanout::collect(
         &ensemble.nodes,
         &mut round,
@@ -58,7 +58,7 @@ pub(super) async fn commit_fence(
         Stop::WhenCertain,
     )
     .await;
-    round.finish_in_background(ensemble.view());
+    round.finish_in_background(ensemble.round_scope());
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
     quorum::decide_reach(&votes)
         .into_result(|| collected.report(&ensemble.nodes))

@@ -66,7 +66,7 @@ async fn find_other_types(
     }
     let mut cmd = redis::cmd("TYPE");
     cmd.arg(key);
-    let mut round = Round::broadcast(ensemble.view(), Call::new(cmd), refused);
+    let mut round = Round::broadcast(ensemble.round_scope(), Call::new(cmd), refused);
     let types = fanout::collect(
         &ensemble.nodes,
         &mut round,
@@ -97,7 +97,7 @@ pub(super) async fn give_back(
 ) -> Error {
     let ensemble = Arc::clone(holding.ensemble());
     if let Some((_, reply)) = list_reply {
-        reply.finish_in_background(ensemble.view());
+        reply.finish_in_background(ensemble.round_scope());
     }
     let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
     let refused = holding.release_on(0..ensemble.nodes.len(), requeue).await;

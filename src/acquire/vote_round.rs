@@ -82,12 +82,12 @@ pub(super) fn acquire_round<'a>(
     // The fast nodes' `SET`, or the script when no node is fast; the script apart when mixed.
     let common = Arc::new(call(None, any_fast));
     let script = (any_fast && any_scripted).then(|| Arc::new(call(None, false)));
-    let round = Round::each(ensemble.view(), 0..ensemble.nodes.len(), |i| {
-        match (&special, &script) {
-            (Some((node, special)), _) if *node == i => special,
-            (_, Some(script)) if lives.get(i).is_some_and(Option::is_none) => script,
-            _ => &common,
-        }
+    let round = Round::each(ensemble.round_scope(), 0..ensemble.nodes.len(), |i| match (
+        &special, &script,
+    ) {
+        (Some((node, special)), _) if *node == i => special,
+        (_, Some(script)) if lives.get(i).is_some_and(Option::is_none) => script,
+        _ => &common,
     });
     (Requests::Round(round), lives)
 }
@@ -272,7 +272,7 @@ pub(super) fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Rou
             .await;
         });
     }
-    round.finish_in_background(ensemble.view());
+    round.finish_in_background(ensemble.round_scope());
 }
 
 /// The ensemble record a node holds after the acquire script read `read` for a TTL of

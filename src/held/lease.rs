@@ -252,7 +252,7 @@ impl Lease {
             let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
             fanout::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
         } else {
-            let mut round = Round::everywhere(ensemble.view(), call);
+            let mut round = Round::everywhere(ensemble.round_scope(), call);
             let collected = fanout::collect(
                 &ensemble.nodes,
                 &mut round,
@@ -262,7 +262,7 @@ impl Lease {
             )
             .await;
             // The other nodes still get their extension: more copies of the lock, same token.
-            round.finish_in_background(ensemble.view());
+            round.finish_in_background(ensemble.round_scope());
             collected
         };
         let decided = Instant::now();

@@ -128,7 +128,7 @@ impl Holding {
             .filter(|_| announce)
             .map(|node| (node, self.release_call(true)));
         Round::broadcast_with(
-            self.ensemble.view(),
+            self.ensemble.round_scope(),
             self.release_call(false),
             which,
             waking,
@@ -258,7 +258,7 @@ impl Holding {
             stop,
         )
         .await;
-        round.finish_in_background(ensemble.view());
+        round.finish_in_background(ensemble.round_scope());
         self.released_explicitly(&collected, expired)
     }
 
@@ -335,7 +335,7 @@ impl Holding {
         });
         self.gate.close();
         let mut round = Round::broadcast_with(
-            self.ensemble.view(),
+            self.ensemble.round_scope(),
             self.release_call(false),
             which,
             special,

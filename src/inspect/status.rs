@@ -278,7 +278,7 @@ impl Redlock {
             &ensemble.config.key_prefix,
             std::slice::from_ref(&key),
         );
-        let mut round = Round::everywhere(ensemble.view(), call);
+        let mut round = Round::everywhere(ensemble.round_scope(), call);
         let mut holders = vec![None; ensemble.nodes.len()];
         let mut reads = vec![None; ensemble.nodes.len()];
         let collected = fanout::collect(

@@ -52,9 +52,9 @@ impl Yield {
 pub(crate) struct Coalescing<S> {
     inner: S,
     how: Yield,
-    /// Where the write under way is in its yield; back to [`Turn::Ahead`] once a write
+    /// Where the write under way is in its yield; back to [`WriteYield::Ahead`] once a write
     /// completes.
-    turn: Turn,
+    turn: WriteYield,
     /// Bytes were written and none have been read since: requests are in flight, so
     /// other tasks are likely about to send too. Without this, a lone request (one task
     /// locking in a loop) yields for nothing, and that cost 1.7x the client CPU per cycle.
@@ -62,7 +62,7 @@ pub(crate) struct Coalescing<S> {
 }
 
 /// The yield of the write under way.
-enum Turn {
+enum WriteYield {
     /// Not started.
     Ahead,
     /// Waiting for tokio's `yield_now` ([`Yield::Deferred`]).
@@ -78,7 +78,7 @@ impl<S> Coalescing<S> {
         Coalescing {
             inner,
             how,
-            turn: Turn::Ahead,
+            turn: WriteYield::Ahead,
             unanswered: false,
         }
     }
@@ -89,20 +89,20 @@ impl<S: Unpin> Coalescing<S> {
     fn yield_once(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         loop {
             self.turn = match &mut self.turn {
-                Turn::Ahead => match self.how {
-                    Yield::Deferred => Turn::Deferred(Box::pin(tokio::task::yield_now())),
+                WriteYield::Ahead => match self.how {
+                    Yield::Deferred => WriteYield::Deferred(Box::pin(tokio::task::yield_now())),
                     Yield::Rescheduled => {
-                        self.turn = Turn::Rescheduled;
+                        self.turn = WriteYield::Rescheduled;
                         cx.waker().wake_by_ref();
                         return Poll::Pending;
                     }
                 },
-                Turn::Deferred(turn) => {
+                WriteYield::Deferred(turn) => {
                     std::task::ready!(turn.as_mut().poll(cx));
-                    Turn::Over
+                    WriteYield::Over
                 }
-                Turn::Rescheduled => Turn::Over,
-                Turn::Over => return Poll::Ready(()),
+                WriteYield::Rescheduled => WriteYield::Over,
+                WriteYield::Over => return Poll::Ready(()),
             };
         }
     }
@@ -135,7 +135,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Coalescing<S> {
         let written = Pin::new(&mut self.inner).poll_write(cx, buf);
         if written.is_ready() {
             // Also when an answer cut a yield short: the next one starts afresh.
-            self.turn = Turn::Ahead;
+            self.turn = WriteYield::Ahead;
         }
         if let Poll::Ready(Ok(n)) = written {
             self.unanswered |= n > 0;

@@ -3,7 +3,7 @@
 //!
 //! A round sends the same [`Call`] to every node it targets, all bounded by one deadline
 //! (one timer per round, not per node). The caller turns each raw reply into a
-//! [`NodeOutcome`] and stops at the first certain verdict; requests still in flight then go
+//! [`NodeOutcome`] and stops as soon as the outcome is certain; requests still in flight then go
 //! to the client's [`Background`] collector, which waits for them (bounded by the same
 //! deadline) to count their failures. Nothing depends on those answers (except the
 //! waiting-list node's, read by `Notifier::settle` after a win that came first): a command is
@@ -27,13 +27,13 @@ use crate::net::call::Call;
 use crate::net::failure::NodeFailure;
 use crate::net::node::Node;
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
-use crate::rules::quorum::{Tally, Verdict};
+use crate::rules::quorum::{Certainty, Tally};
 
 /// The nodes a round goes to, as the layers above hand them down: every node in
 /// configuration order, the timeout that bounds one request, and the collector that
 /// finishes what a round leaves behind. Rounds never see the client's state.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct View<'a> {
+pub(crate) struct RoundScope<'a> {
     pub(crate) nodes: &'a [Arc<Node>],
     pub(crate) timeout: Duration,
     pub(crate) background: &'a Background,
@@ -165,26 +165,26 @@ impl Round {
         .await
     }
 
-    /// Sends `call` to the nodes `which` of `view`, bounded by its timeout.
+    /// Sends `call` to the nodes `which` of `scope`, bounded by its timeout.
     pub(crate) fn broadcast(
-        view: View<'_>,
+        scope: RoundScope<'_>,
         call: Call,
         which: impl IntoIterator<Item = usize>,
     ) -> Self {
-        Round::broadcast_with(view, call, which, None)
+        Round::broadcast_with(scope, call, which, None)
     }
 
     /// [`Round::broadcast`], except that one node, if among `which`, gets a call of its own
     /// (the node that keeps this client's waiting list).
     pub(crate) fn broadcast_with(
-        view: View<'_>,
+        scope: RoundScope<'_>,
         call: Call,
         which: impl IntoIterator<Item = usize>,
         special: Option<(usize, Call)>,
     ) -> Self {
         let call = Arc::new(call);
         let special = special.map(|(node, call)| (node, Arc::new(call)));
-        Round::each(view, which, |i| match &special {
+        Round::each(scope, which, |i| match &special {
             Some((node, special)) if *node == i => special,
             _ => &call,
         })
@@ -193,23 +193,23 @@ impl Round {
     /// Sends each node `i` of `which` the call `call_for(i)` (calls shared by several
     /// nodes are built once).
     pub(crate) fn each<'c>(
-        view: View<'_>,
+        scope: RoundScope<'_>,
         which: impl IntoIterator<Item = usize>,
         call_for: impl Fn(usize) -> &'c Arc<Call>,
     ) -> Self {
         let pending = (which.into_iter())
-            .filter_map(|i| view.nodes.get(i).map(|node| send(i, node, call_for(i))));
-        Round::new(pending, view.timeout)
+            .filter_map(|i| scope.nodes.get(i).map(|node| send(i, node, call_for(i))));
+        Round::new(pending, scope.timeout)
     }
 
-    /// Sends `call` to every node of `view`.
-    pub(crate) fn everywhere(view: View<'_>, call: Call) -> Self {
-        Round::broadcast(view, call, 0..view.nodes.len())
+    /// Sends `call` to every node of `scope`.
+    pub(crate) fn everywhere(scope: RoundScope<'_>, call: Call) -> Self {
+        Round::broadcast(scope, call, 0..scope.nodes.len())
     }
 
     /// Lets requests not yet answered finish in the background (see [`Background`]).
-    pub(crate) fn finish_in_background(self, view: View<'_>) {
-        view.background.absorb(self);
+    pub(crate) fn finish_in_background(self, scope: RoundScope<'_>) {
+        scope.background.absorb(self);
     }
 }
 
@@ -258,7 +258,7 @@ impl Collected {
 pub(crate) enum Stop {
     /// Only once every node answered or the deadline passed.
     AtEnd,
-    /// As soon as the verdict is certain.
+    /// As soon as the outcome is certain.
     WhenCertain,
     /// As soon as a majority said yes (and this node, if any, answered). A round that
     /// cannot reach one waits for every answer, so its report and error say what each node
@@ -277,7 +277,7 @@ fn failed(node: &Node, failure: NodeFailure) -> NodeOutcome {
 
 /// Waits for the answers of `round`, turning each reply into an outcome with `interpret`
 /// and recording it. With `stop` other than [`Stop::AtEnd`], returns as soon as the tally's
-/// verdict is no longer [`Verdict::Pending`] (and the node named heard from), leaving the
+/// outcome is no longer [`Certainty::Pending`] (and the node named heard from), leaving the
 /// rest in the round; nodes not heard from are reported as
 /// [`NodeOutcome::Pending`] with the time waited so far. At the round's deadline every node
 /// not heard from is [`NodeOutcome::TimedOut`].
@@ -288,7 +288,7 @@ pub(crate) async fn collect(
     is_yes: impl Fn(&NodeOutcome) -> bool,
     stop: Stop,
 ) -> Collected {
-    collect_until(nodes, round, interpret, is_yes, |outcomes, verdict| {
+    collect_until(nodes, round, interpret, is_yes, |outcomes, certainty| {
         let heard = |i: usize| {
             outcomes
                 .get(i)
@@ -296,21 +296,21 @@ pub(crate) async fn collect(
         };
         match stop {
             Stop::AtEnd => false,
-            Stop::WhenCertain => verdict != Verdict::Pending,
-            Stop::WhenReached(i) => verdict == Verdict::Reached && i.is_none_or(heard),
+            Stop::WhenCertain => certainty != Certainty::Pending,
+            Stop::WhenReached(i) => certainty == Certainty::Reached && i.is_none_or(heard),
         }
     })
     .await
 }
 
 /// [`collect`] with its own stopping rule: `done` sees the outcomes so far (unanswered
-/// nodes [`NodeOutcome::Pending`]) and the tally's verdict after each answer.
+/// nodes [`NodeOutcome::Pending`]) and the tally's certainty after each answer.
 pub(crate) async fn collect_until(
     nodes: &[Arc<Node>],
     round: &mut Round,
     mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
     is_yes: impl Fn(&NodeOutcome) -> bool,
-    mut done: impl FnMut(&[(NodeOutcome, Duration)], Verdict) -> bool,
+    mut done: impl FnMut(&[(NodeOutcome, Duration)], Certainty) -> bool,
 ) -> Collected {
     let n = nodes.len();
     let start = Instant::now();
@@ -338,11 +338,11 @@ pub(crate) async fn collect_until(
             }
         };
         let outcome = answered(nodes, index, result, &mut interpret);
-        let verdict = tally.record(is_yes(&outcome));
+        let certainty = tally.record(is_yes(&outcome));
         if let Some(slot) = outcomes.get_mut(index) {
             *slot = (outcome, latency);
         }
-        if done(&outcomes, verdict) {
+        if done(&outcomes, certainty) {
             break;
         }
     }

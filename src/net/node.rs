@@ -14,7 +14,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult, Value};
 use crate::net::call::{Call, SendError};
 use crate::net::coalesce::Yield;
 use crate::net::failure::{NodeFailure, classify};
-use crate::net::server_facts::{Facts, FactsHook, KnownServer, learn_capabilities};
+use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
 use crate::protocol::native::Capabilities;
 use crate::protocol::scripts;
 
@@ -123,7 +123,7 @@ pub(crate) struct Node {
     slot: Mutex<Slot>,
     generation: AtomicU64,
     /// What the client knows of the server behind the current connection, learnt on every
-    /// (re)connect (see [`Facts`]).
+    /// (re)connect (see [`ServerFacts`]).
     known: KnownServer,
     /// The native commands of the server behind the current connection, learnt on every
     /// (re)connect (none until then: the scripts work everywhere).
@@ -214,10 +214,10 @@ impl Node {
         &self.known
     }
 
-    /// Learns the facts of the server behind a new connection (see [`Facts::learn`]); a new
+    /// Learns the facts of the server behind a new connection (see [`ServerFacts::learn`]); a new
     /// `run_id` is logged and counted as a restart.
     async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
-        let facts = Facts::learn(conn).await?;
+        let facts = ServerFacts::learn(conn).await?;
         if let Some(why) = &facts.refused {
             tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
         }

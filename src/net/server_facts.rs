@@ -28,7 +28,7 @@ fn parse_uptime(text: &str) -> Option<Uptime> {
 /// its identity and age from `INFO`, its durability, and what this client has
 /// since seen of the node's admission in that life.
 #[derive(Debug, Clone)]
-pub(crate) struct Facts {
+pub(crate) struct ServerFacts {
     /// `run_id`: one per process, so a new one means a restart. `None` when `INFO` was
     /// refused or lacks it: the node then does not vote.
     pub(crate) run_id: Option<Arc<str>>,
@@ -42,7 +42,7 @@ pub(crate) struct Facts {
     pub(crate) refused: Option<String>,
     /// This client saw the node's marker name this life (the node votes without asking
     /// the ensemble). Lets an acquisition send a plain `SET NX PX`, with
-    /// [`Facts::record_ms`].
+    /// [`ServerFacts::record_ms`].
     pub(crate) admitted: bool,
     /// The ensemble record is known to be at least this on the node in this life
     /// (milliseconds; 0: not known).
@@ -51,17 +51,17 @@ pub(crate) struct Facts {
     pub(crate) server: Option<String>,
 }
 
-impl Facts {
+impl ServerFacts {
     /// Reads `INFO` (every default section: `server` and `persistence` are needed) and, only
     /// with AOF on, `CONFIG GET appendfsync`. A refused `INFO` leaves the identity unknown,
     /// a refused `CONFIG` the persistence: both fall to the safe side (see
     /// [`safety::admit`](crate::rules::safety::admit)). Only I/O errors fail.
-    pub(super) async fn learn(conn: &mut MultiplexedConnection) -> RedisResult<Facts> {
+    pub(super) async fn learn(conn: &mut MultiplexedConnection) -> RedisResult<ServerFacts> {
         let text = match redis::cmd("INFO").query_async::<String>(conn).await {
             Ok(text) => text,
             Err(e) if e.is_io_error() || e.is_connection_dropped() => return Err(e),
             Err(e) => {
-                return Ok(Facts {
+                return Ok(ServerFacts {
                     run_id: None,
                     uptime: None,
                     at: Instant::now(),
@@ -96,7 +96,7 @@ impl Facts {
         let refused = (run_id.is_none() || uptime.is_none())
             .then(|| "info gave no run_id or uptime_in_seconds".to_owned());
         let server = info.server().map(|s| format!("{} {}", s.kind, s.version));
-        Ok(Facts {
+        Ok(ServerFacts {
             run_id,
             uptime,
             at,
@@ -113,10 +113,10 @@ impl Facts {
 /// last connect learnt (none before the first), and what the client has since seen of the
 /// node's admission and record in that life.
 #[derive(Debug, Default)]
-pub(crate) struct KnownServer(Mutex<Option<Facts>>);
+pub(crate) struct KnownServer(Mutex<Option<ServerFacts>>);
 
 impl KnownServer {
-    fn lock(&self) -> MutexGuard<'_, Option<Facts>> {
+    fn lock(&self) -> MutexGuard<'_, Option<ServerFacts>> {
         // Only ever replaced or updated whole: a poisoned lock still holds valid facts.
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -124,7 +124,7 @@ impl KnownServer {
     /// Takes the facts a new connect learnt. When it reached the same process again (a
     /// reconnect), what this client saw of its admission and record still holds. Returns
     /// whether the node restarted (a new `run_id` after a known one).
-    pub(super) fn replace(&self, facts: Facts) -> bool {
+    pub(super) fn replace(&self, facts: ServerFacts) -> bool {
         let mut known = self.lock();
         let old = known.as_ref().and_then(|f| f.run_id.clone());
         let restarted = matches!((&old, &facts.run_id), (Some(old), Some(new)) if old != new);
@@ -132,7 +132,7 @@ impl KnownServer {
             .as_ref()
             .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id)
             .map_or((false, 0), |f| (f.admitted, f.record_ms));
-        *known = Some(Facts {
+        *known = Some(ServerFacts {
             admitted,
             record_ms,
             ..facts
@@ -147,13 +147,13 @@ impl KnownServer {
     }
 
     /// The facts learnt on the last connect; `None` before the first one.
-    pub(crate) fn facts(&self) -> Option<Facts> {
+    pub(crate) fn facts(&self) -> Option<ServerFacts> {
         self.lock().clone()
     }
 
     /// Runs `read` on the facts learnt on the last connect (`None` before the first one),
     /// without copying them.
-    pub(crate) fn with_facts<R>(&self, read: impl FnOnce(Option<&Facts>) -> R) -> R {
+    pub(crate) fn with_facts<R>(&self, read: impl FnOnce(Option<&ServerFacts>) -> R) -> R {
         read(self.lock().as_ref())
     }
 

@@ -97,7 +97,7 @@ pub(crate) struct Server<'a> {
 
 /// One `field:value` line and the section it appeared in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry<'a> {
+struct InfoField<'a> {
     section: &'a str,
     field: &'a str,
     value: &'a str,
@@ -106,7 +106,7 @@ struct Entry<'a> {
 /// Parsed `INFO` text, borrowing from it. Build with [`parse`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Info<'a> {
-    entries: Vec<Entry<'a>>,
+    entries: Vec<InfoField<'a>>,
 }
 
 /// Parses `INFO` text: `# Section` headers, `field:value` lines (split at the first `:`,
@@ -119,7 +119,7 @@ pub(crate) fn parse(text: &str) -> Info<'_> {
         if let Some(header) = line.strip_prefix('#') {
             section = header.trim();
         } else if let Some((field, value)) = line.split_once(':') {
-            entries.push(Entry {
+            entries.push(InfoField {
                 section,
                 field,
                 value,

@@ -47,7 +47,7 @@ pub(crate) fn ttl_is_usable(ttl: Duration, drift_factor: f64, node_timeout: Dura
 
 /// What a fan-out can conclude from the votes it has so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub(crate) enum Certainty {
     /// Neither a majority of "yes" nor of "no" is certain yet.
     Pending,
     /// At least a quorum of nodes said yes.
@@ -69,28 +69,28 @@ impl Tally {
         Tally { n, yes: 0, no: 0 }
     }
 
-    pub(crate) fn record(&mut self, yes: bool) -> Verdict {
+    pub(crate) fn record(&mut self, yes: bool) -> Certainty {
         if yes {
             self.yes += 1;
         } else {
             self.no += 1;
         }
-        self.verdict()
+        self.certainty()
     }
 
     pub(crate) fn yes(&self) -> usize {
         self.yes
     }
 
-    pub(crate) fn verdict(&self) -> Verdict {
+    pub(crate) fn certainty(&self) -> Certainty {
         let q = quorum(self.n);
         if self.yes >= q {
-            Verdict::Reached
+            Certainty::Reached
         } else if self.n.saturating_sub(self.no) < q {
             // Even if every node still outstanding said yes we would stay below quorum.
-            Verdict::Unreachable
+            Certainty::Unreachable
         } else {
-            Verdict::Pending
+            Certainty::Pending
         }
     }
 }
@@ -350,14 +350,14 @@ mod tests {
             // All yes: reached exactly on the q-th vote, pending before. All no: unreachable
             // exactly when n - no < q, i.e. from the (n - q + 1)-th no.
             let runs = [
-                (true, q, Verdict::Reached),
-                (false, n - q + 1, Verdict::Unreachable),
+                (true, q, Certainty::Reached),
+                (false, n - q + 1, Certainty::Unreachable),
             ];
             for (yes, first_decided, decided) in runs {
                 let mut t = Tally::new(n);
                 for i in 1..=n {
                     let expected = if i < first_decided {
-                        Verdict::Pending
+                        Certainty::Pending
                     } else {
                         decided
                     };
@@ -367,11 +367,11 @@ mod tests {
             // Minority failures never stop a later majority.
             let mut t = Tally::new(n);
             for _ in 0..(n - q) {
-                assert_eq!(t.record(false), Verdict::Pending, "n={n}");
+                assert_eq!(t.record(false), Certainty::Pending, "n={n}");
             }
             for i in 1..=q {
                 let v = t.record(true);
-                assert_eq!(v == Verdict::Reached, i == q, "n={n} yes={i}");
+                assert_eq!(v == Certainty::Reached, i == q, "n={n} yes={i}");
             }
             assert_eq!(t.yes(), q);
         }
@@ -380,10 +380,10 @@ mod tests {
     #[test]
     fn single_node_is_a_plain_lock() {
         let mut t = Tally::new(1);
-        assert_eq!(t.verdict(), Verdict::Pending);
-        assert_eq!(t.record(true), Verdict::Reached);
+        assert_eq!(t.certainty(), Certainty::Pending);
+        assert_eq!(t.record(true), Certainty::Reached);
         let mut t = Tally::new(1);
-        assert_eq!(t.record(false), Verdict::Unreachable);
+        assert_eq!(t.record(false), Certainty::Unreachable);
     }
 
     /// `yes` yes votes, `no` certain noes, `open` unheard and `missing` failures.
