@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::net::fanout::{Background, RoundScope};
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
-use crate::rules::quorum;
+
 use crate::rules::safety::{self, Persistence};
 use crate::wait::Context;
 use crate::wait::notify::Notifier;
@@ -107,7 +107,7 @@ impl Ensemble {
         } else {
             watch_persistence(&nodes);
         }
-        let quorum = quorum::quorum(nodes.len());
+        let quorum = safety::majority(nodes.len());
         let background = Arc::new(Background::new(nodes.clone()));
         let notifier = config.notifications.then(|| {
             Arc::new(Notifier::new(

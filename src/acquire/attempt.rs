@@ -17,6 +17,7 @@ use crate::metrics;
 use crate::net::fanout::{Collected, Round};
 use crate::report::{NodeOutcome, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
+use crate::rules::safety;
 use crate::wait::Enqueue;
 use std::sync::Arc;
 use std::time::Duration;
@@ -195,7 +196,7 @@ impl Won<'_> {
         };
         let decided = Instant::now();
         let elapsed = decided - start;
-        let validity = quorum::validity(plan.ttl, elapsed, ensemble.config.drift_factor);
+        let validity = safety::lease_validity(plan.ttl, elapsed, ensemble.config.drift_factor);
         let decision = quorum::decide_acquire(votes, elapsed, validity);
         let Decision::Won { validity } = decision else {
             metrics::attempt(decision.label(), elapsed);

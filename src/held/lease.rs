@@ -268,7 +268,7 @@ impl Lease {
         let decided = Instant::now();
         let elapsed = decided - start;
         let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Extended);
-        let validity = quorum::validity(ttl, elapsed, ensemble.config.drift_factor);
+        let validity = safety::lease_validity(ttl, elapsed, ensemble.config.drift_factor);
         let decision = quorum::decide_extend(&votes, elapsed, validity);
         match decision {
             Decision::Won { validity } => {

@@ -1,7 +1,8 @@
-//! The pure rules of Redlock: majority size, clock-drift allowance, remaining validity, the
-//! running vote count that lets a fan-out stop as soon as its outcome is certain, and the
-//! decision of every round (acquire, extend, release, reach) over the nodes' votes, with the
-//! one mapping from a decision to the caller's error.
+//! The pure rules of Redlock's rounds: the running vote count that lets a fan-out stop as
+//! soon as its outcome is certain, and the decision of every round (acquire, extend,
+//! release, reach) over the nodes' votes, with the one mapping from a decision to the
+//! caller's error. The arithmetic under them (majority size, drift allowance, validity) has
+//! one home, [`safety`](crate::rules::safety), which the model checker calls too.
 //!
 //! Nothing here reads a clock, talks to Redis or awaits: time comes in as arguments, so the
 //! rules are unit-tested exhaustively below.
@@ -10,39 +11,13 @@ use std::time::Duration;
 
 use crate::error::Error;
 use crate::report::{NodeOutcome, NodeReport};
-
-/// The constant part of the drift allowance: the Redlock description adds 2 ms to
-/// `ttl * drift_factor` to cover the millisecond granularity of Redis expiry.
-pub(crate) const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
-
-/// Votes needed among `n` nodes: a strict majority, `n / 2 + 1`.
-pub(crate) const fn quorum(n: usize) -> usize {
-    n / 2 + 1
-}
-
-/// How much of `ttl` is set aside for clock drift between the nodes and the client:
-/// `ttl * drift_factor + 2 ms`. `drift_factor` is validated to lie in `[0, 1)`.
-pub(crate) fn drift(ttl: Duration, drift_factor: f64) -> Duration {
-    // `try_from_secs_f64` rejects NaN/negative/overflow instead of panicking like `mul_f64`.
-    let proportional =
-        Duration::try_from_secs_f64(ttl.as_secs_f64() * drift_factor).unwrap_or(Duration::MAX);
-    proportional.saturating_add(DRIFT_CONSTANT)
-}
-
-/// Remaining validity of a lock set with `ttl` when `elapsed` has passed since just before
-/// the first request was sent: `ttl - elapsed - drift(ttl)`, or `None` when that is not
-/// strictly positive (the lock must then be treated as never acquired).
-pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift(ttl, drift_factor))
-        .filter(|v| !v.is_zero())
-}
+use crate::rules::safety::{lease_validity, majority};
 
 /// Whether a lock with this `ttl` can still be valid after one attempt that used its whole
 /// per-node timeout. A TTL that fails this can never yield a usable lock on a slow node and
 /// is rejected up front.
 pub(crate) fn ttl_is_usable(ttl: Duration, drift_factor: f64, node_timeout: Duration) -> bool {
-    validity(ttl, node_timeout, drift_factor).is_some()
+    lease_validity(ttl, node_timeout, drift_factor).is_some()
 }
 
 /// What a fan-out can conclude from the votes it has so far.
@@ -83,7 +58,7 @@ impl Tally {
     }
 
     pub(crate) fn certainty(&self) -> Certainty {
-        let q = quorum(self.n);
+        let q = majority(self.n);
         if self.yes >= q {
             Certainty::Reached
         } else if self.n.saturating_sub(self.no) < q {
@@ -133,7 +108,7 @@ pub(crate) fn votes(outcomes: &[(NodeOutcome, Duration)], yes: &NodeOutcome) -> 
 
 /// Whether a majority of the nodes voted yes.
 pub(crate) fn has_majority(votes: &[Vote]) -> bool {
-    count(votes, Vote::Yes) >= quorum(votes.len())
+    count(votes, Vote::Yes) >= majority(votes.len())
 }
 
 fn count(votes: &[Vote], which: Vote) -> usize {
@@ -218,7 +193,7 @@ pub(crate) fn decide_acquire(
     elapsed: Duration,
     validity: Option<Duration>,
 ) -> Decision {
-    let q = quorum(votes.len());
+    let q = majority(votes.len());
     if votes.contains(&Vote::Denied) {
         Decision::Denied
     } else if has_majority(votes) {
@@ -274,13 +249,13 @@ pub(crate) fn decide_reach(votes: &[Vote]) -> Decision {
         }
     } else {
         Decision::Unavailable {
-            quorum: quorum(votes.len()),
+            quorum: majority(votes.len()),
         }
     }
 }
 
 fn not_held_or_unavailable(votes: &[Vote]) -> Decision {
-    let q = quorum(votes.len());
+    let q = majority(votes.len());
     if votes.len() - count(votes, Vote::No) < q {
         Decision::NotHeld
     } else {
@@ -291,6 +266,7 @@ fn not_held_or_unavailable(votes: &[Vote]) -> Decision {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rules::safety::drift_allowance;
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -298,40 +274,43 @@ mod tests {
     fn quorum_is_strict_majority() {
         let table = [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 4), (7, 4)];
         for (n, q) in table {
-            assert_eq!(quorum(n), q, "n = {n}");
+            assert_eq!(majority(n), q, "n = {n}");
             // A quorum is more than half, and two quorums always intersect.
-            assert!(2 * quorum(n) > n);
-            assert!(quorum(n) + quorum(n) > n);
+            assert!(2 * majority(n) > n);
+            assert!(majority(n) + majority(n) > n);
             // One fewer vote would not be a majority.
-            assert!(2 * (quorum(n) - 1) <= n);
+            assert!(2 * (majority(n) - 1) <= n);
         }
     }
 
     #[test]
     fn drift_is_proportional_plus_two_ms() {
-        assert_eq!(drift(MS(10_000), 0.01), MS(102));
-        assert_eq!(drift(MS(1_000), 0.01), MS(12));
-        assert_eq!(drift(MS(1_000), 0.0), MS(2));
-        assert_eq!(drift(Duration::ZERO, 0.5), MS(2));
-        assert_eq!(drift(MS(100), 0.5), MS(52));
+        assert_eq!(drift_allowance(MS(10_000), 0.01), MS(102));
+        assert_eq!(drift_allowance(MS(1_000), 0.01), MS(12));
+        assert_eq!(drift_allowance(MS(1_000), 0.0), MS(2));
+        assert_eq!(drift_allowance(Duration::ZERO, 0.5), MS(2));
+        assert_eq!(drift_allowance(MS(100), 0.5), MS(52));
+        // Saturating: a factor the arithmetic cannot use gives the largest allowance.
+        assert_eq!(drift_allowance(Duration::MAX, 2.0), Duration::MAX);
     }
 
     #[test]
     fn validity_subtracts_elapsed_and_drift() {
         // ttl 10 s, 1 % drift → 102 ms allowance.
-        assert_eq!(validity(MS(10_000), MS(0), 0.01), Some(MS(9_898)));
-        assert_eq!(validity(MS(10_000), MS(898), 0.01), Some(MS(9_000)));
+        assert_eq!(lease_validity(MS(10_000), MS(0), 0.01), Some(MS(9_898)));
+        assert_eq!(lease_validity(MS(10_000), MS(898), 0.01), Some(MS(9_000)));
         // Exactly used up is not valid: validity must be strictly positive.
-        assert_eq!(validity(MS(10_000), MS(9_898), 0.01), None);
+        assert_eq!(lease_validity(MS(10_000), MS(9_898), 0.01), None);
         assert_eq!(
-            validity(MS(10_000), MS(9_897), 0.01),
+            lease_validity(MS(10_000), MS(9_897), 0.01),
             Some(MS(1)),
             "one millisecond left is still valid"
         );
-        assert_eq!(validity(MS(10_000), MS(20_000), 0.01), None);
-        assert_eq!(validity(Duration::ZERO, Duration::ZERO, 0.01), None);
-        assert_eq!(validity(MS(2), Duration::ZERO, 0.0), None);
-        assert_eq!(validity(MS(3), Duration::ZERO, 0.0), Some(MS(1)));
+        assert_eq!(lease_validity(MS(10_000), MS(20_000), 0.01), None);
+        assert_eq!(lease_validity(Duration::ZERO, Duration::ZERO, 0.01), None);
+        assert_eq!(lease_validity(MS(2), Duration::ZERO, 0.0), None);
+        assert_eq!(lease_validity(MS(3), Duration::ZERO, 0.0), Some(MS(1)));
+        assert_eq!(lease_validity(Duration::MAX, Duration::MAX, 0.01), None);
     }
 
     #[test]
@@ -346,7 +325,7 @@ mod tests {
     #[test]
     fn tally_decides_as_soon_as_certain() {
         for n in 1..=7 {
-            let q = quorum(n);
+            let q = majority(n);
             // All yes: reached exactly on the q-th vote, pending before. All no: unreachable
             // exactly when n - no < q, i.e. from the (n - q + 1)-th no.
             let runs = [
@@ -436,7 +415,7 @@ mod tests {
     /// A ballot's counts: yes votes, certain noes, unheard, failures.
     type Split = (usize, usize, usize, usize);
 
-    /// Runs `check(n, quorum(n), split, votes)` on every ballot of `n` votes, `n` in `sizes`.
+    /// Runs `check(n, majority(n), split, votes)` on every ballot of `n` votes, `n` in `sizes`.
     fn every_ballot(
         sizes: std::ops::RangeInclusive<usize>,
         mut check: impl FnMut(usize, usize, Split, &[Vote]),
@@ -444,7 +423,7 @@ mod tests {
         for n in sizes {
             for split in splits(n) {
                 let (y, no, o, m) = split;
-                check(n, quorum(n), split, &ballot(y, no, o, m));
+                check(n, majority(n), split, &ballot(y, no, o, m));
             }
         }
     }
@@ -476,7 +455,7 @@ mod tests {
             assert_eq!(decide_acquire(votes, MS(5), v), expected, "n={n} {votes:?}");
         });
         for n in 1..=7 {
-            let q = quorum(n);
+            let q = majority(n);
             // Majority but no validity left; one vote short of a majority.
             let bare = ballot(q, n - q, 0, 0);
             assert_eq!(
@@ -510,7 +489,7 @@ mod tests {
             assert_eq!(decided, expected, "n={n} {votes:?}");
         });
         for n in 1..=7 {
-            let q = quorum(n);
+            let q = majority(n);
             assert_eq!(
                 decide_extend(&ballot(q, 0, 0, n - q), MS(9), None),
                 Decision::ValiditySpent { elapsed: MS(9) }

@@ -26,15 +26,14 @@ use std::time::Duration;
 /// granularity).
 pub const DRIFT_CONSTANT: Duration = Duration::from_millis(2);
 
-/// Votes needed among `n` nodes: a strict majority, `n / 2 + 1`. Equal to the client's
-/// quorum rule (`quorum::quorum`).
+/// Votes needed among `n` nodes: a strict majority, `n / 2 + 1`. The client's rounds count
+/// by it too (`quorum`).
 pub const fn majority(n: usize) -> usize {
     n / 2 + 1
 }
 
 /// The drift allowance of a TTL: `ttl * drift_factor + 2 ms`, saturating (a factor the
-/// arithmetic cannot use gives the largest allowance). Equal to the client's
-/// `quorum::drift`.
+/// arithmetic cannot use gives the largest allowance). The client's too.
 pub fn drift_allowance(ttl: Duration, drift_factor: f64) -> Duration {
     let proportional =
         Duration::try_from_secs_f64(ttl.as_secs_f64() * drift_factor).unwrap_or(Duration::MAX);
@@ -42,7 +41,7 @@ pub fn drift_allowance(ttl: Duration, drift_factor: f64) -> Duration {
 }
 
 /// The crate's validity rule: `ttl - elapsed - drift_allowance(ttl)`, `None` when not
-/// strictly positive. Equal to the client's `quorum::validity`.
+/// strictly positive. The client's decisions use it too (`quorum`).
 pub fn lease_validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<Duration> {
     ttl.checked_sub(elapsed)?
         .checked_sub(drift_allowance(ttl, drift_factor))
@@ -455,25 +454,6 @@ mod tests {
         marked: false,
         max_ttl: None,
     };
-
-    #[test]
-    fn rules_match_the_clients_quorum_arithmetic() {
-        for n in 0..9 {
-            assert_eq!(majority(n), crate::rules::quorum::quorum(n));
-        }
-        for (ttl, elapsed, df) in [(10_000, 898, 0.01), (3, 0, 0.0), (2, 0, 0.0), (0, 0, 0.5)] {
-            assert_eq!(
-                lease_validity(MS(ttl), MS(elapsed), df),
-                crate::rules::quorum::validity(MS(ttl), MS(elapsed), df)
-            );
-            assert_eq!(
-                drift_allowance(MS(ttl), df),
-                crate::rules::quorum::drift(MS(ttl), df)
-            );
-        }
-        assert_eq!(lease_validity(Duration::MAX, Duration::MAX, 0.01), None);
-        assert_eq!(drift_allowance(Duration::MAX, 2.0), Duration::MAX);
-    }
 
     #[test]
     fn uptime_rounds_against_the_node() {

@@ -9,8 +9,7 @@ use crate::acquire::ballot::{self, Read, Seen};
 use crate::config::Config;
 use crate::protocol::info::Version;
 use crate::report::QuarantineReason;
-use crate::rules::quorum;
-use crate::rules::safety::{Persistence, Uptime};
+use crate::rules::safety::{self, Persistence, Uptime};
 
 /// A default TTL that keeps less than this share of itself as validity is flagged.
 const MIN_VALIDITY_SHARE: f64 = 0.5;
@@ -376,7 +375,7 @@ fn eviction(node: &NodeInfo) -> Option<Finding> {
 /// A clock beyond the drift allowance (warning) or the whole TTL (error).
 fn clock_skew(node: &NodeInfo, limits: &Limits) -> Option<Finding> {
     let clock = node.clock?;
-    let allowance = quorum::drift(limits.ttl, limits.drift_factor);
+    let allowance = safety::drift_allowance(limits.ttl, limits.drift_factor);
     let excess = clock.excess();
     let (severity, beyond) = if excess > limits.ttl {
         (
@@ -554,9 +553,9 @@ fn majority_memory_loss(infos: &[NodeInfo], quorum: usize) -> Option<Finding> {
 /// timeout.
 fn ttl_budget(limits: &Limits) -> Option<Finding> {
     let ttl = limits.ttl;
-    let allowance = quorum::drift(ttl, limits.drift_factor);
+    let allowance = safety::drift_allowance(ttl, limits.drift_factor);
     let used = limits.node_timeout + allowance;
-    match quorum::validity(ttl, limits.node_timeout, limits.drift_factor) {
+    match safety::lease_validity(ttl, limits.node_timeout, limits.drift_factor) {
         None => Some(finding(
             FindingKind::TtlBudget,
             Severity::Error,
@@ -588,7 +587,7 @@ fn ttl_budget(limits: &Limits) -> Option<Finding> {
 /// millisecond.
 pub(super) fn suggest_ttl(limits: &Limits) -> String {
     let share = MIN_VALIDITY_SHARE - limits.drift_factor;
-    let fixed = limits.node_timeout + quorum::DRIFT_CONSTANT;
+    let fixed = limits.node_timeout + safety::DRIFT_CONSTANT;
     match Duration::try_from_secs_f64(fixed.as_secs_f64() / share) {
         Ok(min) if share > 0.0 => {
             let ms = min.as_millis().saturating_add(1);

@@ -8,7 +8,7 @@ use super::probe::{apply_info, estimate_offset};
 use super::render::{short_duration, signed_ms};
 use super::*;
 use crate::protocol::info;
-use crate::rules::quorum;
+use crate::rules::safety;
 
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
@@ -54,7 +54,7 @@ fn set(n: usize) -> Vec<NodeInfo> {
 }
 
 fn kinds(infos: &[NodeInfo], limits: &Limits) -> Vec<(FindingKind, Severity, Option<String>)> {
-    findings(infos, quorum::quorum(infos.len()), limits)
+    findings(infos, safety::majority(infos.len()), limits)
         .into_iter()
         .map(|f| (f.kind, f.severity, f.node))
         .collect()
@@ -600,7 +600,7 @@ fn persistence_mismatch_across_the_set() {
 #[test]
 fn a_majority_that_can_lose_its_data_together() {
     let found = |infos: &[NodeInfo]| {
-        findings(infos, quorum::quorum(infos.len()), &limits())
+        findings(infos, safety::majority(infos.len()), &limits())
             .into_iter()
             .filter(|f| f.kind == K::MajorityMemoryLoss)
             .collect::<Vec<_>>()
