@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Import graph of the library's files from their `use crate::` lines (and `crate::a::b`
-paths in code): prints every import cycle, one per line, as `a -> b -> a`, and nothing when
+paths in code): prints every import cycle between files, then every one between the
+top-level modules of src/ (a folder taken whole, or a file), one per line, and nothing when
 there is none. With `--long N`, instead lists functions longer than N lines (report only).
 
 A path `crate::a::b::C` names the file src/a/b.rs, else src/a/b/mod.rs, else src/a.rs or
@@ -104,9 +105,30 @@ def visit(v):
             sccs.append(comp)
 
 
-for v in sorted(graph):
-    if v not in index:
-        visit(v)
-for comp in sccs:
+def cycles(g):
+    """The strongly connected components of more than one vertex of graph `g`."""
+    index.clear(), low.clear(), stack.clear(), on.clear(), sccs.clear()
+    counter[0] = 0
+    global graph
+    graph = g
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return [sorted(c) for c in sccs]
+
+
+def top(path):
+    """The top-level module a file belongs to: its folder under src/, or the file itself."""
+    parts = path.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".rs")
+
+
+files_graph = graph
+for comp in cycles(files_graph):
     names = sorted(str(p.relative_to(root.parent)) for p in comp)
     print(f"cycle of {len(comp)} files: " + ", ".join(names))
+folders = {}
+for f, deps in files_graph.items():
+    folders.setdefault(top(f), set()).update(top(d) for d in deps if top(d) != top(f))
+for comp in cycles(folders):
+    print(f"cycle of {len(comp)} top-level modules: " + ", ".join(comp))

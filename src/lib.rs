@@ -5,7 +5,6 @@
 // The layers, top down, and what each module owns: DESIGN.md, "Module map". No module
 // imports one above it (scripts/check-layers.sh checks there are no import cycles).
 mod acquire;
-mod builder;
 mod client;
 mod config;
 mod ensemble;
@@ -18,7 +17,6 @@ mod net;
 mod protocol;
 mod report;
 mod rules;
-mod shutdown;
 mod wait;
 
 // The ballot of one attempt (feeds `safety` from the replies) and the pure rules of
@@ -29,9 +27,9 @@ pub use acquire::ballot;
 #[doc(hidden)]
 pub use rules::safety;
 
-pub use acquire::fenced::{FencedContext, FencedGuard, FencedRequest};
 pub use acquire::heal::{NodeReadiness, NodeState, Readiness};
-pub use builder::RedlockBuilder;
+pub use client::builder::RedlockBuilder;
+pub use client::fenced::{FencedContext, FencedGuard, FencedRequest};
 pub use client::{LockRequest, Redlock};
 pub use error::{Error, Result};
 pub use fencing::FencingToken;

@@ -9,7 +9,6 @@
 //!   ([`markers`]), the fencing commit ([`fence_commit`]) and the clean-up and error of a
 //!   failed attempt ([`refusal`]);
 //! - [`ballot`]: what each node's answer says for restart quarantine and fencing;
-//! - [`fenced`]: the fenced requests and guards;
 //! - [`heal`]: readmission of restarted nodes without lock traffic.
 //!
 //! The rest of the crate calls [`acquire`] with a [`Request`] (or [`plan::Plan`] and
@@ -18,7 +17,6 @@
 pub(crate) mod attempt;
 pub mod ballot;
 mod fence_commit;
-pub(crate) mod fenced;
 pub(crate) mod heal;
 mod markers;
 pub(crate) mod plan;

@@ -6,14 +6,13 @@
 //!   deadline, the extend round, the lost-lock signal);
 //! - [`extend`]: opt-in auto-extension in a background task;
 //! - [`release`]: the release round and [`Holding`](release::Holding), the clean-up duty
-//!   of a token that may be stored, which every attempt, guard and release goes through;
-//! - [`scoped`]: running a future under a lock.
+//!   of a token that may be stored, which every attempt, guard and release goes through.
 //!
-//! An attempt hands its win over as a [`Holding`](release::Holding) and a
-//! [`Lease`](lease::Lease); the rest of the crate sees only the guard types.
+//! An attempt hands its win to [`LockGuard::new`](guard::LockGuard::new) as a
+//! [`Holding`](release::Holding); from there the guard owns the lock, and a dropped one
+//! hands its release to the background.
 
 pub(crate) mod extend;
 pub(crate) mod guard;
 pub(crate) mod lease;
 pub(crate) mod release;
-pub(crate) mod scoped;

@@ -1,7 +1,20 @@
-//! The public client handle, [`Redlock`], and the [`LockRequest`] builder that `lock()` and
-//! `lock_many()` return. Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
+//! The public handle: what a caller holds and calls, and nothing below it.
+//!
+//! - this file: [`Redlock`] and the [`LockRequest`] builder that `lock()` and
+//!   `lock_many()` return;
+//! - [`builder`]: [`RedlockBuilder`](builder::RedlockBuilder), validation, the node list;
+//! - [`fenced`]: fenced requests, guards and contexts;
+//! - [`scoped`]: running a future under a lock;
+//! - [`shutdown`]: closing the client, [`Redlock::shutdown`].
+//!
+//! Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
 //! [`attempt`](crate::acquire::attempt) (one round); the shared state in
 //! [`ensemble`](crate::ensemble).
+
+pub(crate) mod builder;
+pub(crate) mod fenced;
+pub(crate) mod scoped;
+pub(crate) mod shutdown;
 
 use std::future::IntoFuture;
 use std::sync::Arc;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::FutureExt;
 
-use crate::acquire::fenced::{FencedContext, FencedRequest};
+use crate::client::fenced::{FencedContext, FencedRequest};
 use crate::client::{LockRequest, Redlock};
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
