@@ -9,7 +9,11 @@
 //! - [`failure`]: why a request produced no usable answer;
 //! - [`fanout`]: one request to many nodes under one deadline, decided as soon as the
 //!   outcome is certain, and the background collector of the late answers;
-//! - [`coalesce`]: the byte stream under a node's connection.
+//! - [`coalesce`]: the byte stream under a node's connection;
+//! - [`subscription`]: a node's pub/sub subscription to release notifications;
+//! - [`probe_connection`]: a node's short-lived connection for the deployment check;
+//! - [`fenced_write`]: [`fenced_set`](crate::fencing::fenced_set), the guarded write on the
+//!   caller's own connection to its data.
 //!
 //! The rest of the crate builds a [`Call`](call::Call) and sends it to one
 //! [`Node`](node::Node) or, as a [`Round`](fanout::Round), to many.
@@ -18,6 +22,9 @@ pub(crate) mod call;
 pub(crate) mod coalesce;
 pub(crate) mod failure;
 pub(crate) mod fanout;
+pub(crate) mod fenced_write;
 pub(crate) mod node;
+pub(crate) mod probe_connection;
 pub(crate) mod send_gate;
 pub(crate) mod server_facts;
+pub(crate) mod subscription;

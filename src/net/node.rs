@@ -253,8 +253,9 @@ impl Node {
         self.connect_timeout
     }
 
-    /// The driver client (for one-off connections, e.g. diagnostics).
-    pub(crate) fn client(&self) -> &Client {
+    /// The driver client, for the connections of their own that a probe or a subscription
+    /// opens.
+    pub(super) fn client(&self) -> &Client {
         &self.client
     }
 

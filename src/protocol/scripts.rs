@@ -1,7 +1,7 @@
 //! Every Lua script the client runs, each with its KEYS/ARGV contract and return codes.
 //!
 //! Scripts are sent as `EVALSHA` with their precomputed hash (one command built per round
-//! and shared by every node, see [`Call::script`](crate::net::call::Call::script)); a node that
+//! and shared by every node, see `net::call::Call::script`); a node that
 //! answers `NOSCRIPT` (after `SCRIPT FLUSH`) gets the source with `SCRIPT LOAD` and the call
 //! once more. Every new connection also loads all of them first ([`SOURCES`]): a release
 //! queued behind a `SET` on a node that is paused must run when the node resumes, when

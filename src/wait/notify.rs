@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
 use redis::Value;
 use tokio::sync::{Notify, watch};
 
@@ -28,6 +27,7 @@ use crate::metrics;
 use crate::net::call::Call;
 use crate::net::fanout::{self, Background, Round, Stop};
 use crate::net::node::Node;
+use crate::net::subscription::Subscription;
 use crate::protocol::{keys, reply, scripts};
 use crate::report::NodeOutcome;
 
@@ -396,20 +396,15 @@ async fn subscriber(alive: Alive, mut shutdown: watch::Receiver<()>) {
         }) else {
             return;
         };
-        let connected = tokio::time::timeout(timeout, async {
-            let (mut sink, stream) = node.client().get_async_pubsub().await?.split();
-            sink.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>((sink, stream))
-        })
-        .await;
-        if let Ok(Ok((_sink, mut stream))) = connected {
+        let connected = tokio::time::timeout(timeout, Subscription::open(&node, &channel)).await;
+        if let Ok(Ok(mut subscription)) = connected {
             backoff = MIN_BACKOFF;
             if let Some(n) = notifier.upgrade() {
                 n.set_subscribed(index, true);
             }
             loop {
                 tokio::select! {
-                    msg = stream.next() => {
+                    msg = subscription.next() => {
                         let Some(msg) = msg else { break };
                         let Some(n) = notifier.upgrade() else { return };
                         if let Ok(message) = msg.get_payload::<String>() {

@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue, RedisError};
+use redis::{ErrorKind, FromRedisValue, RedisError};
 
 use super::findings::Ledger;
 use super::{ClockOffset, NodeInfo};
 use crate::net::node::Node;
+use crate::net::probe_connection::ProbeConnection;
 use crate::protocol::info::{self, Info};
 use crate::protocol::keys::{self, Global};
 use crate::protocol::reply::Marker;
@@ -55,7 +55,7 @@ async fn probe_into(node: &Node, prefix: &str, info: &mut NodeInfo, ledger: &mut
 
 /// The node's quarantine marker and ensemble record, as an acquisition reads them; `None`
 /// when either `GET` failed (refused by an ACL, say).
-async fn read_ledger(conn: &MultiplexedConnection, prefix: &str) -> Option<Ledger> {
+async fn read_ledger(conn: &ProbeConnection, prefix: &str) -> Option<Ledger> {
     let get = |global| {
         let mut cmd = redis::cmd("GET");
         cmd.arg(keys::global(prefix, global));
@@ -70,13 +70,8 @@ async fn read_ledger(conn: &MultiplexedConnection, prefix: &str) -> Option<Ledge
 }
 
 /// A fresh connection to `node`, or `None` with the reason in `info.error`.
-async fn connect(node: &Node, info: &mut NodeInfo) -> Option<MultiplexedConnection> {
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_response_timeout(Some(RESPONSE_TIMEOUT));
-    let connect = node
-        .client()
-        .get_multiplexed_async_connection_with_config(&config);
+async fn connect(node: &Node, info: &mut NodeInfo) -> Option<ProbeConnection> {
+    let connect = ProbeConnection::open(node, CONNECT_TIMEOUT, RESPONSE_TIMEOUT);
     match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(conn)) => Some(conn),
         Ok(Err(e)) => {
@@ -92,7 +87,7 @@ async fn connect(node: &Node, info: &mut NodeInfo) -> Option<MultiplexedConnecti
 
 /// `INFO` and `CONFIG GET append*`; false when the node gave no answer at all (then the
 /// clock is not sampled either).
-async fn ask_info_and_config(conn: &MultiplexedConnection, info: &mut NodeInfo) -> bool {
+async fn ask_info_and_config(conn: &ProbeConnection, info: &mut NodeInfo) -> bool {
     // All on the one multiplexed connection: one round trip. Two `CONFIG GET`s: one
     // pattern per call is all that Redis before 7.0 accepts.
     let mut append = redis::cmd("CONFIG");
@@ -131,13 +126,12 @@ async fn ask_info_and_config(conn: &MultiplexedConnection, info: &mut NodeInfo) 
 }
 
 /// [`TIME_SAMPLES`] `TIME` requests; the sample with the shortest round trip is kept.
-async fn sample_clock(mut conn: MultiplexedConnection, info: &mut NodeInfo) {
+async fn sample_clock(mut conn: ProbeConnection, info: &mut NodeInfo) {
+    let time = redis::cmd("TIME");
     for _ in 0..TIME_SAMPLES {
         let wall = SystemTime::now();
         let start = Instant::now();
-        let reply = redis::cmd("TIME")
-            .query_async::<(i64, i64)>(&mut conn)
-            .await;
+        let reply = conn.query::<(i64, i64)>(&time).await;
         let rtt = start.elapsed();
         match reply {
             Ok((secs, micros)) => {
@@ -157,12 +151,12 @@ async fn sample_clock(mut conn: MultiplexedConnection, info: &mut NodeInfo) {
     }
 }
 
+/// One request on a clone of `conn`, so that requests run concurrently on it.
 async fn query<T: FromRedisValue>(
-    conn: &MultiplexedConnection,
+    conn: &ProbeConnection,
     cmd: redis::Cmd,
 ) -> Result<T, RedisError> {
-    let mut conn = conn.clone();
-    cmd.query_async(&mut conn).await
+    conn.clone().query(&cmd).await
 }
 
 /// A driver error as shown in the report: timeouts say how long we waited.
