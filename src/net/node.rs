@@ -134,7 +134,7 @@ pub(crate) struct Node {
     /// Set by the client's shutdown: the connection is dropped and never made again.
     closed: AtomicBool,
     /// An acquire script's answer that came after its attempt's decision is being read (see
-    /// `attempt::read_late_records`): at most one such reader per node.
+    /// `vote_round::read_late_records`): at most one such reader per node.
     reading_late: AtomicBool,
     /// Told the node's name and durability every time a connect learnt its facts.
     on_facts: OnceLock<FactsHook>,
@@ -201,7 +201,7 @@ impl Node {
     }
 
     /// Claims the one reader of this node's late acquire answers (see
-    /// `attempt::read_late_records`); `None` when one reads already. The claim is given back
+    /// `vote_round::read_late_records`); `None` when one reads already. The claim is given back
     /// when the returned [`ReadingLate`] is dropped (the reader ended, or a stopped client's
     /// collector dropped it).
     pub(crate) fn claim_reading_late(self: &Arc<Self>) -> Option<ReadingLate> {

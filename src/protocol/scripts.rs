@@ -24,7 +24,7 @@ pub(crate) struct Lua {
     /// `k` lock keys, block `b` (from 0) is `KEYS[b*k + 1 ..= b*k + k]`.
     layout: &'static [Kind],
     /// Whether a call may be sent a second time when the first was refused by a broken
-    /// connection before it was written (see `node::Call`): running it twice changes
+    /// connection before it was written (see `net::call::Call`): running it twice changes
     /// nothing that running it once did not (a read, a compare-and-delete, an expiry reset).
     repeatable: bool,
     /// Node-wide keys after the blocks, in this order (see [`Global`]).
