@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use crate::config::{Config, check_ceiling, check_ttl, whole_ms};
 use crate::error::{Error, Result};
-use crate::net::fanout::{Background, RoundScope};
+use crate::net::background::Background;
+use crate::net::fanout::RoundScope;
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
 

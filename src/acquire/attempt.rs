@@ -2,6 +2,12 @@
 //! the votes, the optional fencing commit and the validity left. A failed attempt cleans up
 //! after itself before it returns ([`refusal`](super::refusal)); a won one becomes a guard.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
 use crate::acquire::ballot::Read;
 use crate::acquire::fence_commit::commit_fence;
 use crate::acquire::markers::{Marks, clean_up, decide_votes};
@@ -14,15 +20,12 @@ use crate::fencing::FencingToken;
 use crate::held::guard::LockGuard;
 use crate::held::release::Holding;
 use crate::metrics;
-use crate::net::fanout::{Collected, Round};
+use crate::net::answers::Collected;
+use crate::net::fanout::Round;
 use crate::report::{NodeOutcome, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
 use crate::wait::Enqueue;
-use std::sync::Arc;
-use std::time::Duration;
-use tokio::time::Instant;
-use tracing::Instrument;
 
 /// The value to set: a fresh 128-bit random token as 32 hex digits, then the client's
 /// holder description and the time (`protocol::holder`); compares use the whole value.

@@ -6,8 +6,9 @@ use crate::acquire::plan::Plan;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
+use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Collected, Round, Stop};
+use crate::net::fanout::Round;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use crate::rules::quorum::{self};
@@ -43,7 +44,7 @@ pub(super) async fn commit_fence(
         .arg(token)
         .arg(fence.get());
     let mut round = Round::everywhere(ensemble.round_scope(), call);
-    let collected = fanout::collect(
+    let collected = answers::collect(
         &ensemble.nodes,
         &mut round,
         |i, answer| match reply::one_or(answer, NodeOutcome::Acquired, NodeOutcome::NotHeld) {

@@ -13,8 +13,10 @@ use crate::acquire::attempt;
 use crate::acquire::plan::Plan;
 use crate::ensemble::Ensemble;
 use crate::error::Result;
+use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Round, Stop};
+use crate::net::fanout::Round;
+use crate::net::request;
 use crate::protocol::keys;
 use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
 use crate::rules::quorum;
@@ -139,9 +141,10 @@ pub(crate) async fn ping_every_node(ensemble: &Ensemble) -> (NodeReport, Vec<quo
         .map_or(Duration::ZERO, |n| n.connect_timeout())
         .saturating_add(ensemble.config.node_timeout);
     let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
-    let pending = (ensemble.nodes.iter().enumerate()).map(|(i, node)| fanout::send(i, node, &ping));
+    let pending =
+        (ensemble.nodes.iter().enumerate()).map(|(i, node)| request::send(i, node, &ping));
     let mut round = Round::new(pending, timeout);
-    let collected = fanout::collect(
+    let collected = answers::collect(
         &ensemble.nodes,
         &mut round,
         |_, _| NodeOutcome::Reachable,

@@ -2,18 +2,21 @@
 //! are in, and the markers the rules ask for, written before anything else goes to those
 //! nodes and settled while a failed attempt gives its keys back.
 
+use std::sync::Arc;
+
 use crate::acquire::ballot::{self, Read, Seen};
 use crate::acquire::plan::Plan;
 use crate::acquire::vote_round::record_after;
 use crate::ensemble::Ensemble;
 use crate::error::Error;
+use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Collected, Round, Stop};
+use crate::net::fanout::Round;
 use crate::net::node::Node;
+use crate::net::request;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use crate::rules::safety::Admission;
-use std::sync::Arc;
 
 /// Decides every answering node's admission once the answers are in (restart quarantine
 /// v2, [`ballot`]), sets the outcomes of the yes votes accordingly (kept out:
@@ -110,7 +113,7 @@ fn send_marks(ensemble: &Ensemble, marks: Vec<Mark>) -> Option<Marks> {
     }
     let pending = marks.iter().filter_map(|mark| {
         let call = Call::script(&scripts::MARK, &ensemble.config.key_prefix, &[]).arg(&*mark.life);
-        Some(fanout::send(
+        Some(request::send(
             mark.node,
             ensemble.nodes.get(mark.node)?,
             &Arc::new(call),
@@ -153,7 +156,7 @@ impl Marks {
     /// Waits for the acknowledgements and records them (bounded by the round's deadline).
     async fn settle(mut self) {
         let (nodes, marks) = (&self.nodes, &self.marks);
-        fanout::collect(
+        answers::collect(
             nodes,
             &mut self.round,
             |i, answer| {

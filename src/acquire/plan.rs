@@ -1,12 +1,13 @@
 //! A validated acquisition, [`Plan`]: the resources sorted and deduplicated, their keys,
 //! the TTL admitted by the ensemble, and what the attempt reads.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::protocol::keys;
-use std::sync::Arc;
-use std::time::Duration;
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
 #[derive(Debug)]

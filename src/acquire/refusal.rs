@@ -1,19 +1,22 @@
 //! A failed attempt: the clean-up wherever its token may be, the diagnosis of keys of
 //! another type (`WRONGTYPE`) behind a refused `SET NX`, and the error the caller gets.
 
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
 use crate::acquire::plan::Plan;
 use crate::ensemble::Ensemble;
 use crate::error::Error;
 use crate::held::release::Holding;
 use crate::metrics;
+use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Collected, Round, Stop};
+use crate::net::fanout::Round;
 use crate::protocol::reply;
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
 use crate::wait::Enqueue;
-use std::sync::Arc;
-use tokio::time::Instant;
 
 /// The clean-up and error of an attempt without a majority.
 pub(super) async fn no_majority(
@@ -67,7 +70,7 @@ async fn find_other_types(
     let mut cmd = redis::cmd("TYPE");
     cmd.arg(key);
     let mut round = Round::broadcast(ensemble.round_scope(), Call::new(cmd), refused);
-    let types = fanout::collect(
+    let types = answers::collect(
         &ensemble.nodes,
         &mut round,
         |_, answer| match reply::is_other_type(answer) {

@@ -3,19 +3,22 @@
 //! certain, what each answer says for the ballot, and the late answers read in the
 //! background.
 
+use std::sync::Arc;
+
+use redis::Value;
+
 use crate::acquire::ballot::{self, Read, Seen};
 use crate::acquire::plan::Plan;
 use crate::ensemble::Ensemble;
 use crate::held::release::Holding;
+use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Collected, Round, Stop};
+use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
 use crate::protocol::{reply, scripts};
 use crate::report::{NodeOutcome, QuarantineReason};
 use crate::rules::safety::Persistence;
 use crate::wait::Enqueue;
-use redis::Value;
-use std::sync::Arc;
 
 /// The fast path's plan (see [`acquire_round`]): per node, the life (`run_id`) it was seen
 /// admitted in and the completeness its marker said, for the nodes that get the plain
@@ -160,7 +163,7 @@ pub(super) async fn collect_votes(
     let (collected, round) = match requests {
         Requests::Direct(node, call) => {
             let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
-            let collected = fanout::collected_one(
+            let collected = answers::collected_one(
                 &ensemble.nodes,
                 0,
                 answer,
@@ -170,7 +173,7 @@ pub(super) async fn collect_votes(
             (collected, None)
         }
         Requests::Round(mut round) => {
-            let collected = fanout::collect_until(
+            let collected = answers::collect_until(
                 &ensemble.nodes,
                 &mut round,
                 interpret,
@@ -255,7 +258,7 @@ pub(super) fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Rou
         let nodes = ensemble.nodes.clone();
         ensemble.background.spawn(async move {
             let node = claim.node();
-            fanout::collect(
+            answers::collect(
                 &nodes,
                 &mut late,
                 |_, answer| {

@@ -30,8 +30,9 @@ use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
+use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Round, Stop};
+use crate::net::fanout::Round;
 use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
@@ -230,7 +231,7 @@ impl Redlock {
         let mut del = redis::cmd("DEL");
         del.arg(key);
         let mut round = Round::everywhere(ensemble.round_scope(), Call::new(del).repeatable());
-        let collected = fanout::collect(
+        let collected = answers::collect(
             &ensemble.nodes,
             &mut round,
             |_, answer| match reply::decode::<i64>(answer) {

@@ -19,7 +19,7 @@ use crate::held::extend::{self, AutoExtend};
 use crate::held::lease::{Lease, LockContext, LostReason, LostSignal};
 use crate::held::release::Holding;
 use crate::metrics;
-use crate::net::fanout;
+use crate::net::answers;
 use crate::report::{NodeOutcome, NodeReport};
 
 /// A lock held on a majority of nodes.
@@ -177,7 +177,7 @@ impl LockGuard {
     /// What each node answered when the lock was acquired.
     pub fn report(&self) -> &NodeReport {
         self.report
-            .get_or_init(|| fanout::report(&self.holding.ensemble().nodes, &self.votes))
+            .get_or_init(|| answers::report(&self.holding.ensemble().nodes, &self.votes))
     }
 
     /// What node `index` answered to the acquisition.

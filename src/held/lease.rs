@@ -14,8 +14,9 @@ use crate::config::whole_ms;
 use crate::ensemble::{Ensemble, Held};
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Round, Stop};
+use crate::net::fanout::{self, Round};
 use crate::net::send_gate::SendGate;
 use crate::protocol::{native, reply, scripts};
 use crate::report::{NodeOutcome, NodeReport};
@@ -250,10 +251,10 @@ impl Lease {
         let collected = if let [node] = &ensemble.nodes[..] {
             // The direct path of a single node (see `fanout::direct`).
             let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
-            fanout::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
+            answers::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
         } else {
             let mut round = Round::everywhere(ensemble.round_scope(), call);
-            let collected = fanout::collect(
+            let collected = answers::collect(
                 &ensemble.nodes,
                 &mut round,
                 interpret,

@@ -10,8 +10,9 @@ use crate::config::whole_ms;
 use crate::ensemble::{Ensemble, InFlight};
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Collected, Round, Stop};
+use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
 use crate::protocol::{keys, native, reply, scripts};
@@ -83,7 +84,7 @@ impl Holding {
     pub(crate) async fn release_everywhere(&self) -> NodeReport {
         let n = self.ensemble.nodes.len();
         let mut round = self.release_round(0..n, true);
-        let collected = fanout::collect(
+        let collected = answers::collect(
             &self.ensemble.nodes,
             &mut round,
             |_, r| self.released(r),
@@ -250,7 +251,7 @@ impl Holding {
         // apart by what each node said.
         let stop = Stop::WhenReached(ensemble.notifier.as_ref().and_then(|n| n.wake_node()));
         let this = &*self;
-        let collected = fanout::collect(
+        let collected = answers::collect(
             &ensemble.nodes,
             &mut round,
             |_, r| this.released(r),
@@ -277,7 +278,7 @@ impl Holding {
             None => request.await,
         };
         let this = &*self;
-        let collected = fanout::collected_one(
+        let collected = answers::collected_one(
             &self.ensemble.nodes,
             0,
             answer,
@@ -341,7 +342,7 @@ impl Holding {
             special,
         );
         let this = &*self;
-        let collected = fanout::collect(
+        let collected = answers::collect(
             &self.ensemble.nodes,
             &mut round,
             |_, r| this.released(r),
@@ -374,10 +375,10 @@ impl Holding {
                 _ => self.release_call(false),
             };
             let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
-            fanout::collected_one(nodes, 0, answer, |_, r| self.released(r), |_| false)
+            answers::collected_one(nodes, 0, answer, |_, r| self.released(r), |_| false)
         } else {
             // Nothing to release: what an empty round collects.
-            fanout::collected_none(nodes)
+            answers::collected_none(nodes)
         };
         self.armed = false;
         self.refused(&collected)
@@ -409,7 +410,7 @@ impl Drop for Holding {
                 let ensemble = Arc::clone(&self.ensemble);
                 let in_flight = self.in_flight.take();
                 handle.spawn(async move {
-                    fanout::collect(
+                    answers::collect(
                         &ensemble.nodes,
                         &mut round,
                         |_, _| NodeOutcome::Released,

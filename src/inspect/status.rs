@@ -8,8 +8,9 @@ use crate::acquire::ballot::{self, Seen};
 use crate::client::Redlock;
 use crate::error::{Error, Result};
 use crate::inspect::json::JsonObject;
+use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Round, Stop};
+use crate::net::fanout::Round;
 use crate::protocol::holder::{self, HolderInfo};
 use crate::protocol::{reply, scripts};
 use crate::report::{NodeOutcome, QuarantineReason};
@@ -281,7 +282,7 @@ impl Redlock {
         let mut round = Round::everywhere(ensemble.round_scope(), call);
         let mut holders = vec![None; ensemble.nodes.len()];
         let mut reads = vec![None; ensemble.nodes.len()];
-        let collected = fanout::collect(
+        let collected = answers::collect(
             &ensemble.nodes,
             &mut round,
             |i, answer| match reply::inspect_reply(answer) {

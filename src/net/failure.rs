@@ -3,6 +3,7 @@
 
 use redis::RedisError;
 
+use crate::metrics;
 use crate::report::NodeOutcome;
 
 /// Why a request to a node produced no usable answer.
@@ -47,6 +48,15 @@ impl From<NodeFailure> for NodeOutcome {
             NodeFailure::Denied(m) => NodeOutcome::PermissionDenied(m),
         }
     }
+}
+
+/// The outcome of a failed request to the node named `node`, counted in the failure
+/// metric (a request withdrawn before it was sent is no failure of the node).
+pub(crate) fn failed(node: &str, failure: NodeFailure) -> NodeOutcome {
+    if failure != NodeFailure::Withdrawn {
+        metrics::node_failure(node, failure.kind());
+    }
+    failure.into()
 }
 
 /// How to read a failed request's error: the failure, and whether the connection it came

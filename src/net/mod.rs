@@ -7,8 +7,12 @@
 //! - [`call`]: the command a round sends (script, native stand-in, delivery);
 //! - [`send_gate`]: the gate that orders a token's `SET`s before its release;
 //! - [`failure`]: why a request produced no usable answer;
-//! - [`fanout`]: one request to many nodes under one deadline, decided as soon as the
-//!   outcome is certain, and the background collector of the late answers;
+//! - [`fanout`]: one request to many nodes under one deadline (a [`Round`](fanout::Round)),
+//!   or to the one node of a single-node client, awaited in place;
+//! - [`request`]: one node's request in a round;
+//! - [`answers`]: a round's answers as they arrive, decided as soon as the outcome is
+//!   certain;
+//! - [`background`]: the collector of the answers that rounds leave behind;
 //! - [`coalesce`]: the byte stream under a node's connection;
 //! - [`subscription`]: a node's pub/sub subscription to release notifications;
 //! - [`probe_connection`]: a node's short-lived connection for the deployment check;
@@ -18,6 +22,8 @@
 //! The rest of the crate builds a [`Call`](call::Call) and sends it to one
 //! [`Node`](node::Node) or, as a [`Round`](fanout::Round), to many.
 
+pub(crate) mod answers;
+pub(crate) mod background;
 pub(crate) mod call;
 pub(crate) mod coalesce;
 pub(crate) mod failure;
@@ -25,6 +31,7 @@ pub(crate) mod fanout;
 pub(crate) mod fenced_write;
 pub(crate) mod node;
 pub(crate) mod probe_connection;
+pub(crate) mod request;
 pub(crate) mod send_gate;
 pub(crate) mod server_facts;
 pub(crate) mod subscription;

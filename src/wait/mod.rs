@@ -24,8 +24,9 @@ use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::{self, Round, RoundScope, Stop};
+use crate::net::fanout::{Round, RoundScope};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration};
@@ -191,7 +192,7 @@ impl<'a> Waiting<'a> {
             .arg(list_ttl_ms);
         let start = Instant::now();
         let mut round = Round::broadcast(scope, call, [e.node]);
-        let collected = fanout::collect(
+        let collected = answers::collect(
             scope.nodes,
             &mut round,
             |_, r| reply::one_or(r, NodeOutcome::Acquired, NodeOutcome::HeldByOther),

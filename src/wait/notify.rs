@@ -24,9 +24,12 @@ use redis::Value;
 use tokio::sync::{Notify, watch};
 
 use crate::metrics;
+use crate::net::answers::{self, Stop};
+use crate::net::background::Background;
 use crate::net::call::Call;
-use crate::net::fanout::{self, Background, Round, Stop};
+use crate::net::fanout::Round;
 use crate::net::node::Node;
+use crate::net::request;
 use crate::net::subscription::Subscription;
 use crate::protocol::{keys, reply, scripts};
 use crate::report::NodeOutcome;
@@ -228,7 +231,7 @@ impl Notifier {
     pub(crate) fn settle(self: &Arc<Self>, keys: Arc<[String]>, node: usize, mut reply: Round) {
         let notifier = Arc::clone(self);
         self.background.spawn(async move {
-            let collected = fanout::collect(
+            let collected = answers::collect(
                 &notifier.nodes,
                 &mut reply,
                 |_, value| match value {
@@ -270,9 +273,8 @@ impl Notifier {
         let call = Arc::new(Call::script(&scripts::LEAVE, &self.prefix, &keys).arg(&self.id));
         let pending = which
             .iter()
-            .filter_map(|&i| self.nodes.get(i).map(|node| fanout::send(i, node, &call)));
-        self.background
-            .absorb(Round::new(pending, self.node_timeout));
+            .filter_map(|&i| self.nodes.get(i).map(|node| request::send(i, node, &call)));
+        Round::new(pending, self.node_timeout).hand_to(&self.background);
     }
 
     /// The node whose waiting lists this client joins, and whose lists its releases pop:
