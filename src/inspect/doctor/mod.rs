@@ -5,7 +5,9 @@
 //! - `probe`: the only part that talks to Redis: what is asked of each node, and how the
 //!   answers (parsed by `crate::protocol::info`) fill a [`NodeInfo`].
 //! - `findings`: pure: one function per kind of finding over the probed facts and the
-//!   configuration, table-tested without a server.
+//!   configuration, table-tested without a server; the findings on durability
+//!   (`durability`) and on the nodes restart quarantine keeps out now (`kept_out`) have
+//!   files of their own.
 //! - `render`: the report as text for people (findings that are the same on several nodes
 //!   grouped on one line) and as JSON for scripts (one finding per node).
 
@@ -14,7 +16,9 @@ use std::time::Duration;
 
 use crate::client::Redlock;
 
+mod durability;
 mod findings;
+mod kept_out;
 mod probe;
 mod render;
 #[cfg(test)]
@@ -327,7 +331,7 @@ impl Redlock {
             futures::future::join_all(probes).await.into_iter().unzip();
         let mut findings = findings::findings(&nodes, inner.quorum, &Limits::from(&inner.config));
         if inner.config.quarantine {
-            findings.extend(findings::kept_out(
+            findings.extend(kept_out::kept_out(
                 &nodes,
                 &ledgers,
                 inner.config.drift_factor,
@@ -346,5 +350,22 @@ impl Redlock {
             nodes,
             findings,
         }
+    }
+}
+
+/// A finding about `node`, or about the whole deployment when `None`.
+fn finding(
+    kind: FindingKind,
+    severity: Severity,
+    node: Option<&str>,
+    message: String,
+    fix: impl Into<String>,
+) -> Finding {
+    Finding {
+        kind,
+        severity,
+        node: node.map(str::to_owned),
+        message,
+        fix: fix.into(),
     }
 }

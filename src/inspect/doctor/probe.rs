@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{ErrorKind, FromRedisValue, RedisError};
 
-use super::findings::Ledger;
+use super::kept_out::Ledger;
 use super::{ClockOffset, NodeInfo};
 use crate::net::node::Node;
 use crate::net::probe_connection::ProbeConnection;

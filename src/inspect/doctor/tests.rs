@@ -741,7 +741,7 @@ const CEILING: Duration = Duration::from_secs(60);
 
 #[test]
 fn kept_out_nodes_are_judged_as_an_acquisition_judges_them() {
-    use super::findings::{Ledger, kept_out};
+    use super::kept_out::{Ledger, kept_out};
     let served = |i: usize| Ledger {
         marker: Some(format!("run{i}")),
         record_ms: Some(60_000),
