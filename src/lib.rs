@@ -31,11 +31,11 @@ pub use acquire::heal::{NodeReadiness, NodeState, Readiness};
 pub use client::builder::RedlockBuilder;
 pub use client::fenced::{FencedContext, FencedGuard, FencedRequest};
 pub use client::{LockRequest, Redlock};
-pub use error::{Error, Result};
+pub use error::{Error, LostReason, Result};
 pub use fencing::FencingToken;
 pub use held::extend::AutoExtend;
 pub use held::guard::LockGuard;
-pub use held::lease::{LockContext, LostReason, LostSignal};
+pub use held::lease::{LockContext, LostSignal};
 pub use inspect::doctor::{
     ClockOffset, DeploymentReport, Finding, FindingKind, NodeInfo, ServerKind, Severity,
 };

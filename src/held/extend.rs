@@ -7,7 +7,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::held::lease::{Lease, LostReason};
+use crate::error::LostReason;
+use crate::held::lease::Lease;
 
 /// How a held lock is extended in the background.
 ///

@@ -13,10 +13,11 @@ use tracing::Instrument;
 use crate::ensemble::Held;
 #[cfg(doc)]
 use crate::error::Error;
+use crate::error::LostReason;
 use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::held::extend::{self, AutoExtend};
-use crate::held::lease::{Lease, LockContext, LostReason, LostSignal};
+use crate::held::lease::{Lease, LockContext, LostSignal};
 use crate::held::release::Holding;
 use crate::metrics;
 use crate::net::answers;

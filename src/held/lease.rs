@@ -1,7 +1,6 @@
 //! What a held lock shares with its extender and with the code running under it: the
 //! validity deadline, extension on a quorum, and the lost-lock signal.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use tracing::Instrument;
 
 use crate::config::whole_ms;
 use crate::ensemble::{Ensemble, Held};
-use crate::error::{Error, Result};
+use crate::error::{Error, LostReason, Result};
 use crate::metrics;
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
@@ -22,35 +21,6 @@ use crate::protocol::{native, reply, scripts};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
-
-/// Why a lock can no longer be assumed held.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The validity deadline passed without a successful extension on a quorum, or (with
-    /// auto-extension) extensions kept failing until too little validity was left for
-    /// another try to complete.
-    Expired,
-    /// An extension found that a majority no longer has our token: it expired there or
-    /// another owner took it.
-    NotHeld,
-    /// The holder released it.
-    Released,
-    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)), which
-    /// released the lock.
-    ShutDown,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            LostReason::Expired => "validity ran out without an extension",
-            LostReason::NotHeld => "a majority no longer holds our token",
-            LostReason::Released => "released by its holder",
-            LostReason::ShutDown => "released because the client was shut down",
-        })
-    }
-}
 
 /// The mutable part of a lease, published through its [`Status`].
 #[derive(Debug, Clone, Copy)]
