@@ -55,6 +55,18 @@ if long_limit is not None:
             i += 1
     sys.exit(0)
 
+# Names the crate root re-exports (`pub use a::b::{X, Y};` in lib.rs): `crate::X` is then an
+# import of the module that defines X, not of lib.rs.
+reexports = {}
+lib = root / "lib.rs"
+if lib.exists():
+    for m in re.finditer(r"^pub use ((?:\w+::)*)(?:\{([^}]*)\}|(\w+));", lib.read_text(), re.M):
+        path = [p for p in m.group(1).split("::") if p]
+        for name in re.split(r",\s*", m.group(2) or m.group(3)):
+            name = name.strip()
+            if name and path:
+                reexports[name] = path + [name]
+
 graph = {}
 use_re = re.compile(r"\bcrate::((?:\w+::)*\w+)(::\{([^;]*?)\})?", re.S)
 for f in files:
@@ -71,6 +83,8 @@ for f in files:
                 if item and item != "self":
                     heads.append(parts + item.split("::")[:1])
         for h in heads:
+            if h[0] in reexports:
+                h = reexports[h[0]] + h[1:]
             target = module_of(h)
             if target and target != f:
                 deps.add(target)
