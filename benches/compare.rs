@@ -160,7 +160,7 @@ fn print_header(cfg: Cfg, selected: &[u32]) {
 /// CPU halts, and each cross-thread wake-up costs a trip through the hypervisor: on the
 /// VMs of these runs, scenario 1's p50 at N = 1 then takes one of two modes per
 /// contender and run (~50 or ~140 µs), and with 200 µs of polling all of them 42-63 µs
-/// (session 12, BENCHMARKS.md).
+/// (BENCHMARKS.md, "Know the idle regime").
 fn idle_regime() -> String {
     let read = |path: &str| {
         std::fs::read_to_string(path).map_or_else(|_| "?".to_string(), |s| s.trim().to_string())

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Import graph of the library's files from their `use crate::` lines (and `crate::a::b`
-paths in code): prints every import cycle, one per line, as `a -> b -> a`, and nothing when
+paths in code): prints every import cycle between files, then every one between the
+top-level modules of src/ (a folder taken whole, or a file), one per line, and nothing when
 there is none. With `--long N`, instead lists functions longer than N lines (report only).
 
 A path `crate::a::b::C` names the file src/a/b.rs, else src/a/b/mod.rs, else src/a.rs or
@@ -54,6 +55,18 @@ if long_limit is not None:
             i += 1
     sys.exit(0)
 
+# Names the crate root re-exports (`pub use a::b::{X, Y};` in lib.rs): `crate::X` is then an
+# import of the module that defines X, not of lib.rs.
+reexports = {}
+lib = root / "lib.rs"
+if lib.exists():
+    for m in re.finditer(r"^pub use ((?:\w+::)*)(?:\{([^}]*)\}|(\w+));", lib.read_text(), re.M):
+        path = [p for p in m.group(1).split("::") if p]
+        for name in re.split(r",\s*", m.group(2) or m.group(3)):
+            name = name.strip()
+            if name and path:
+                reexports[name] = path + [name]
+
 graph = {}
 use_re = re.compile(r"\bcrate::((?:\w+::)*\w+)(::\{([^;]*?)\})?", re.S)
 for f in files:
@@ -70,6 +83,8 @@ for f in files:
                 if item and item != "self":
                     heads.append(parts + item.split("::")[:1])
         for h in heads:
+            if h[0] in reexports:
+                h = reexports[h[0]] + h[1:]
             target = module_of(h)
             if target and target != f:
                 deps.add(target)
@@ -104,9 +119,30 @@ def visit(v):
             sccs.append(comp)
 
 
-for v in sorted(graph):
-    if v not in index:
-        visit(v)
-for comp in sccs:
+def cycles(g):
+    """The strongly connected components of more than one vertex of graph `g`."""
+    index.clear(), low.clear(), stack.clear(), on.clear(), sccs.clear()
+    counter[0] = 0
+    global graph
+    graph = g
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return [sorted(c) for c in sccs]
+
+
+def top(path):
+    """The top-level module a file belongs to: its folder under src/, or the file itself."""
+    parts = path.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".rs")
+
+
+files_graph = graph
+for comp in cycles(files_graph):
     names = sorted(str(p.relative_to(root.parent)) for p in comp)
     print(f"cycle of {len(comp)} files: " + ", ".join(names))
+folders = {}
+for f, deps in files_graph.items():
+    folders.setdefault(top(f), set()).update(top(d) for d in deps if top(d) != top(f))
+for comp in cycles(folders):
+    print(f"cycle of {len(comp)} top-level modules: " + ", ".join(comp))

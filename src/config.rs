@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::quorum;
-use crate::retry::RetryPolicy;
+use crate::rules::retry::RetryPolicy;
+use crate::rules::{quorum, safety};
 
 /// Validated settings shared by every clone of a `Redlock`.
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ pub(crate) fn check_ttl(ttl: Duration, drift_factor: f64, node_timeout: Duration
         )));
     }
     if !quorum::ttl_is_usable(ttl, drift_factor, node_timeout) {
-        let floor = node_timeout.saturating_add(quorum::drift(ttl, drift_factor));
+        let floor = node_timeout.saturating_add(safety::drift_allowance(ttl, drift_factor));
         return Err(Error::Config(format!(
             "ttl {ttl:?} is too short: drift allowance and node timeout use {floor:?} of it; \
              use a ttl well above that or a smaller node timeout"

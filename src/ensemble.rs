@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use crate::config::{Config, check_ceiling, check_ttl, whole_ms};
 use crate::error::{Error, Result};
-use crate::fanout::{Background, View};
-use crate::node::{Node, SendGate};
-use crate::quorum;
-use crate::safety::{self, Persistence};
+use crate::net::background::Background;
+use crate::net::fanout::RoundScope;
+use crate::net::node::Node;
+use crate::net::send_gate::SendGate;
+
+use crate::rules::safety::{self, Persistence};
 use crate::wait::Context;
 use crate::wait::notify::Notifier;
 use crate::wait::queue::LocalQueue;
@@ -106,7 +108,7 @@ impl Ensemble {
         } else {
             watch_persistence(&nodes);
         }
-        let quorum = quorum::quorum(nodes.len());
+        let quorum = safety::majority(nodes.len());
         let background = Arc::new(Background::new(nodes.clone()));
         let notifier = config.notifications.then(|| {
             Arc::new(Notifier::new(
@@ -216,8 +218,8 @@ impl Ensemble {
 
     /// The nodes as a round sees them: every node, bounded by the node timeout, with the
     /// collector that finishes what a round leaves behind.
-    pub(crate) fn view(&self) -> View<'_> {
-        View {
+    pub(crate) fn round_scope(&self) -> RoundScope<'_> {
+        RoundScope {
             nodes: &self.nodes,
             timeout: self.config.node_timeout,
             background: &self.background,
@@ -227,7 +229,7 @@ impl Ensemble {
     /// What the waiting protocol uses of this client.
     pub(crate) fn wait_context(&self) -> Context<'_> {
         Context {
-            view: self.view(),
+            scope: self.round_scope(),
             notifier: self.notifier.as_ref(),
             queue: &self.queue,
             prefix: &self.config.key_prefix,
@@ -251,7 +253,8 @@ impl Ensemble {
             // One node cannot vote twice (and an attempt at N = 1 allocates nothing here).
             return None;
         }
-        let run_ids: Vec<Option<Arc<str>>> = self.nodes.iter().map(|n| n.run_id()).collect();
+        let run_ids: Vec<Option<Arc<str>>> =
+            self.nodes.iter().map(|n| n.known().run_id()).collect();
         let refs: Vec<Option<&str>> = run_ids.iter().map(Option::as_deref).collect();
         let (i, j) = safety::duplicate_server(&refs)?;
         Some(Error::SameServer {
@@ -273,7 +276,8 @@ impl Ensemble {
         }
         let volatile: Vec<&str> = (self.nodes.iter())
             .filter(|n| {
-                n.facts()
+                n.known()
+                    .facts()
                     .is_some_and(|f| f.persistence != Persistence::AofAlways)
             })
             .map(|n| n.name())

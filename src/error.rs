@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use std::fmt;
 use std::time::Duration;
 
 use crate::report::{NodeOutcome, NodeReport, latency};
@@ -71,7 +72,7 @@ pub enum Error {
     #[error("lock was lost while the critical section ran: {reason}")]
     Lost {
         /// Why the lock can no longer be assumed held.
-        reason: crate::LostReason,
+        reason: LostReason,
     },
 
     /// A node refused a command, key or channel for lack of permission (an ACL `NOPERM`):
@@ -219,7 +220,7 @@ fn kept_out(report: &NodeReport) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     for r in report.results() {
-        if let crate::NodeOutcome::Quarantined { reason, remaining } = &r.outcome {
+        if let NodeOutcome::Quarantined { reason, remaining } = &r.outcome {
             let _ = write!(out, "; {} kept out by restart quarantine ({reason}", r.node);
             if let Some(d) = remaining {
                 let _ = write!(out, ", votes again in {:.1} s", d.as_secs_f64());
@@ -232,6 +233,35 @@ fn kept_out(report: &NodeReport) -> String {
 
 /// Shorthand for `Result<T, quorum_lock::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a lock can no longer be assumed held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The validity deadline passed without a successful extension on a quorum, or (with
+    /// auto-extension) extensions kept failing until too little validity was left for
+    /// another try to complete.
+    Expired,
+    /// An extension found that a majority no longer has our token: it expired there or
+    /// another owner took it.
+    NotHeld,
+    /// The holder released it.
+    Released,
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)), which
+    /// released the lock.
+    ShutDown,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::Expired => "validity ran out without an extension",
+            LostReason::NotHeld => "a majority no longer holds our token",
+            LostReason::Released => "released by its holder",
+            LostReason::ShutDown => "released because the client was shut down",
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -5,58 +5,42 @@
 // The layers, top down, and what each module owns: DESIGN.md, "Module map". No module
 // imports one above it (scripts/check-layers.sh checks there are no import cycles).
 mod acquire;
-mod attempt;
-// The ballot of one attempt (feeds `safety` from the replies), public only for
-// tests/model.rs, which checks the same decisions the client makes.
-#[doc(hidden)]
-pub mod ballot;
-mod builder;
 mod client;
-mod coalesce;
 mod config;
-mod deadline;
-mod doctor;
 mod ensemble;
 mod error;
-mod extend;
-mod fanout;
-mod fenced;
 pub mod fencing;
-mod guard;
-mod heal;
-mod info;
-mod json;
-mod lease;
+mod held;
+mod inspect;
 pub mod metrics;
-mod node;
+mod net;
 mod protocol;
-mod quorum;
-mod release;
 mod report;
-mod retry;
-mod scoped;
-mod shutdown;
-mod status;
+mod rules;
 mod wait;
-// Pure rules of restart quarantine and fencing (called through `ballot`), public only for
-// tests/model.rs.
-#[doc(hidden)]
-pub mod safety;
 
-pub use builder::RedlockBuilder;
+// The ballot of one attempt (feeds `safety` from the replies) and the pure rules of
+// restart quarantine and fencing, public only for tests/model.rs, which checks the same
+// decisions the client makes.
+#[doc(hidden)]
+pub use acquire::ballot;
+#[doc(hidden)]
+pub use rules::safety;
+
+pub use acquire::heal::{NodeReadiness, NodeState, Readiness};
+pub use client::builder::RedlockBuilder;
+pub use client::fenced::{FencedContext, FencedGuard, FencedRequest};
 pub use client::{LockRequest, Redlock};
-pub use doctor::{
+pub use error::{Error, LostReason, Result};
+pub use fencing::FencingToken;
+pub use held::extend::AutoExtend;
+pub use held::guard::LockGuard;
+pub use held::lease::{LockContext, LostSignal};
+pub use inspect::doctor::{
     ClockOffset, DeploymentReport, Finding, FindingKind, NodeInfo, ServerKind, Severity,
 };
-pub use error::{Error, Result};
-pub use extend::AutoExtend;
-pub use fenced::{FencedContext, FencedGuard, FencedRequest};
-pub use fencing::FencingToken;
-pub use guard::LockGuard;
-pub use heal::{NodeReadiness, NodeState, Readiness};
-pub use lease::{LockContext, LostReason, LostSignal};
+pub use inspect::status::{Holder, KeptOut, KeyState, LockStatus, Verdict};
 pub use protocol::holder::HolderInfo;
 pub use redis;
 pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
-pub use retry::RetryPolicy;
-pub use status::{Holder, KeptOut, KeyState, LockStatus, Verdict};
+pub use rules::retry::RetryPolicy;

@@ -119,6 +119,11 @@ impl fmt::Display for QuarantineReason {
 }
 
 impl NodeOutcome {
+    /// Whether this is a counted yes vote: the predicate the acquire rounds count by.
+    pub(crate) fn is_acquired(&self) -> bool {
+        *self == NodeOutcome::Acquired
+    }
+
     /// True when the node could not give an answer (timeout or error), as opposed to a
     /// definite answer from a working node.
     pub fn is_failure(&self) -> bool {

@@ -1,4 +1,4 @@
-//! The API people reach for (issue 18): typed fencing on every way to hold a lock, client
+//! The API people reach for: typed fencing on every way to hold a lock, client
 //! shutdown, error texts. Against real `redis-server` processes.
 
 mod common;

@@ -1012,7 +1012,7 @@ async fn other_builds_report_their_kind_version_and_known_issues() {
     assert!(text.contains("redis 6.2.14"), "{text}");
 }
 
-/// Issue 14: `doctor` shows the nodes restart quarantine keeps out now, why and when they
+/// `doctor` shows the nodes restart quarantine keeps out now, why and when they
 /// vote again, in the text and the JSON: none while every node kept its data; one node
 /// restarted empty after serving a 30 s lock is kept out for that lock's TTL plus drift.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

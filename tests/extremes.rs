@@ -1,4 +1,4 @@
-//! No panics on extreme values (issue 15, section 3): every public function and option that
+//! No panics on extreme values: every public function and option that
 //! takes a duration or a count accepts its whole range. "Forever" means forever; a value
 //! that cannot work is an [`Error::Config`] saying why. Driven against real nodes, with a
 //! panic hook that catches panics in background tasks too (the auto-extender's, say),

@@ -1,4 +1,4 @@
-//! Who holds a lock (issue 18, "the operator's view"): the lock value carries the holder's
+//! Who holds a lock (the operator's view): the lock value carries the holder's
 //! host, process id, program and start time, `status` reads them back, and raw-key peers
 //! (redis-py, redsync: a plain `SET NX PX` with their own token, a Lua compare-and-delete)
 //! still interoperate. Against real `redis-server` processes.

@@ -271,7 +271,7 @@ async fn late_extension_at_n1_times_out_and_the_release_still_removes_the_key() 
 /// `SET` that did get written was then followed by a release that never was, and its key
 /// stayed for the whole TTL: 17-52 keys after these 800 attempts on the old code, in each
 /// of six runs. A release given up early now queues a copy the driver writes without a
-/// reply (`node::Delivery`).
+/// reply (`net::call::Delivery`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_given_up_at_once_still_reach_their_nodes() {
     let cluster = Cluster::start(3);

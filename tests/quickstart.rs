@@ -122,7 +122,7 @@ fn readme_quick_start_builds_and_runs_in_a_new_project() {
         String::from_utf8_lossy(&built.stderr)
     );
 
-    // Right after starting the nodes (issue 14 item 8): fresh nodes vote at once.
+    // Right after starting the nodes: fresh nodes vote at once (DESIGN.md, section 7).
     let ran = cargo(&project, &["run", "--quiet"], &target);
     let stdout = String::from_utf8_lossy(&ran.stdout);
     assert!(

@@ -1,4 +1,4 @@
-//! Background work that dies leaves the client recovering by itself (issue 15, section 2):
+//! Background work that dies leaves the client recovering by itself:
 //! a connect or a subscriber task whose runtime shut down, connections broken under the
 //! client (killed, node restarted), and errors that say what the nodes answered.
 //!
@@ -371,7 +371,7 @@ async fn waiter_is_woken_after_its_subscriptions_were_killed() {
 
 /// An extension to a shorter TTL that fails (its answer comes after the node timeout) may
 /// still have been applied: the guard's validity is then at most the shorter TTL's, not its
-/// old, longer one (issue 14, item 5).
+/// old, longer one (DESIGN.md, section 1, "Extend").
 #[tokio::test]
 async fn failed_extension_to_a_shorter_ttl_lowers_the_validity() {
     let (server, proxy, client) = proxied_client(Duration::from_millis(100));

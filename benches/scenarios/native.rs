@@ -1,4 +1,4 @@
-//! Scenario 6: native `DELIFEQ` / `SET IFEQ` against the Lua scripts, on a Valkey-only
+//! Scenario 7: native `DELIFEQ` / `SET IFEQ` against the Lua scripts, on a Valkey-only
 //! ensemble of N = 5: 16 tasks on their own resources, each cycle lock + extend + release.
 //!
 //! Three clients of the same ensemble, in interleaved slices: native commands with
@@ -112,7 +112,7 @@ const SLICES: usize = 6;
 
 pub async fn run(cfg: Cfg) {
     let Some(bin) = valkey_bin() else {
-        println!("Scenario 6: skipped: no valkey-server (run scripts/servers.sh)\n");
+        println!("Scenario 7: skipped: no valkey-server (run scripts/servers.sh)\n");
         return;
     };
     let warm = cfg.d(Duration::from_millis(500));
@@ -180,7 +180,7 @@ fn table(
 ) -> Table {
     let mut t = Table::new(
         format!(
-            "Scenario 6: native commands vs Lua, Valkey 9 only, N = {N}, {TASKS} tasks each on \
+            "Scenario 7: native commands vs Lua, Valkey 9 only, N = {N}, {TASKS} tasks each on \
              its own resource, cycle = lock + extend + release ({:.1} s each in {SLICES} \
              interleaved slices)",
             dur.as_secs_f64()

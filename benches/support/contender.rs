@@ -162,9 +162,10 @@ pub enum Contender {
     /// busy work (a spin on the clock) before each acquisition. Scenario 2 runs client
     /// and servers on the same two cores, where its throughput is not monotone in the
     /// client's work: a worker that finds nothing to run parks its thread, and waking it
-    /// again costs more than a little work that keeps it running (session 12: the floor
-    /// with 1 µs of spin did a median 1.19x the floor's rate, 12 runs each). When rslock
-    /// beats the floor there, this row shows whether it is that effect.
+    /// again costs more than a little work that keeps it running (BENCHMARKS.md,
+    /// "Scenario 2's floor can be beaten by doing more work": the floor with 1 µs of spin
+    /// did a median 1.19x the floor's rate, 12 runs each). When rslock beats the floor
+    /// there, this row shows whether it is that effect.
     Busy(Arc<Vec<FloorNode>>),
     /// [`Contender::TwoRounds`] (all answers) serialised by an in-process FIFO mutex: the
     /// ideal hand-off of a contended lock with the minimum Redis traffic.

@@ -142,7 +142,7 @@ pub(crate) fn wake_channel(prefix: &str, id: &str) -> String {
     internal(prefix, "wake", id)
 }
 
-/// The highest fencing token seen for `resource` by [`fenced_set`](crate::fencing::fenced_set),
+/// The highest fencing token seen for `resource` by `fencing::fenced_set`,
 /// on the server that holds the caller's data (not a lock node; no key prefix applies).
 pub(crate) fn fence_seen(resource: &str) -> String {
     internal("", "fence-seen", resource)

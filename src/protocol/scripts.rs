@@ -1,7 +1,7 @@
 //! Every Lua script the client runs, each with its KEYS/ARGV contract and return codes.
 //!
 //! Scripts are sent as `EVALSHA` with their precomputed hash (one command built per round
-//! and shared by every node, see [`Call::script`](crate::node::Call::script)); a node that
+//! and shared by every node, see `net::call::Call::script`); a node that
 //! answers `NOSCRIPT` (after `SCRIPT FLUSH`) gets the source with `SCRIPT LOAD` and the call
 //! once more. Every new connection also loads all of them first ([`SOURCES`]): a release
 //! queued behind a `SET` on a node that is paused must run when the node resumes, when
@@ -24,7 +24,7 @@ pub(crate) struct Lua {
     /// `k` lock keys, block `b` (from 0) is `KEYS[b*k + 1 ..= b*k + k]`.
     layout: &'static [Kind],
     /// Whether a call may be sent a second time when the first was refused by a broken
-    /// connection before it was written (see `node::Call`): running it twice changes
+    /// connection before it was written (see `net::call::Call`): running it twice changes
     /// nothing that running it once did not (a read, a compare-and-delete, an expiry reset).
     repeatable: bool,
     /// Node-wide keys after the blocks, in this order (see [`Global`]).

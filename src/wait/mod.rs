@@ -23,9 +23,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::fanout::{self, Round, Stop, View};
 use crate::metrics;
-use crate::node::Call;
+use crate::net::answers::{self, Stop};
+use crate::net::call::Call;
+use crate::net::fanout::{Round, RoundScope};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration};
@@ -96,7 +97,7 @@ pub(crate) struct Requeue<'a> {
 /// ensemble above.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Context<'a> {
-    pub(crate) view: View<'a>,
+    pub(crate) scope: RoundScope<'a>,
     pub(crate) notifier: Option<&'a Arc<Notifier>>,
     pub(crate) queue: &'a LocalQueue,
     /// The client's key prefix, which every derived key starts with.
@@ -184,15 +185,15 @@ impl<'a> Waiting<'a> {
     /// asked, [`NodeOutcome::Pending`]), and the client is in the waiting list. A node that
     /// fails to answer opens the gate: the attempt then decides.
     pub(crate) async fn ask_gate(&self, e: Enqueue<'_>, list_ttl_ms: u64) -> Result<()> {
-        let view = self.cx.view;
+        let scope = self.cx.scope;
         let call = Call::script(&scripts::GATE, self.cx.prefix, self.keys)
             .arg(e.client)
             .arg(scripts::flag(e.front))
             .arg(list_ttl_ms);
         let start = Instant::now();
-        let mut round = Round::broadcast(view, call, [e.node]);
-        let collected = fanout::collect(
-            view.nodes,
+        let mut round = Round::broadcast(scope, call, [e.node]);
+        let collected = answers::collect(
+            scope.nodes,
             &mut round,
             |_, r| reply::one_or(r, NodeOutcome::Acquired, NodeOutcome::HeldByOther),
             |o| *o == NodeOutcome::Acquired,
@@ -208,7 +209,7 @@ impl<'a> Waiting<'a> {
         metrics::wait_event("gate_refused");
         metrics::attempt("contended", start.elapsed());
         Err(Error::Contended {
-            report: collected.report(view.nodes),
+            report: collected.report(scope.nodes),
         })
     }
 
@@ -262,9 +263,9 @@ impl<'a> Waiting<'a> {
                 // of them (bounded): the wake node is the first node where we listen, and
                 // one that comes up later would move us to another waiting list than the
                 // one clients configured alike use.
-                let view = self.cx.view;
-                let bound = remaining.min(view.timeout.saturating_mul(4));
-                notifier.wait_ready(view.nodes.len(), bound).await;
+                let scope = self.cx.scope;
+                let bound = remaining.min(scope.timeout.saturating_mul(4));
+                notifier.wait_ready(scope.nodes.len(), bound).await;
             }
             AfterFailure::QuickRetry => {
                 // Woken, yet the attempt failed: the release that woke us comes from the

@@ -20,14 +20,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures::StreamExt;
 use redis::Value;
 use tokio::sync::{Notify, watch};
 
-use crate::fanout::{self, Background, Round, Stop};
 use crate::metrics;
-use crate::node::Call;
-use crate::node::Node;
+use crate::net::answers::{self, Stop};
+use crate::net::background::Background;
+use crate::net::call::Call;
+use crate::net::fanout::Round;
+use crate::net::node::Node;
+use crate::net::request;
+use crate::net::subscription::Subscription;
 use crate::protocol::{keys, reply, scripts};
 use crate::report::NodeOutcome;
 
@@ -228,7 +231,7 @@ impl Notifier {
     pub(crate) fn settle(self: &Arc<Self>, keys: Arc<[String]>, node: usize, mut reply: Round) {
         let notifier = Arc::clone(self);
         self.background.spawn(async move {
-            let collected = fanout::collect(
+            let collected = answers::collect(
                 &notifier.nodes,
                 &mut reply,
                 |_, value| match value {
@@ -270,9 +273,8 @@ impl Notifier {
         let call = Arc::new(Call::script(&scripts::LEAVE, &self.prefix, &keys).arg(&self.id));
         let pending = which
             .iter()
-            .filter_map(|&i| self.nodes.get(i).map(|node| fanout::send(i, node, &call)));
-        self.background
-            .absorb(Round::new(pending, self.node_timeout));
+            .filter_map(|&i| self.nodes.get(i).map(|node| request::send(i, node, &call)));
+        Round::new(pending, self.node_timeout).hand_to(&self.background);
     }
 
     /// The node whose waiting lists this client joins, and whose lists its releases pop:
@@ -396,20 +398,15 @@ async fn subscriber(alive: Alive, mut shutdown: watch::Receiver<()>) {
         }) else {
             return;
         };
-        let connected = tokio::time::timeout(timeout, async {
-            let (mut sink, stream) = node.client().get_async_pubsub().await?.split();
-            sink.subscribe(&channel).await?;
-            Ok::<_, redis::RedisError>((sink, stream))
-        })
-        .await;
-        if let Ok(Ok((_sink, mut stream))) = connected {
+        let connected = tokio::time::timeout(timeout, Subscription::open(&node, &channel)).await;
+        if let Ok(Ok(mut subscription)) = connected {
             backoff = MIN_BACKOFF;
             if let Some(n) = notifier.upgrade() {
                 n.set_subscribed(index, true);
             }
             loop {
                 tokio::select! {
-                    msg = stream.next() => {
+                    msg = subscription.next() => {
                         let Some(msg) = msg else { break };
                         let Some(n) = notifier.upgrade() else { return };
                         if let Ok(message) = msg.get_payload::<String>() {

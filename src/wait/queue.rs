@@ -41,8 +41,10 @@ impl Shared {
     }
 }
 
+/// One key in the local queue: its turn, shared with the tasks that wait for it, and who
+/// uses it.
 #[derive(Debug)]
-struct Entry {
+struct KeyTurns {
     shared: Arc<Shared>,
     /// Tasks queued for, or holding, the turn.
     users: usize,
@@ -54,15 +56,15 @@ struct Entry {
 /// locks one resource after another makes no new one per lock.
 #[derive(Debug, Default)]
 struct Keys {
-    map: HashMap<String, Entry>,
+    map: HashMap<String, KeyTurns>,
     spare: Option<Arc<Shared>>,
 }
 
 impl Keys {
     /// The entry of `key`, made if it is not in use.
-    fn entry(&mut self, key: &str) -> &mut Entry {
+    fn entry(&mut self, key: &str) -> &mut KeyTurns {
         let spare = &mut self.spare;
-        self.map.entry_ref(key).or_insert_with(|| Entry {
+        self.map.entry_ref(key).or_insert_with(|| KeyTurns {
             shared: spare.take().unwrap_or_else(Shared::new),
             users: 0,
             held: 0,
@@ -71,7 +73,7 @@ impl Keys {
 
     /// Changes `key`'s entry with `change`, then forgets the key once nobody uses it, so
     /// the map does not grow with every resource ever locked.
-    fn update(&mut self, key: &str, change: impl FnOnce(&mut Entry)) {
+    fn update(&mut self, key: &str, change: impl FnOnce(&mut KeyTurns)) {
         let unused = self.map.get_mut(key).is_some_and(|entry| {
             change(entry);
             entry.users == 0 && entry.held == 0

@@ -560,8 +560,8 @@ fn run_once(
 /// start: the nodes are then admitted and marked, as in a deployment already in use.
 /// Without it, workers that start together on fresh nodes with quarantine on each see the
 /// record another one's first attempt raised, none sees the ensemble fresh, and all wait
-/// until the nodes are older than the longest TTL plus drift (DESIGN.md, section 7, "Not
-/// guaranteed"): seconds without any acquisition at the start, which would hide the
+/// until the nodes are older than the longest TTL plus drift (DESIGN.md, section 7, "The
+/// rules", rule 4): seconds without any acquisition at the start, which would hide the
 /// quarantine dips the restart runs are about.
 pub fn prewarm(spec: &WorkerSpec, ttl: Duration) {
     let rt = tokio::runtime::Builder::new_current_thread()

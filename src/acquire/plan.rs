@@ -1,0 +1,98 @@
+//! A validated acquisition, [`Plan`]: the resources sorted and deduplicated, their keys,
+//! the TTL admitted by the ensemble, and what the attempt reads.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::whole_ms;
+use crate::ensemble::Ensemble;
+use crate::error::{Error, Result};
+use crate::protocol::keys;
+
+/// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) resources: Arc<[String]>,
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) ttl: Duration,
+    pub(crate) fencing: bool,
+    /// Read every node's answer (up to the node timeout), not only until the outcome is
+    /// certain: a readmission probe reports every node's standing.
+    pub(crate) every_answer: bool,
+}
+
+impl Plan {
+    pub(crate) fn new(
+        ensemble: &Ensemble,
+        mut resources: Vec<String>,
+        ttl: Duration,
+        fencing: bool,
+    ) -> Result<Plan> {
+        ensemble.check_open()?;
+        if resources.is_empty() {
+            return Err(Error::Config("no resource names given".into()));
+        }
+        if resources.iter().any(String::is_empty) {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        // Sorted and unique: the order callers pass must not matter.
+        resources.sort_unstable();
+        resources.dedup();
+        let ttl = ensemble.accept_ttl(ttl)?;
+        let prefix = &ensemble.config.key_prefix;
+        let resources: Arc<[String]> = resources.into();
+        let keys = keys::locks(prefix, &resources);
+        Ok(Plan {
+            resources,
+            keys,
+            ttl,
+            fencing,
+            every_answer: false,
+        })
+    }
+
+    /// The same plan, reading every node's answer (see [`Plan::every_answer`]).
+    pub(crate) fn reading_every_answer(self) -> Plan {
+        Plan {
+            every_answer: true,
+            ..self
+        }
+    }
+
+    pub(super) fn ttl_ms(&self) -> u64 {
+        whole_ms(self.ttl)
+    }
+
+    /// The expiry of the keys' waiting lists: twice the TTL, as the acquire script sets it.
+    pub(crate) fn list_ttl_ms(&self) -> u64 {
+        self.ttl_ms().saturating_mul(2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan of a lock on `names` by a client with `prefix` (built, never connected).
+    fn plan(prefix: &str, names: &[&str]) -> Plan {
+        let client = crate::Redlock::builder()
+            .node("redis://127.0.0.1:1")
+            .key_prefix(prefix)
+            .build()
+            .expect("client");
+        let names = names.iter().map(|n| (*n).to_owned()).collect();
+        Plan::new(client.inner(), names, Duration::from_secs(1), false).expect("plan")
+    }
+
+    #[test]
+    fn without_a_prefix_the_keys_are_the_resource_names_in_one_allocation() {
+        let p = plan("", &["b", "a", "b"]);
+        assert_eq!(&*p.resources, ["a", "b"]);
+        assert_eq!(&*p.keys, ["a", "b"]);
+        assert!(Arc::ptr_eq(&p.keys, &p.resources));
+
+        let p = plan("app:", &["b", "a"]);
+        assert_eq!(&*p.resources, ["a", "b"]);
+        assert_eq!(&*p.keys, ["app:a", "app:b"]);
+    }
+}

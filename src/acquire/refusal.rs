@@ -1,0 +1,148 @@
+//! A failed attempt: the clean-up wherever its token may be, the diagnosis of keys of
+//! another type (`WRONGTYPE`) behind a refused `SET NX`, and the error the caller gets.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::acquire::plan::Plan;
+use crate::ensemble::Ensemble;
+use crate::error::Error;
+use crate::held::release::Holding;
+use crate::metrics;
+use crate::net::answers::{self, Collected, Stop};
+use crate::net::call::Call;
+use crate::net::fanout::Round;
+use crate::protocol::reply;
+use crate::report::{NodeOutcome, NodeReport};
+use crate::rules::quorum::{self, Decision};
+use crate::wait::Enqueue;
+
+/// The clean-up and error of an attempt without a majority.
+pub(super) async fn no_majority(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+    mut holding: Holding,
+    mut collected: Collected,
+    votes: &[quorum::Vote],
+    start: Instant,
+) -> Error {
+    // Release wherever our token may be. Nodes that answered "held by another" or "wrong
+    // type" certainly do not have it; every other node might (a timed-out SET may still
+    // have been applied).
+    let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
+        .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+        .map(|(i, _)| i)
+        .collect();
+    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+    let plain_set = plan.keys.len() == 1 && enqueue.is_none() && !plan.fencing;
+    let (refused, ()) = tokio::join!(
+        holding.release_on(maybe_ours, requeue),
+        find_other_types(ensemble, plan, plain_set, &mut collected),
+    );
+    let decision = quorum::decide_acquire(votes, start.elapsed(), None);
+    cleanup_refused(refused, failed(ensemble, &collected, decision, start))
+}
+
+/// After a failed plain `SET NX`, which nodes that refused it hold a key of another type
+/// (foreign data: a list, a hash, ...) at the lock key, not a lock: `SET NX` answers nil
+/// for both. Asked with `TYPE` on those nodes only on this failure path, concurrently with
+/// the clean-up, so the fast path stays one command per node. (`SET NX GET` would tell in
+/// one command, but Redis 6.2 rejects it, and a per-node choice of command is not worth
+/// it for a report.) The acquire script tells the types apart by itself.
+async fn find_other_types(
+    ensemble: &Ensemble,
+    plan: &Plan,
+    plain_set: bool,
+    collected: &mut Collected,
+) {
+    let ([key], true) = (&plan.keys[..], plain_set) else {
+        return;
+    };
+    let refused: Vec<usize> = (collected.outcomes.iter().enumerate())
+        .filter(|(_, (o, _))| *o == NodeOutcome::HeldByOther)
+        .map(|(i, _)| i)
+        .collect();
+    if refused.is_empty() {
+        return;
+    }
+    let mut cmd = redis::cmd("TYPE");
+    cmd.arg(key);
+    let mut round = Round::broadcast(ensemble.round_scope(), Call::new(cmd), refused);
+    let types = answers::collect(
+        &ensemble.nodes,
+        &mut round,
+        |_, answer| match reply::is_other_type(answer) {
+            true => NodeOutcome::WrongType,
+            false => NodeOutcome::HeldByOther,
+        },
+        |_| false,
+        Stop::AtEnd,
+    )
+    .await;
+    for (slot, (found, _)) in collected.outcomes.iter_mut().zip(types.outcomes) {
+        if found == NodeOutcome::WrongType {
+            slot.0 = NodeOutcome::WrongType;
+        }
+    }
+}
+
+/// A majority was won but the attempt failed after all (fencing commit failed, validity
+/// spent): the keys may be anywhere now, so release everywhere, then return `err`.
+pub(super) async fn give_back(
+    mut holding: Holding,
+    plan: &Plan,
+    enqueue: Option<Enqueue<'_>>,
+    list_reply: Option<(usize, Round)>,
+    collected: &Collected,
+    err: Error,
+) -> Error {
+    let ensemble = Arc::clone(holding.ensemble());
+    if let Some((_, reply)) = list_reply {
+        reply.finish_in_background(ensemble.round_scope());
+    }
+    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
+    let refused = holding.release_on(0..ensemble.nodes.len(), requeue).await;
+    cleanup_refused(refused, record_failure(collected, err))
+}
+
+/// An attempt's error, unless a node's ACL refused its clean-up (`refused`, that round's
+/// report): then the key may stay there for a TTL, and the refusal is the error to report.
+fn cleanup_refused(refused: Option<NodeReport>, err: Error) -> Error {
+    match refused {
+        Some(report) if !err.is_permission() => Error::Permission { report },
+        _ => err,
+    }
+}
+
+/// The error of an attempt without a majority, counted in the metrics.
+pub(super) fn failed(
+    ensemble: &Ensemble,
+    collected: &Collected,
+    decision: Decision,
+    start: Instant,
+) -> Error {
+    metrics::attempt(decision.label(), start.elapsed());
+    record_failure(collected, refusal(ensemble, collected, decision))
+}
+
+/// The error of a decision other than a win.
+pub(super) fn refusal(ensemble: &Ensemble, collected: &Collected, decision: Decision) -> Error {
+    let report = || collected.report(&ensemble.nodes);
+    match decision.into_result(report) {
+        Err(err) => err,
+        // Callers only pass decisions other than a win.
+        Ok(_) => Error::Contended { report: report() },
+    }
+}
+
+/// Fills in the attempt span's fields for a failure.
+fn record_failure(collected: &Collected, err: Error) -> Error {
+    let span = tracing::Span::current();
+    span.record("votes", collected.tally.yes());
+    span.record("outcome", tracing::field::display(&err));
+    let report = err.report().map(ToString::to_string).unwrap_or_default();
+    tracing::debug!(%report, "attempt failed");
+    err
+}

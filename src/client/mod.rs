@@ -1,0 +1,332 @@
+//! The public handle: what a caller holds and calls, and nothing below it.
+//!
+//! - this file: [`Redlock`] and the [`LockRequest`] builder that `lock()` and
+//!   `lock_many()` return;
+//! - [`builder`]: [`RedlockBuilder`](builder::RedlockBuilder), validation, the node list;
+//! - [`fenced`]: fenced requests, guards and contexts;
+//! - [`scoped`]: running a future under a lock;
+//! - [`shutdown`]: closing the client, [`Redlock::shutdown`].
+//!
+//! Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
+//! [`attempt`](crate::acquire::attempt) (one round); the shared state in
+//! [`ensemble`](crate::ensemble).
+
+pub(crate) mod builder;
+pub(crate) mod fenced;
+pub(crate) mod scoped;
+pub(crate) mod shutdown;
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::acquire::attempt;
+use crate::acquire::heal::{self, Readiness};
+use crate::acquire::plan::Plan;
+use crate::acquire::{self, Request};
+use crate::ensemble::Ensemble;
+use crate::error::{Error, Result};
+use crate::held::extend::AutoExtend;
+use crate::held::guard::LockGuard;
+use crate::net::answers::{self, Stop};
+use crate::net::call::Call;
+use crate::net::fanout::Round;
+use crate::protocol::{keys, reply};
+use crate::report::{NodeOutcome, NodeReport};
+use crate::rules::quorum;
+
+/// A Redlock client over N independent Redis masters.
+///
+/// Cheap to clone (an `Arc`): create one with [`Redlock::builder`] and share it. With one
+/// node it is a plain single-instance lock with the same API, errors and guarantees (its
+/// acquire and release await the one node's request directly, without fan-out rounds).
+#[derive(Debug, Clone)]
+pub struct Redlock {
+    inner: Arc<Ensemble>,
+}
+
+impl Redlock {
+    pub(crate) fn from_ensemble(ensemble: Ensemble) -> Self {
+        Redlock {
+            inner: Arc::new(ensemble),
+        }
+    }
+
+    /// The shared state: nodes, configuration, queue and notifier.
+    pub(crate) fn inner(&self) -> &Arc<Ensemble> {
+        &self.inner
+    }
+
+    /// Votes needed for a lock: `nodes / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum
+    }
+
+    /// The configured nodes as `host:port`, in order.
+    pub fn nodes(&self) -> impl Iterator<Item = &str> {
+        self.inner.nodes.iter().map(|n| n.name())
+    }
+
+    /// The Redis key that stores the lock for `resource`: the key prefix (if any) followed
+    /// by the resource name.
+    pub fn key(&self, resource: &str) -> String {
+        keys::lock(&self.inner.config.key_prefix, resource)
+    }
+
+    /// The TTL configured with [`RedlockBuilder::default_ttl`](crate::RedlockBuilder::default_ttl).
+    pub fn default_ttl(&self) -> Duration {
+        self.inner.config.default_ttl
+    }
+
+    /// Acquires `resource` for `ttl`, retrying with jittered backoff until the configured
+    /// wait budget runs out. Await the returned request; adjust it first with
+    /// [`LockRequest::wait`] or [`LockRequest::max_attempts`].
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// let guard = redlock.lock("orders:42", Duration::from_secs(10)).await?;
+    /// // ... critical section, while guard.validity() is not zero ...
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Awaiting the request returns [`Error::Timeout`] when the wait budget or the attempt
+    /// cap ran out (its `last` says why the final attempt failed: [`Error::Contended`],
+    /// [`Error::Unavailable`] or [`Error::ValiditySpent`]), and [`Error::Config`] at once for
+    /// no or an empty resource name, an unusable TTL or a zero attempt cap.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no lock behind: whatever an attempt in
+    /// progress may have set is released on every node in the background, the local turn
+    /// passes to the next task, and the waiting lists that may hold this client are left.
+    pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> LockRequest {
+        LockRequest::new(self.clone(), vec![resource.into()], ttl)
+    }
+
+    /// Acquires several resources as one lock: on each node either all of them are set or
+    /// none (one atomic script per node), and a majority of nodes must agree. The order of
+    /// `resources` does not matter and duplicates are ignored, so two callers locking
+    /// `[a, b]` and `[b, a]` cannot deadlock.
+    ///
+    /// # Errors
+    ///
+    /// Awaiting the request returns [`Error::Timeout`] when the wait budget or the attempt
+    /// cap ran out (its `last` says why the final attempt failed: [`Error::Contended`],
+    /// [`Error::Unavailable`] or [`Error::ValiditySpent`]), and [`Error::Config`] at once for
+    /// an empty list or an empty resource name, an unusable TTL or a zero attempt cap.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no lock behind: whatever an attempt in
+    /// progress may have set is released on every node in the background, the local turn
+    /// passes to the next task, and the waiting lists that may hold this client are left.
+    pub fn lock_many<I, S>(&self, resources: I, ttl: Duration) -> LockRequest
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let resources = resources.into_iter().map(Into::into).collect();
+        LockRequest::new(self.clone(), resources, ttl)
+    }
+
+    /// Makes exactly one attempt. Returns `Ok(None)` when another owner holds the resource.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when too many nodes failed, [`Error::ValiditySpent`] when the
+    /// attempt was too slow, [`Error::Config`] for an empty name or unusable TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes releases, in the background, whatever the
+    /// attempt may have set on any node.
+    pub async fn try_lock(
+        &self,
+        resource: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<Option<LockGuard>> {
+        let plan = Plan::new(&self.inner, vec![resource.into()], ttl, false)?;
+        heal::start_healer(&self.inner);
+        match attempt::attempt(&self.inner, &plan, None).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::Contended { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Connects to every node (if not yet connected) and checks it answers `PING`, waiting
+    /// up to the connect timeout plus the node timeout. Optional: requests connect lazily.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when fewer than a majority of nodes answered; the report
+    /// lists every node. [`Error::SameServer`] when two configured nodes reach one server.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing; a connection being made goes on and is kept for the
+    /// next request.
+    pub async fn connect(&self) -> Result<NodeReport> {
+        let ensemble = &self.inner;
+        let (report, votes) = heal::ping_every_node(ensemble).await;
+        if let Some(err) = ensemble.same_server() {
+            return Err(err);
+        }
+        quorum::decide_reach(&votes)
+            .into_result(|| report.clone())
+            .map(|_| report)
+    }
+
+    /// Readmits the nodes whose restart quarantine is over, without waiting for lock
+    /// traffic, and says where every node stands. Pings every node (a reconnect learns a
+    /// restart); when one that answers is not known admitted in its current life, makes an
+    /// acquisition attempt on a private resource (a key of this client's own, released at
+    /// once), which marks the nodes whose quarantine is over and confirms them. Nodes
+    /// still quarantined are reported with the time they wait. A long-lived client does
+    /// this by itself in the background; this is for the command line (`quorum-lock
+    /// repair`, `quorum-lock doctor --ready`) and for tests.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ShutDown`] after [`shutdown`](Self::shutdown); [`Error::SameServer`] when two
+    /// configured nodes reach one server; [`Error::Config`] when the TTL ceiling is too
+    /// short for the probe's TTL (the node timeout plus drift). Nodes that do not answer
+    /// are reported, not an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves no key behind (the probe is an ordinary acquisition) and
+    /// may leave markers written: the nodes they name are admitted all the same.
+    pub async fn heal(&self) -> Result<Readiness> {
+        heal::heal_ensemble(&self.inner).await
+    }
+
+    /// Deletes the lock on every node whatever its owner (the seeds' `reset`), for an
+    /// operator clearing a lock whose holder is known to be gone. Returns what each node
+    /// did: [`NodeOutcome::Released`] where the key existed, [`NodeOutcome::NotHeld`] where
+    /// it did not.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name; [`Error::Permission`] when a node's ACL
+    /// refused the `DEL` (the key may still be there). Nodes that fail otherwise are
+    /// reported per node, not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the lock deleted on some nodes and not on others; call
+    /// again to finish.
+    pub async fn reset(&self, resource: &str) -> Result<NodeReport> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        let ensemble = &self.inner;
+        let key = self.key(resource);
+        let mut del = redis::cmd("DEL");
+        del.arg(key);
+        let mut round = Round::everywhere(ensemble.round_scope(), Call::new(del).repeatable());
+        let collected = answers::collect(
+            &ensemble.nodes,
+            &mut round,
+            |_, answer| match reply::decode::<i64>(answer) {
+                Ok(deleted) if deleted > 0 => NodeOutcome::Released,
+                Ok(_) => NodeOutcome::NotHeld,
+                Err(failed) => failed,
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+        let report = collected.report(&ensemble.nodes);
+        if report.denials() > 0 {
+            return Err(Error::Permission { report });
+        }
+        Ok(report)
+    }
+}
+
+/// A pending [`Redlock::lock`] or [`Redlock::lock_many`] call; `.await` it.
+///
+/// Awaiting it runs the attempts (see [`Redlock::lock`] for its `# Errors` and
+/// `# Cancel safety`); [`LockRequest::run`] runs a closure under the lock instead.
+#[derive(Debug)]
+#[must_use = "a lock request does nothing until awaited"]
+pub struct LockRequest {
+    pub(crate) client: Redlock,
+    pub(crate) request: Request,
+}
+
+impl LockRequest {
+    fn new(client: Redlock, resources: Vec<String>, ttl: Duration) -> Self {
+        LockRequest {
+            client,
+            request: Request {
+                resources,
+                ttl,
+                wait: None,
+                max_attempts: None,
+                auto_extend: None,
+                fencing: false,
+            },
+        }
+    }
+
+    /// How long to keep retrying, overriding
+    /// [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call. Zero makes a
+    /// single attempt; `Duration::MAX` waits for ever.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.request.wait = Some(wait);
+        self
+    }
+
+    /// Caps the attempts of this call (at least 1), overriding
+    /// [`RedlockBuilder::max_attempts`](crate::RedlockBuilder::max_attempts).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.request.max_attempts = Some(attempts);
+        self
+    }
+
+    /// Mints a fencing token with the lock: a number that strictly increases from one
+    /// holder of these resources to the next, read from and committed to a majority of
+    /// nodes (one more round trip). Prefer [`fenced`](Self::fenced), whose guard's token
+    /// cannot be absent; see the [`fencing`](crate::fencing) module.
+    pub fn fencing(mut self) -> Self {
+        self.request.fencing = true;
+        self
+    }
+
+    /// Keeps the lock extended in the background once acquired (see [`AutoExtend`]).
+    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
+        self.request.auto_extend = Some(policy);
+        self
+    }
+}
+
+/// Acquires the lock: attempts retried with jittered backoff (and, with notifications on,
+/// woken by releases) until the wait budget or the attempt cap runs out.
+///
+/// # Errors
+///
+/// As [`Redlock::lock`]: [`Error::Timeout`] when the budget ran out, [`Error::Config`] for
+/// an unusable request.
+///
+/// # Cancel safety
+///
+/// Dropping the future leaves no lock behind (see [`Redlock::lock`]).
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard>;
+    type IntoFuture = BoxFuture<'static, Result<LockGuard>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(acquire::acquire(
+            Arc::clone(&self.client.inner),
+            self.request,
+        ))
+    }
+}

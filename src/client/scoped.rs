@@ -1,0 +1,166 @@
+//! Scoped critical sections: run a future under a lock, the Rust form of the seeds'
+//! context manager and decorator.
+
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures::FutureExt;
+
+use crate::client::fenced::{FencedContext, FencedRequest};
+use crate::client::{LockRequest, Redlock};
+use crate::error::{Error, Result};
+use crate::held::extend::AutoExtend;
+use crate::held::guard::LockGuard;
+use crate::held::lease::LockContext;
+
+impl LockRequest {
+    /// Acquires the lock, runs `f` under it with auto-extension (unlimited unless
+    /// [`auto_extend`](Self::auto_extend) set a budget), releases it afterwards — also when
+    /// `f` fails or panics — and returns `f`'s output.
+    ///
+    /// `f` receives a [`LockContext`] to read the remaining validity and the lost-lock
+    /// signal. If the lock is lost while `f` runs, `f`'s future is dropped at its next
+    /// suspension point and the call returns [`Error::Lost`].
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// let total = redlock
+    ///     .lock("reports:daily", Duration::from_secs(10))
+    ///     .run(|ctx| async move {
+    ///         // ... long work; ctx.validity() says how long the lock is certainly ours ...
+    ///         42
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Acquisition errors as for [`Redlock::lock`], or [`Error::Lost`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future drops `f`'s future at its suspension point and releases the lock
+    /// in the background (as dropping a [`LockGuard`](crate::LockGuard) does); dropped
+    /// while acquiring, it leaves no lock behind (see [`Redlock::lock`]).
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the lock was released.
+    pub async fn run<F, Fut, T>(mut self, f: F) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if self.request.auto_extend.is_none() {
+            self.request.auto_extend = Some(AutoExtend::new());
+        }
+        let guard = self.await?;
+        let work = f(guard.context());
+        run_under(guard, work).await
+    }
+}
+
+impl FencedRequest {
+    /// [`LockRequest::run`] with a fencing token: `f` receives a [`FencedContext`], whose
+    /// [`fencing_token`](FencedContext::fencing_token) is never absent.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// redlock
+    ///     .lock("accounts:7", Duration::from_secs(10))
+    ///     .fenced()
+    ///     .run(|ctx| async move {
+    ///         let fence = ctx.fencing_token().as_i64();
+    ///         // ... writes carrying `fence` ...
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the lock was released.
+    pub async fn run<F, Fut, T>(mut self, f: F) -> Result<T>
+    where
+        F: FnOnce(FencedContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if self.request.request.auto_extend.is_none() {
+            self.request.request.auto_extend = Some(AutoExtend::new());
+        }
+        let (guard, token) = self.await?.into_parts();
+        let work = f(FencedContext::new(guard.context(), token));
+        run_under(guard, work).await
+    }
+}
+
+/// Runs `work` under `guard`, raced against its lost signal; releases afterwards.
+async fn run_under<Fut, T>(guard: LockGuard, work: Fut) -> Result<T>
+where
+    Fut: Future<Output = T>,
+{
+    let signal = guard.lost_signal();
+    let work = AssertUnwindSafe(work).catch_unwind();
+    let outcome = tokio::select! {
+        // Finished work wins a tie with a loss noticed at the same moment: its effects
+        // already happened either way.
+        biased;
+        out = work => Ok(out),
+        reason = signal.lost() => Err(reason),
+    };
+    match outcome {
+        Ok(out) => {
+            // The work is done; a release that finds the lock already expired changes
+            // nothing for the caller, so its outcome is only logged.
+            if let Err(e) = guard.release().await {
+                tracing::debug!(error = %e, "release after scoped run");
+            }
+            match out {
+                Ok(value) => Ok(value),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Err(reason) => {
+            // Remove what may remain of ours (a lock that expired locally may still sit
+            // on some nodes); never another owner's.
+            let _ = guard.release().await;
+            Err(Error::Lost { reason })
+        }
+    }
+}
+
+impl Redlock {
+    /// Runs `f` under `resource` locked for `ttl` and auto-extended; shorthand for
+    /// `self.lock(resource, ttl).run(f)`. See [`LockRequest::run`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockRequest::run`].
+    pub async fn run<F, Fut, T>(
+        &self,
+        resource: impl Into<String>,
+        ttl: Duration,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lock(resource, ttl).run(f).await
+    }
+}

@@ -1,0 +1,459 @@
+//! What a held lock shares with its extender and with the code running under it: the
+//! validity deadline, extension on a quorum, and the lost-lock signal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::config::whole_ms;
+use crate::ensemble::{Ensemble, Held};
+use crate::error::{Error, LostReason, Result};
+use crate::metrics;
+use crate::net::answers::{self, Stop};
+use crate::net::call::Call;
+use crate::net::fanout::{self, Round};
+use crate::net::send_gate::SendGate;
+use crate::protocol::{native, reply, scripts};
+use crate::report::{NodeOutcome, NodeReport};
+use crate::rules::quorum::{self, Decision};
+use crate::rules::safety;
+
+/// The mutable part of a lease, published through its [`Status`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct State {
+    pub(crate) deadline: Instant,
+    pub(crate) ttl: Duration,
+    pub(crate) lost: Option<LostReason>,
+    /// Remaining validity when an extension last failed without losing the lock; cleared
+    /// by a successful extension.
+    pub(crate) at_risk: Option<Duration>,
+}
+
+/// A lease's [`State`] and the waiters for its changes, shared with its [`LostSignal`]s.
+///
+/// A mutex and one [`Notify`] (~110 bytes with its `Arc`): a held lock keeps one, and a
+/// `watch` channel (a state, nine `Notify`s, ~390 bytes) was the largest part of a held
+/// lock's memory. Whoever waits registers with `changed` before reading the state, so no
+/// change made in between is missed.
+#[derive(Debug)]
+struct Status {
+    state: std::sync::Mutex<State>,
+    changed: Notify,
+}
+
+impl Status {
+    fn get(&self) -> State {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Applies `change`; when it says it changed something, wakes every waiter.
+    fn modify(&self, change: impl FnOnce(&mut State) -> bool) -> bool {
+        let changed = change(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        if changed {
+            self.changed.notify_waiters();
+        }
+        changed
+    }
+}
+
+/// A lock's identity and state, shared by its guard, its extender and any [`LockContext`].
+#[derive(Debug)]
+pub(crate) struct Lease {
+    pub(crate) ensemble: Arc<Ensemble>,
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) resources: Arc<[String]>,
+    pub(crate) token: Arc<str>,
+    /// The send gate of the lock's token, closed by every release (see `SendGate`).
+    gate: Arc<SendGate>,
+    /// The auto-extender, aborted when the client shuts down.
+    extender: std::sync::Mutex<Option<AbortHandle>>,
+    /// The TTL the lock was acquired with: every node holding its key has an ensemble
+    /// record at least this long (the acquisition raised it, or the fast path knew it), so
+    /// an extension up to it needs no record raise and may go native.
+    acquired_ttl: Duration,
+    status: Arc<Status>,
+}
+
+impl Lease {
+    pub(crate) fn new(
+        ensemble: Arc<Ensemble>,
+        keys: Arc<[String]>,
+        resources: Arc<[String]>,
+        token: Arc<str>,
+        gate: Arc<SendGate>,
+        deadline: Instant,
+        ttl: Duration,
+    ) -> Self {
+        let status = Arc::new(Status {
+            state: std::sync::Mutex::new(State {
+                deadline,
+                ttl,
+                lost: None,
+                at_risk: None,
+            }),
+            changed: Notify::new(),
+        });
+        Lease {
+            ensemble,
+            keys,
+            resources,
+            token,
+            gate,
+            extender: std::sync::Mutex::new(None),
+            acquired_ttl: ttl,
+            status,
+        }
+    }
+
+    /// Records the auto-extender's task, so that shutdown can stop it.
+    pub(crate) fn set_extender(&self, handle: Option<AbortHandle>) {
+        *self.extender.lock().unwrap_or_else(|p| p.into_inner()) = handle;
+    }
+
+    pub(crate) fn state(&self) -> State {
+        self.status.get()
+    }
+
+    /// Marks the lease lost (the first reason sticks).
+    pub(crate) fn mark_lost(&self, reason: LostReason) {
+        let first = self.status.modify(|s| {
+            if s.lost.is_none() {
+                s.lost = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+        if first {
+            match reason {
+                LostReason::Expired => metrics::lost("expired"),
+                LostReason::NotHeld => metrics::lost("not_held"),
+                LostReason::Released | LostReason::ShutDown => {}
+            }
+            if !matches!(reason, LostReason::Released | LostReason::ShutDown) {
+                tracing::warn!(resources = ?self.resources, %reason, "lock lost");
+            }
+        }
+    }
+
+    /// Records a failed extension with `remaining` validity: the lock is at risk (the first
+    /// failure since the last success is what the signal reports).
+    pub(crate) fn mark_at_risk(&self, remaining: Duration) {
+        self.status.modify(|s| {
+            if s.lost.is_none() && s.at_risk.is_none() {
+                s.at_risk = Some(remaining);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub(crate) fn signal(&self) -> LostSignal {
+        LostSignal {
+            status: Arc::clone(&self.status),
+        }
+    }
+
+    /// Remaining validity, zero once lost or expired.
+    pub(crate) fn validity(&self) -> Duration {
+        let s = self.state();
+        if s.lost.is_some() {
+            return Duration::ZERO;
+        }
+        s.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// Compare-and-PEXPIRE on every node; see [`LockGuard::extend`](crate::LockGuard::extend).
+    pub(crate) async fn extend(&self, ttl: Duration) -> Result<Duration> {
+        let span = tracing::debug_span!(
+            "quorum_lock.extend",
+            resources = ?self.resources,
+            ?ttl,
+            votes = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let result = self.extend_inner(ttl).instrument(span.clone()).await;
+        match &result {
+            Ok(_) => span.record("outcome", "extended"),
+            Err(e) => span.record("outcome", tracing::field::display(e)),
+        };
+        result
+    }
+
+    async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
+        let ensemble = &self.ensemble;
+        let ttl = ensemble.accept_ttl(ttl)?;
+        if self.validity().is_zero() {
+            metrics::extended("not_held");
+            self.mark_lost(LostReason::Expired);
+            return Err(Error::NotHeld {
+                report: NodeReport::default(),
+            });
+        }
+        let start = Instant::now();
+        // From the first send on, nodes may apply the new TTL whatever becomes of this call:
+        // unless it succeeds, the guard keeps only what is sure either way (see `Unsettled`).
+        let unsettled = Unsettled {
+            lease: self,
+            ttl,
+            start,
+        };
+        let call = Call::script(&scripts::EXTEND, &ensemble.config.key_prefix, &self.keys)
+            .arg(&*self.token)
+            .arg(whole_ms(ttl));
+        // One key: `SET ... IFEQ ... PX` on the nodes that have it, the same effect as the
+        // script (see `protocol::native`) as long as the ensemble record needs no raise (a
+        // TTL up to the acquisition's, see `acquired_ttl`); several keys need the script's
+        // all or nothing, and a longer TTL the script's record raise (restart quarantine).
+        let call = match &*self.keys {
+            [key] if ensemble.config.native_commands && ttl <= self.acquired_ttl => {
+                call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
+            }
+            _ => call,
+        };
+        let interpret = |_, r| reply::one_or(r, NodeOutcome::Extended, NodeOutcome::NotHeld);
+        let is_yes = |o: &NodeOutcome| *o == NodeOutcome::Extended;
+        let collected = if let [node] = &ensemble.nodes[..] {
+            // The direct path of a single node (see `fanout::direct`).
+            let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
+            answers::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
+        } else {
+            let mut round = Round::everywhere(ensemble.round_scope(), call);
+            let collected = answers::collect(
+                &ensemble.nodes,
+                &mut round,
+                interpret,
+                is_yes,
+                Stop::WhenCertain,
+            )
+            .await;
+            // The other nodes still get their extension: more copies of the lock, same token.
+            round.finish_in_background(ensemble.round_scope());
+            collected
+        };
+        let decided = Instant::now();
+        let elapsed = decided - start;
+        let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Extended);
+        let validity = safety::lease_validity(ttl, elapsed, ensemble.config.drift_factor);
+        let decision = quorum::decide_extend(&votes, elapsed, validity);
+        match decision {
+            Decision::Won { validity } => {
+                std::mem::forget(unsettled);
+                self.status.modify(|s| {
+                    s.deadline = crate::rules::deadline::after(decided, validity);
+                    s.ttl = ttl;
+                    s.at_risk = None;
+                    true
+                });
+                metrics::extended("extended");
+                tracing::Span::current().record("votes", collected.tally.yes());
+                tracing::debug!(?elapsed, "extended");
+            }
+            // Too many nodes said definitely not ours: nothing can bring it back.
+            Decision::NotHeld => self.mark_lost(LostReason::NotHeld),
+            _ => {}
+        }
+        if !matches!(decision, Decision::Won { .. }) {
+            metrics::extended(decision.label());
+        }
+        decision.into_result(|| collected.report(&ensemble.nodes))
+    }
+}
+
+/// An extension sent and not (yet) successful: nodes may have applied its TTL or not. When
+/// it ends without success (failed, too late, cancelled), the guard's validity becomes the
+/// lower bound of what the nodes may hold ([`safety::after_failed_extension`]): the old
+/// deadline, or the new TTL's validity counted from the send if that ends sooner (an
+/// extension to a shorter TTL). Nothing at all when neither is left.
+struct Unsettled<'a> {
+    lease: &'a Lease,
+    ttl: Duration,
+    start: Instant,
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        let now = Instant::now();
+        let drift = self.lease.ensemble.config.drift_factor;
+        let lost = self.lease.status.modify(|s| {
+            if s.lost.is_some() {
+                return false;
+            }
+            let old = s.deadline.saturating_duration_since(now);
+            match safety::after_failed_extension(
+                old,
+                self.ttl,
+                now.saturating_duration_since(self.start),
+                drift,
+            ) {
+                Some(left) if crate::rules::deadline::after(now, left) < s.deadline => {
+                    s.deadline = crate::rules::deadline::after(now, left);
+                    true
+                }
+                Some(_) => false,
+                None => {
+                    s.deadline = s.deadline.min(now);
+                    true
+                }
+            }
+        });
+        if lost && self.lease.validity().is_zero() {
+            self.lease.mark_lost(LostReason::Expired);
+        }
+    }
+}
+
+impl Drop for Lease {
+    /// The last holder of the lease is gone (its guard marks it released before): every
+    /// signal still waiting hears of it.
+    fn drop(&mut self) {
+        self.status.modify(|s| {
+            let first = s.lost.is_none();
+            if first {
+                s.lost = Some(LostReason::Released);
+            }
+            first
+        });
+    }
+}
+
+impl Held for Lease {
+    fn shut_down(&self) -> (Arc<[String]>, Arc<str>, Arc<SendGate>) {
+        if let Some(extender) = self
+            .extender
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            extender.abort();
+        }
+        self.mark_lost(LostReason::ShutDown);
+        (
+            Arc::clone(&self.keys),
+            Arc::clone(&self.token),
+            Arc::clone(&self.gate),
+        )
+    }
+}
+
+/// Fires when a lock can no longer be assumed held: its validity deadline passed without a
+/// successful extension, an extension found a majority without our token, or it was
+/// released.
+///
+/// Cheap to clone; every clone observes the same lock. It is a local judgement: it fires
+/// at the latest when the validity runs out, which is before any other client can acquire
+/// the lock (unless clocks misbehave; see the crate's safety notes). It cannot fire
+/// earlier than the facts allow: a node pause that keeps the keys in place is not a loss.
+#[derive(Debug, Clone)]
+pub struct LostSignal {
+    status: Arc<Status>,
+}
+
+impl LostSignal {
+    /// Completes with the reason once the lock is lost; immediately if it already is.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses nothing; wait again any time.
+    pub async fn lost(&self) -> LostReason {
+        loop {
+            let changed = self.status.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let s = self.status.get();
+            if let Some(reason) = s.lost {
+                return reason;
+            }
+            if Instant::now() >= s.deadline {
+                return LostReason::Expired;
+            }
+            tokio::select! {
+                // The deadline may have moved meanwhile; the loop re-reads it.
+                () = tokio::time::sleep_until(s.deadline) => {}
+                () = changed => {}
+            }
+        }
+    }
+
+    /// Completes when the lock is at risk: an extension failed (the nodes refused, timed
+    /// out or were quarantined) while the lock is still held, with the validity that
+    /// remained then; this comes before [`lost`](Self::lost), which fires only when too
+    /// little validity is left for another try. Completes with `Duration::ZERO` if the lock
+    /// is lost (or released) without having been at risk first. A successful extension
+    /// clears the risk; wait again to hear of the next one.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn at_risk(&self) -> Duration {
+        loop {
+            let changed = self.status.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let s = self.status.get();
+            if let Some(remaining) = s.at_risk {
+                return remaining;
+            }
+            if s.lost.is_some() || Instant::now() >= s.deadline {
+                return Duration::ZERO;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(s.deadline) => {}
+                () = changed => {}
+            }
+        }
+    }
+
+    /// Whether the lock is lost now.
+    pub fn is_lost(&self) -> bool {
+        let s = self.status.get();
+        s.lost.is_some() || Instant::now() >= s.deadline
+    }
+
+    /// Remaining validity as last known, zero once lost.
+    pub fn validity(&self) -> Duration {
+        let s = self.status.get();
+        if s.lost.is_some() {
+            return Duration::ZERO;
+        }
+        s.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
+/// What code running under [`LockRequest::run`](crate::LockRequest::run) can see of its lock.
+#[derive(Debug, Clone)]
+pub struct LockContext {
+    lease: Arc<Lease>,
+}
+
+impl LockContext {
+    pub(crate) fn new(lease: Arc<Lease>) -> Self {
+        LockContext { lease }
+    }
+
+    /// Remaining validity: how long the lock is certainly held without a further extension.
+    pub fn validity(&self) -> Duration {
+        self.lease.validity()
+    }
+
+    /// The lost-lock signal, to pass along or `select!` on.
+    pub fn lost_signal(&self) -> LostSignal {
+        self.lease.signal()
+    }
+
+    /// The value stored on the nodes: the random token, then the holder description (see
+    /// [`LockGuard::token`](crate::LockGuard::token)).
+    pub fn token(&self) -> &str {
+        &self.lease.token
+    }
+
+    /// The resources held, sorted.
+    pub fn resources(&self) -> &[String] {
+        &self.lease.resources
+    }
+}

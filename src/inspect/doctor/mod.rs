@@ -1,0 +1,371 @@
+//! The deployment check behind [`Redlock::check_deployment`] (and the CLI's `doctor`): what
+//! every node is (server kind and version, role, persistence, cluster mode, clock) and what
+//! about the set of them weakens the lock, each finding with a severity and a one-line fix.
+//!
+//! - `probe`: the only part that talks to Redis: what is asked of each node, and how the
+//!   answers (parsed by `crate::protocol::info`) fill a [`NodeInfo`].
+//! - `findings`: pure: one function per kind of finding over the probed facts and the
+//!   configuration, table-tested without a server; the findings on durability
+//!   (`durability`) and on the nodes restart quarantine keeps out now (`kept_out`) have
+//!   files of their own.
+//! - `render`: the report as text for people (findings that are the same on several nodes
+//!   grouped on one line) and as JSON for scripts (one finding per node).
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::client::Redlock;
+
+mod durability;
+mod findings;
+mod kept_out;
+mod probe;
+mod render;
+#[cfg(test)]
+mod tests;
+
+pub use crate::protocol::info::ServerKind;
+pub(crate) use findings::Limits;
+
+/// How serious a [`Finding`] is. Ordered: `Info < Warning < Error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Severity {
+    /// Worth knowing; the lock is as safe as its design allows.
+    Info,
+    /// The lock works but is weaker than it looks: less fault tolerance, or a failure mode
+    /// in which it can be granted twice.
+    Warning,
+    /// The lock is broken or unavailable as deployed.
+    Error,
+}
+
+impl Severity {
+    /// `"info"`, `"warning"` or `"error"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Error => "error",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a [`Finding`] is about; stable names for scripts are given by
+/// [`as_str`](Self::as_str).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FindingKind {
+    /// A node did not answer: connecting, authenticating or `INFO` failed or timed out.
+    /// An error when fewer than a quorum of nodes answered, else a warning.
+    Unreachable,
+    /// A node answered but refused `INFO`, so its role, cluster mode and persistence could
+    /// not be checked (info).
+    Incomplete,
+    /// Two entries reach the same server (same `run_id`), which then votes twice (error).
+    DuplicateServer,
+    /// Two entries are in one replication group: one replicates the other, or both share a
+    /// replication ID. A failover can hand the same lock to two clients (error).
+    Replicated,
+    /// A node is a replica of a master that is not listed: it refuses lock writes
+    /// (`READONLY`) or loses them on resynchronisation (warning).
+    Replica,
+    /// A node runs in cluster mode: a lock key lives on whichever shard owns its slot, and a
+    /// node without that slot refuses it (warning).
+    ClusterMode,
+    /// One node: no fault tolerance. Reported as info because a single instance is an
+    /// explicit, documented mode of this client.
+    SingleNode,
+    /// Two nodes: both must grant every lock, so either failing stops locking (warning).
+    TooFewNodes,
+    /// An even number of nodes (4 or more) tolerates no more failures than one fewer would
+    /// (warning).
+    EvenNodeCount,
+    /// `appendonly no`: a restart forgets the node's lock keys, so a lock can be granted
+    /// twice (warning).
+    NoPersistence,
+    /// `appendonly yes` but `appendfsync` is not `always`: recent lock writes can be lost on
+    /// a crash of the host (info for `everysec`, warning for `no`).
+    WeakFsync,
+    /// `appendonly yes` but `appendfsync` could not be read (`CONFIG GET` refused) (info).
+    FsyncUnknown,
+    /// A majority of the nodes can lose their data together (no persistence, RDB snapshots
+    /// only, or `appendfsync no`): after they all restart, fence counters start below tokens
+    /// already handed out, so fencing tokens go backwards (warning).
+    MajorityMemoryLoss,
+    /// A memory limit with an eviction policy: lock keys can be evicted before their TTL
+    /// (warning).
+    Eviction,
+    /// The default TTL leaves little (warning) or no (error) validity after the drift
+    /// allowance and one node timeout.
+    TtlBudget,
+    /// A node's wall clock differs from this host's by more than the drift allowance of the
+    /// default TTL (warning) or by more than the whole TTL (error).
+    ClockSkew,
+    /// The node runs a server version whose release notes list a fix, in a later version,
+    /// for a problem that can cost lock safety with the node's settings (the finding's
+    /// message names the release note; info or warning).
+    KnownIssue,
+    /// The reachable nodes differ in `appendonly`: some keep lock keys across a restart and
+    /// some do not, usually a configuration that drifted on some nodes (warning).
+    PersistenceMismatch,
+    /// Restart quarantine keeps the node's vote out right now, judged from what every node
+    /// holds as an acquisition judges it (see `NodeOutcome::Quarantined`): the message says
+    /// why and when it votes again (warning).
+    KeptOut,
+}
+
+impl FindingKind {
+    /// The snake-case name used in JSON, e.g. `"duplicate_server"`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FindingKind::Unreachable => "unreachable",
+            FindingKind::Incomplete => "incomplete",
+            FindingKind::DuplicateServer => "duplicate_server",
+            FindingKind::Replicated => "replicated",
+            FindingKind::Replica => "replica",
+            FindingKind::ClusterMode => "cluster_mode",
+            FindingKind::SingleNode => "single_node",
+            FindingKind::TooFewNodes => "too_few_nodes",
+            FindingKind::EvenNodeCount => "even_node_count",
+            FindingKind::NoPersistence => "no_persistence",
+            FindingKind::WeakFsync => "weak_fsync",
+            FindingKind::FsyncUnknown => "fsync_unknown",
+            FindingKind::MajorityMemoryLoss => "majority_memory_loss",
+            FindingKind::Eviction => "eviction",
+            FindingKind::TtlBudget => "ttl_budget",
+            FindingKind::ClockSkew => "clock_skew",
+            FindingKind::KnownIssue => "known_issue",
+            FindingKind::PersistenceMismatch => "persistence_mismatch",
+            FindingKind::KeptOut => "kept_out",
+        }
+    }
+}
+
+impl fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One problem (or notable fact) found by [`Redlock::check_deployment`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// What it is about.
+    pub kind: FindingKind,
+    /// How serious it is.
+    pub severity: Severity,
+    /// The node concerned as `host:port`, or `None` for a finding about the whole set or
+    /// the configuration. For a pair of nodes, the later-listed one (or the replica).
+    pub node: Option<String>,
+    /// One line saying what was found and why it matters.
+    pub message: String,
+    /// One line saying how to fix it.
+    pub fix: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.severity)?;
+        if let Some(node) = &self.node {
+            write!(f, "{node}: ")?;
+        }
+        write!(f, "{} (fix: {})", self.message, self.fix)
+    }
+}
+
+/// A node's wall clock compared with this host's, from `TIME` and the round trip.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClockOffset {
+    /// Server clock minus this host's clock, in microseconds: positive when the server is
+    /// ahead. Estimated as `server_time - (local_send_time + rtt / 2)`.
+    pub offset_micros: i64,
+    /// Half the round trip: the true offset lies within `offset ± uncertainty`.
+    pub uncertainty: Duration,
+    /// Round trip of the `TIME` request the estimate comes from (the fastest sample).
+    pub rtt: Duration,
+}
+
+impl ClockOffset {
+    /// How much of the offset is certain: `|offset| - uncertainty`, or zero.
+    pub fn excess(&self) -> Duration {
+        Duration::from_micros(self.offset_micros.unsigned_abs()).saturating_sub(self.uncertainty)
+    }
+}
+
+/// What the check learned about one node. Fields are `None` when the node did not answer
+/// or refused the command that tells.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeInfo {
+    /// The node's address as `host:port` (credentials are never shown).
+    pub name: String,
+    /// Whether the node connected and answered.
+    pub reachable: bool,
+    /// Why the node is unreachable, or the first request that failed on a reachable node
+    /// (say, `INFO` or `TIME` refused by an ACL).
+    pub error: Option<String>,
+    /// `redis_version` from `INFO`, e.g. `"7.2.4"`. Valkey reports the Redis version it is
+    /// compatible with here; its own version is in [`server_version`](Self::server_version).
+    pub redis_version: Option<String>,
+    /// Which server the node runs (from `server_name` / `valkey_version` in `INFO`).
+    pub server_kind: Option<ServerKind>,
+    /// The server's own version: `valkey_version` on Valkey (e.g. `"9.1.2"`), else
+    /// `redis_version`.
+    pub server_version: Option<String>,
+    /// `run_id` from `INFO`: random per server process, so two entries with the same one
+    /// are the same server.
+    pub run_id: Option<String>,
+    /// `role` from `INFO`: `"master"`, or `"slave"` for a replica.
+    pub role: Option<String>,
+    /// `master_replid` from `INFO`: the replication ID, shared by a master and its
+    /// synchronised replicas.
+    pub master_replid: Option<String>,
+    /// For a replica, the host of its master as the replica knows it.
+    pub master_host: Option<String>,
+    /// For a replica, the port of its master.
+    pub master_port: Option<u16>,
+    /// Whether the append-only file is on (`CONFIG GET appendonly`, or `aof_enabled` from
+    /// `INFO` when `CONFIG` is refused).
+    pub appendonly: Option<bool>,
+    /// `CONFIG GET appendfsync`: `"always"`, `"everysec"` or `"no"`; `None` when `CONFIG`
+    /// is refused (ACL or renamed command).
+    pub appendfsync: Option<String>,
+    /// `CONFIG GET save`: the RDB snapshot points, e.g. `"3600 1 300 100"`; empty when
+    /// snapshots are off. `None` when `CONFIG` is refused.
+    pub save: Option<String>,
+    /// `maxmemory` from `INFO`, in bytes; 0 means no limit.
+    pub maxmemory: Option<u64>,
+    /// `maxmemory_policy` from `INFO`, e.g. `"noeviction"` or `"allkeys-lru"`.
+    pub maxmemory_policy: Option<String>,
+    /// `cluster_enabled` from `INFO`.
+    pub cluster_enabled: Option<bool>,
+    /// `uptime_in_seconds` from `INFO`: time since the server process started.
+    pub uptime: Option<Duration>,
+    /// The clock offset from the best of a few `TIME` samples.
+    pub clock: Option<ClockOffset>,
+}
+
+impl NodeInfo {
+    pub(crate) fn new(name: &str) -> Self {
+        NodeInfo {
+            name: name.to_owned(),
+            ..NodeInfo::default()
+        }
+    }
+
+    /// Whether `INFO` reported this node as a replica.
+    pub fn is_replica(&self) -> bool {
+        matches!(self.role.as_deref(), Some("slave" | "replica"))
+    }
+}
+
+/// The result of [`Redlock::check_deployment`]: every node, and the findings sorted from
+/// most to least severe. [`Display`](fmt::Display) renders a table for people,
+/// [`to_json`](Self::to_json) a JSON document for scripts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeploymentReport {
+    /// Votes needed for a lock: `nodes / 2 + 1`.
+    pub quorum: usize,
+    /// One entry per configured node, in configuration order.
+    pub nodes: Vec<NodeInfo>,
+    /// What was found, most severe first (then in node order).
+    pub findings: Vec<Finding>,
+}
+
+impl DeploymentReport {
+    /// The highest severity among the findings, `None` when there are none.
+    pub fn worst(&self) -> Option<Severity> {
+        self.findings.iter().map(|f| f.severity).max()
+    }
+
+    /// The report as one line of JSON:
+    /// `{"quorum":…,"worst":…,"nodes":[…],"findings":[…]}`. Absent values are `null`,
+    /// durations are whole microseconds (`*_us`) or seconds (`uptime_secs`), and finding
+    /// kinds and severities use their [`FindingKind::as_str`] and [`Severity::as_str`] names.
+    pub fn to_json(&self) -> String {
+        render::json(self)
+    }
+}
+
+impl Redlock {
+    /// Checks how the nodes are deployed and reports what weakens the lock: unreachable
+    /// nodes, one server listed twice, nodes that replicate one another, cluster mode, an
+    /// even or too small number of nodes, persistence and eviction settings (among them a
+    /// majority of nodes that can lose their data together), a default TTL
+    /// eaten up by the drift allowance and node timeout, clocks that differ from this
+    /// host's, and (restart quarantine on) nodes whose vote quarantine keeps out now, with
+    /// why and when they vote again. Each [`Finding`] has a severity and a one-line fix.
+    ///
+    /// Never fails: a node that cannot be reached is itself a finding. Every node is
+    /// probed at once on a fresh connection of its own (1 s to connect, 1 s per request,
+    /// 2.5 s in all), so the check ends within about 2.5 s even when nodes hang. It reads
+    /// `INFO`, `CONFIG GET append*` and `CONFIG GET save` (optional: an ACL may refuse
+    /// them), the node's quarantine marker and ensemble record (two `GET`s) and three
+    /// `TIME` samples; it writes nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) {
+    /// use quorum_lock::Severity;
+    /// let report = redlock.check_deployment().await;
+    /// println!("{report}");
+    /// if report.worst() == Some(Severity::Error) {
+    ///     std::process::exit(2);
+    /// }
+    /// # }
+    /// ```
+    pub async fn check_deployment(&self) -> DeploymentReport {
+        let inner = self.inner();
+        let prefix = &inner.config.key_prefix;
+        let probes = inner.nodes.iter().map(|node| probe::probe(node, prefix));
+        let (nodes, ledgers): (Vec<NodeInfo>, Vec<_>) =
+            futures::future::join_all(probes).await.into_iter().unzip();
+        let mut findings = findings::findings(&nodes, inner.quorum, &Limits::from(&inner.config));
+        if inner.config.quarantine {
+            findings.extend(kept_out::kept_out(
+                &nodes,
+                &ledgers,
+                inner.config.drift_factor,
+                inner.config.ttl_ceiling,
+            ));
+            // Most severe first, the order within a severity kept.
+            findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+        }
+        for node in &nodes {
+            if let Some(clock) = &node.clock {
+                crate::metrics::clock_offset(&node.name, clock.offset_micros as f64 / 1e6);
+            }
+        }
+        DeploymentReport {
+            quorum: inner.quorum,
+            nodes,
+            findings,
+        }
+    }
+}
+
+/// A finding about `node`, or about the whole deployment when `None`.
+fn finding(
+    kind: FindingKind,
+    severity: Severity,
+    node: Option<&str>,
+    message: String,
+    fix: impl Into<String>,
+) -> Finding {
+    Finding {
+        kind,
+        severity,
+        node: node.map(str::to_owned),
+        message,
+        fix: fix.into(),
+    }
+}

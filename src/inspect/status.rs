@@ -1,0 +1,421 @@
+//! Read-only inspection of a lock on every node, for operators (`quorum-lock status`).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use crate::acquire::ballot::{self, Seen};
+use crate::client::Redlock;
+use crate::error::{Error, Result};
+use crate::inspect::json::JsonObject;
+use crate::net::answers::{self, Stop};
+use crate::net::call::Call;
+use crate::net::fanout::Round;
+use crate::protocol::holder::{self, HolderInfo};
+use crate::protocol::{reply, scripts};
+use crate::report::{NodeOutcome, QuarantineReason};
+
+/// What one node holds for a lock key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyState {
+    /// The node as `host:port`.
+    pub node: String,
+    /// `None` when the node did not answer; the error message is in `error`.
+    pub holder: Option<Holder>,
+    /// Why the node could not be read.
+    pub error: Option<String>,
+    /// Restart quarantine would keep this node's vote out of an acquisition now (judged
+    /// from what every node answered, as an acquisition judges it).
+    pub kept_out: Option<KeptOut>,
+}
+
+/// Why and how long restart quarantine keeps a node's vote out (see
+/// [`NodeOutcome::Quarantined`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeptOut {
+    /// Why.
+    pub reason: QuarantineReason,
+    /// How long until it votes again; `None` when that depends on something unknown.
+    pub remaining: Option<Duration>,
+}
+
+/// The content of a lock key on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Holder {
+    /// No such key.
+    Free,
+    /// A string value (an owner token) with its remaining time to live; `None` when the key
+    /// has no expiry (never set by this crate).
+    Token {
+        /// The stored value.
+        token: String,
+        /// Remaining time to live.
+        ttl: Option<Duration>,
+    },
+    /// A key of another type (`list`, `hash`, ...): foreign data.
+    Foreign(String),
+}
+
+/// The verdict over all nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// One token is stored on a majority: the lock is held.
+    Held {
+        /// The owner's token.
+        token: String,
+    },
+    /// A majority of nodes answered that the key is absent.
+    Free,
+    /// Enough nodes answered but no token and no absence reaches a majority.
+    Split,
+    /// Too few nodes answered to tell.
+    Unknown,
+}
+
+impl Verdict {
+    /// A short machine-readable name: `held`, `free`, `split` or `unknown`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Verdict::Held { .. } => "held",
+            Verdict::Free => "free",
+            Verdict::Split => "split",
+            Verdict::Unknown => "unknown",
+        }
+    }
+}
+
+impl LockStatus {
+    /// The status as one JSON object:
+    /// `{"resource","key","quorum","verdict","owner","holder":{"token","host","pid",
+    /// "program","since_ms"},"held_for_ms","remaining_ms","nodes":[{"node","reachable",
+    /// "exists","type","ttl_ms","owner","error","kept_out","votes_in_ms"}]}` (`owner` is
+    /// the whole stored value, `holder` what it says, `null` unless held); unknown
+    /// values are `null`, and `kept_out` (a [`QuarantineReason::as_str`]) is `null` for a
+    /// node that votes.
+    pub fn to_json(&self) -> String {
+        let mut out = String::with_capacity(128 + 160 * self.nodes.len());
+        let mut o = JsonObject::new(&mut out);
+        o.str("resource", Some(&self.resource));
+        o.str("key", Some(&self.key));
+        o.num("quorum", Some(self.quorum as i128));
+        o.str("verdict", Some(self.verdict.as_str()));
+        let owner = match &self.verdict {
+            Verdict::Held { token } => Some(token.as_str()),
+            _ => None,
+        };
+        o.str("owner", owner);
+        o.key("holder");
+        match &self.holder {
+            Some(h) => holder_json(o.out, h),
+            None => o.out.push_str("null"),
+        }
+        o.num("held_for_ms", self.held_for.map(|d| d.as_millis() as i128));
+        o.num(
+            "remaining_ms",
+            self.remaining.map(|d| d.as_millis() as i128),
+        );
+        o.array("nodes", &self.nodes, |out, n| {
+            let (exists, kind, ttl, token) = match &n.holder {
+                None => (None, None, None, None),
+                Some(Holder::Free) => (Some(false), None, None, None),
+                Some(Holder::Token { token, ttl }) => {
+                    (Some(true), Some("string"), *ttl, Some(token.as_str()))
+                }
+                Some(Holder::Foreign(kind)) => (Some(true), Some(kind.as_str()), None, None),
+            };
+            let mut node = JsonObject::new(out);
+            node.str("node", Some(&n.node));
+            node.bool("reachable", Some(n.holder.is_some()));
+            node.bool("exists", exists);
+            node.str("type", kind);
+            node.num("ttl_ms", ttl.map(|d| d.as_millis() as i128));
+            node.str("owner", token);
+            node.str("error", n.error.as_deref());
+            node.str("kept_out", n.kept_out.map(|k| k.reason.as_str()));
+            node.num(
+                "votes_in_ms",
+                (n.kept_out)
+                    .and_then(|k| k.remaining)
+                    .map(|d| d.as_millis() as i128),
+            );
+            node.end();
+        });
+        o.end();
+        out
+    }
+}
+
+/// `{"token","host","pid","program","since_ms"}`.
+fn holder_json(out: &mut String, h: &HolderInfo) {
+    let mut o = JsonObject::new(out);
+    o.str("token", Some(&h.token));
+    o.str("host", h.host.as_deref());
+    o.num("pid", h.pid.map(i128::from));
+    o.str("program", h.program.as_deref());
+    o.num("since_ms", h.since.map(|t| i128::from(holder::unix_ms(t))));
+    o.end();
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Held { .. } => f.write_str("held by a majority"),
+            Verdict::Free => f.write_str("free"),
+            Verdict::Split => f.write_str("split"),
+            Verdict::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
+/// A lock as seen on every node, from [`Redlock::status`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The resource inspected.
+    pub resource: String,
+    /// The Redis key.
+    pub key: String,
+    /// The majority the verdict is judged against.
+    pub quorum: usize,
+    /// Per node, in configuration order.
+    pub nodes: Vec<KeyState>,
+    /// The verdict for the set.
+    pub verdict: Verdict,
+    /// Who holds the lock, read from the value a majority holds (see [`HolderInfo`]):
+    /// `Some` exactly when the verdict is [`Verdict::Held`]. For a value from another
+    /// client (redis-py, redsync) only [`HolderInfo::token`] is known: the whole value.
+    pub holder: Option<HolderInfo>,
+    /// How long the holder has had it, by this machine's clock against the holder's
+    /// ([`HolderInfo::since`]); zero when the clocks disagree the other way.
+    pub held_for: Option<Duration>,
+    /// The holder's remaining validity at most: the shortest remaining TTL among the nodes
+    /// that hold its value (the holder counts its validity from before its first `SET`, so
+    /// its own ends no later, and a drift allowance earlier). `None` unless held, or when
+    /// a copy has no expiry.
+    pub remaining: Option<Duration>,
+}
+
+/// A node's answer to [`scripts::INSPECT`] as a [`Holder`].
+fn holder(kind: &str, pttl: i64, value: Option<Vec<u8>>) -> Holder {
+    match (kind, value) {
+        ("none", _) => Holder::Free,
+        ("string", Some(bytes)) => Holder::Token {
+            token: String::from_utf8_lossy(&bytes).into_owned(),
+            ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        },
+        ("string", None) => Holder::Free,
+        (other, _) => Holder::Foreign(other.to_owned()),
+    }
+}
+
+/// The shortest remaining TTL among the copies of `value`; `None` when there are none or
+/// one has no expiry. Pure.
+pub(crate) fn remaining(holders: &[Option<&Holder>], value: &str) -> Option<Duration> {
+    let mut shortest: Option<Duration> = None;
+    for h in holders.iter().flatten() {
+        if let Holder::Token { token, ttl } = h
+            && token == value
+        {
+            let ttl = (*ttl)?;
+            shortest = Some(shortest.map_or(ttl, |s| s.min(ttl)));
+        }
+    }
+    shortest
+}
+
+/// The verdict from per-node holders (`None`: no answer) and the quorum. Pure.
+pub(crate) fn verdict(holders: &[Option<&Holder>], quorum: usize) -> Verdict {
+    let answered = holders.iter().flatten().count();
+    if answered < quorum {
+        return Verdict::Unknown;
+    }
+    let free = holders
+        .iter()
+        .flatten()
+        .filter(|h| matches!(h, Holder::Free))
+        .count();
+    if free >= quorum {
+        return Verdict::Free;
+    }
+    let mut tokens: HashMap<&str, usize> = HashMap::new();
+    for h in holders.iter().flatten() {
+        if let Holder::Token { token, .. } = h {
+            *tokens.entry(token.as_str()).or_default() += 1;
+        }
+    }
+    match tokens.into_iter().find(|(_, n)| *n >= quorum) {
+        Some((token, _)) => Verdict::Held {
+            token: token.to_owned(),
+        },
+        None => Verdict::Split,
+    }
+}
+
+impl Redlock {
+    /// Reads the lock of `resource` on every node (type, value and remaining TTL, in one
+    /// round trip each) and judges the set. Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name; [`Error::Permission`] when a node's ACL
+    /// refused the read. Unreachable nodes are reported per node, not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing.
+    pub async fn status(&self, resource: &str) -> Result<LockStatus> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        let ensemble = self.inner();
+        crate::acquire::heal::start_healer(ensemble);
+        let key = self.key(resource);
+        let call = Call::script(
+            &scripts::INSPECT,
+            &ensemble.config.key_prefix,
+            std::slice::from_ref(&key),
+        );
+        let mut round = Round::everywhere(ensemble.round_scope(), call);
+        let mut holders = vec![None; ensemble.nodes.len()];
+        let mut reads = vec![None; ensemble.nodes.len()];
+        let collected = answers::collect(
+            &ensemble.nodes,
+            &mut round,
+            |i, answer| match reply::inspect_reply(answer) {
+                Ok(inspected) => {
+                    if let (Some(slot), Some(read), Some(node)) =
+                        (holders.get_mut(i), reads.get_mut(i), ensemble.nodes.get(i))
+                    {
+                        let value = inspected.value;
+                        *slot = Some(holder(&inspected.kind, inspected.pttl, value));
+                        let mut seen = crate::acquire::vote_round::blank_read(node);
+                        seen.marker = Seen::Read(inspected.marker.map(|m| m.life));
+                        seen.record_ms = inspected.record_ms;
+                        *read = Some(seen);
+                    }
+                    NodeOutcome::Reachable
+                }
+                Err(failed) => failed,
+            },
+            |_| false,
+            Stop::AtEnd,
+        )
+        .await;
+        let report = collected.report(&ensemble.nodes);
+        if report.denials() > 0 {
+            return Err(Error::Permission { report });
+        }
+        let kept_out = ballot::kept_out(
+            &reads,
+            ensemble.config.drift_factor,
+            ensemble.config.ttl_ceiling,
+        );
+        let nodes: Vec<KeyState> = (ensemble.nodes.iter().zip(holders))
+            .zip(collected.outcomes)
+            .zip(kept_out)
+            .map(|(((node, holder), (outcome, _)), kept_out)| KeyState {
+                node: node.name().to_owned(),
+                error: holder.is_none().then(|| outcome.to_string()),
+                holder,
+                kept_out: (ensemble.config.quarantine)
+                    .then_some(kept_out)
+                    .flatten()
+                    .map(|(reason, remaining)| KeptOut { reason, remaining }),
+            })
+            .collect();
+        let holders: Vec<Option<&Holder>> = nodes.iter().map(|s| s.holder.as_ref()).collect();
+        let verdict = verdict(&holders, ensemble.quorum);
+        let (holder, remaining) = match &verdict {
+            Verdict::Held { token } => (Some(HolderInfo::parse(token)), remaining(&holders, token)),
+            _ => (None, None),
+        };
+        let held_for = (holder.as_ref())
+            .and_then(|h| h.since)
+            .map(|since| SystemTime::now().duration_since(since).unwrap_or_default());
+        Ok(LockStatus {
+            resource: resource.to_owned(),
+            key,
+            quorum: ensemble.quorum,
+            nodes,
+            verdict,
+            holder,
+            held_for,
+            remaining,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(t: &str) -> Holder {
+        Holder::Token {
+            token: t.into(),
+            ttl: Some(Duration::from_secs(1)),
+        }
+    }
+
+    #[test]
+    fn remaining_is_the_shortest_ttl_of_the_value() {
+        let ms = Duration::from_millis;
+        let tok = |t: &str, ttl: Option<u64>| Holder::Token {
+            token: t.into(),
+            ttl: ttl.map(ms),
+        };
+        let (a9, a4, a7, b1) = (
+            tok("a", Some(9000)),
+            tok("a", Some(4000)),
+            tok("a", Some(7000)),
+            tok("b", Some(1000)),
+        );
+        let (none, free) = (tok("a", None), Holder::Free);
+        let cases: Vec<(Vec<Option<&Holder>>, Option<Duration>)> = vec![
+            (vec![Some(&a9), Some(&a4), Some(&a7)], Some(ms(4000))),
+            (
+                vec![Some(&a9), Some(&b1), None, Some(&free)],
+                Some(ms(9000)),
+            ),
+            (vec![Some(&a9), Some(&none)], None),
+            (vec![Some(&b1), Some(&free)], None),
+            (vec![], None),
+        ];
+        for (holders, expected) in cases {
+            assert_eq!(remaining(&holders, "a"), expected, "{holders:?}");
+        }
+    }
+
+    #[test]
+    fn verdicts() {
+        let (a, b, free) = (token("a"), token("b"), Holder::Free);
+        let foreign = Holder::Foreign("list".into());
+        let cases: Vec<(Vec<Option<&Holder>>, Verdict)> = vec![
+            (
+                vec![Some(&a), Some(&a), Some(&free)],
+                Verdict::Held { token: "a".into() },
+            ),
+            (vec![Some(&free), Some(&free), Some(&a)], Verdict::Free),
+            (vec![Some(&a), Some(&b), Some(&free)], Verdict::Split),
+            (vec![Some(&a), Some(&foreign), Some(&free)], Verdict::Split),
+            (vec![Some(&a), None, None], Verdict::Unknown),
+            (
+                vec![Some(&a), Some(&a), None],
+                Verdict::Held { token: "a".into() },
+            ),
+            (vec![Some(&a)], Verdict::Held { token: "a".into() }),
+            (vec![None], Verdict::Unknown),
+            (vec![Some(&free)], Verdict::Free),
+        ];
+        for (holders, expected) in cases {
+            assert_eq!(
+                verdict(&holders, holders.len() / 2 + 1),
+                expected,
+                "{holders:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,191 @@
+//! A round's answers as they arrive: each reply turned into a [`NodeOutcome`], counted in
+//! a [`Tally`], and the round decided as soon as its stopping rule allows ([`Stop`]); the
+//! result, [`Collected`], is one outcome per node in configuration order.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::Instant;
+
+use crate::net::failure::{NodeFailure, failed};
+use crate::net::fanout::Round;
+use crate::net::node::Node;
+use crate::report::{NodeOutcome, NodeReport, NodeResult};
+use crate::rules::quorum::{Certainty, Tally};
+
+/// The outcome of a round so far.
+pub(crate) struct Collected {
+    pub(crate) outcomes: Vec<(NodeOutcome, Duration)>,
+    pub(crate) tally: Tally,
+}
+
+/// The report of a round's outcomes, one per node in configuration order.
+pub(crate) fn report(nodes: &[Arc<Node>], outcomes: &[(NodeOutcome, Duration)]) -> NodeReport {
+    NodeReport::new(
+        nodes
+            .iter()
+            .zip(outcomes)
+            .map(|(node, (outcome, latency))| NodeResult {
+                node: node.name().to_owned(),
+                server: node.known().server(),
+                outcome: outcome.clone(),
+                latency: *latency,
+            })
+            .collect(),
+    )
+}
+
+impl Collected {
+    /// Recounts the tally from the outcomes, after some were decided again (the ballot of
+    /// restart quarantine decides some votes only once the answers are in).
+    pub(crate) fn recount(&mut self, is_yes: impl Fn(&NodeOutcome) -> bool) {
+        let mut tally = Tally::new(self.outcomes.len());
+        for (outcome, _) in &self.outcomes {
+            if *outcome != NodeOutcome::Pending {
+                tally.record(is_yes(outcome));
+            }
+        }
+        self.tally = tally;
+    }
+
+    pub(crate) fn report(&self, nodes: &[Arc<Node>]) -> NodeReport {
+        report(nodes, &self.outcomes)
+    }
+}
+
+/// When [`collect`] may return before every node answered.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Stop {
+    /// Only once every node answered or the deadline passed.
+    AtEnd,
+    /// As soon as the outcome is certain.
+    WhenCertain,
+    /// As soon as a majority said yes (and this node, if any, answered). A round that
+    /// cannot reach one waits for every answer, so its report and error say what each node
+    /// did (a release: not held here, failed there).
+    WhenReached(Option<usize>),
+}
+
+/// Waits for the answers of `round`, turning each reply into an outcome with `interpret`
+/// and recording it. With `stop` other than [`Stop::AtEnd`], returns as soon as the tally's
+/// outcome is no longer [`Certainty::Pending`] (and the node named heard from), leaving the
+/// rest in the round; nodes not heard from are reported as
+/// [`NodeOutcome::Pending`] with the time waited so far. At the round's deadline every node
+/// not heard from is [`NodeOutcome::TimedOut`].
+pub(crate) async fn collect(
+    nodes: &[Arc<Node>],
+    round: &mut Round,
+    interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+    stop: Stop,
+) -> Collected {
+    collect_until(nodes, round, interpret, is_yes, |outcomes, certainty| {
+        let heard = |i: usize| {
+            outcomes
+                .get(i)
+                .is_none_or(|(o, _)| *o != NodeOutcome::Pending)
+        };
+        match stop {
+            Stop::AtEnd => false,
+            Stop::WhenCertain => certainty != Certainty::Pending,
+            Stop::WhenReached(i) => certainty == Certainty::Reached && i.is_none_or(heard),
+        }
+    })
+    .await
+}
+
+/// [`collect`] with its own stopping rule: `done` sees the outcomes so far (unanswered
+/// nodes [`NodeOutcome::Pending`]) and the tally's certainty after each answer.
+pub(crate) async fn collect_until(
+    nodes: &[Arc<Node>],
+    round: &mut Round,
+    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+    mut done: impl FnMut(&[(NodeOutcome, Duration)], Certainty) -> bool,
+) -> Collected {
+    let n = nodes.len();
+    let start = Instant::now();
+    let mut outcomes = vec![(NodeOutcome::Pending, Duration::ZERO); n];
+    let mut tally = Tally::new(n);
+    let expired = tokio::time::sleep_until(round.deadline);
+    tokio::pin!(expired);
+    loop {
+        let (index, result, latency) = tokio::select! {
+            biased;
+            next = round.next() => match next {
+                Some(answer) => answer,
+                None => break,
+            },
+            () = &mut expired => {
+                // Whatever is still in flight timed out: the round is over.
+                for index in round.in_flight() {
+                    if let (Some(node), Some(slot)) = (nodes.get(index), outcomes.get_mut(index)) {
+                        *slot = (failed(node.name(), NodeFailure::TimedOut), start.elapsed());
+                        tally.record(false);
+                    }
+                }
+                round.pending.clear();
+                break;
+            }
+        };
+        let outcome = answered(nodes, index, result, &mut interpret);
+        let certainty = tally.record(is_yes(&outcome));
+        if let Some(slot) = outcomes.get_mut(index) {
+            *slot = (outcome, latency);
+        }
+        if done(&outcomes, certainty) {
+            break;
+        }
+    }
+    let waited = start.elapsed();
+    for (outcome, latency) in &mut outcomes {
+        if *outcome == NodeOutcome::Pending {
+            *latency = waited;
+        }
+    }
+    Collected { outcomes, tally }
+}
+
+/// A node's answer as an outcome: a reply through `interpret`, a failure counted.
+fn answered(
+    nodes: &[Arc<Node>],
+    index: usize,
+    result: Result<Value, NodeFailure>,
+    interpret: &mut impl FnMut(usize, Value) -> NodeOutcome,
+) -> NodeOutcome {
+    match (result, nodes.get(index)) {
+        (Ok(value), _) => interpret(index, value),
+        (Err(failure), Some(node)) => failed(node.name(), failure),
+        (Err(failure), None) => failure.into(),
+    }
+}
+
+/// The [`Collected`] of a round of the single node `index` of `nodes` that gave `answer`
+/// (see [`direct`](super::fanout::direct)): what [`collect`] records for it.
+pub(crate) fn collected_one(
+    nodes: &[Arc<Node>],
+    index: usize,
+    (result, latency): (Result<Value, NodeFailure>, Duration),
+    mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+) -> Collected {
+    let n = nodes.len();
+    let mut outcomes = vec![(NodeOutcome::Pending, Duration::ZERO); n];
+    let mut tally = Tally::new(n);
+    let outcome = answered(nodes, index, result, &mut interpret);
+    tally.record(is_yes(&outcome));
+    if let Some(slot) = outcomes.get_mut(index) {
+        *slot = (outcome, latency);
+    }
+    Collected { outcomes, tally }
+}
+
+/// The [`Collected`] of a round that sent nothing: every node [`NodeOutcome::Pending`].
+pub(crate) fn collected_none(nodes: &[Arc<Node>]) -> Collected {
+    let n = nodes.len();
+    Collected {
+        outcomes: vec![(NodeOutcome::Pending, Duration::ZERO); n],
+        tally: Tally::new(n),
+    }
+}

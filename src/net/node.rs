@@ -1,0 +1,470 @@
+//! One Redis node and the lifecycle of its connection: made lazily on the first request,
+//! shared by every request, replaced when it breaks or its runtime is gone, closed at
+//! shutdown; and [`Node::send`], one request bounded by its caller.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult, Value};
+
+use crate::net::call::{Call, SendError};
+use crate::net::coalesce::Yield;
+use crate::net::failure::{NodeFailure, classify};
+use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
+use crate::protocol::native::Capabilities;
+use crate::protocol::scripts;
+
+type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
+
+/// Why a connect produced no connection.
+#[derive(Debug, Clone)]
+enum ConnectError {
+    /// The server refused, did not answer in time, or failed the handshake.
+    Failed(String),
+    /// The connect task ended without an answer: its runtime shut down (or it panicked).
+    /// Nothing was tried on the server's side that a new connect would repeat badly, so the
+    /// request that saw this connects again at once.
+    Abandoned(String),
+}
+
+impl ConnectError {
+    fn message(self) -> String {
+        match self {
+            ConnectError::Failed(m) | ConnectError::Abandoned(m) => m,
+        }
+    }
+}
+
+/// How long past its connect timeout a connect may stay unfinished before a request starts
+/// another: its task may sit in a runtime that is no longer driven (one that is neither
+/// running nor dropped), where it would never finish nor time out.
+const STALE_CONNECT_GRACE: Duration = Duration::from_secs(1);
+
+/// How many requests the driver's channel to its connection task holds. The channel is
+/// first come, first served only while it has room: a request that has to wait for room is
+/// put in it when its future is next polled, possibly after a later request (a release)
+/// that found room. Large enough never to fill (a node that stops reading holds at most
+/// what is sent to it until the TCP user timeout drops its connection), so every request
+/// is queued at its first poll, in poll order, which the release ordering relies on (see
+/// [`SendGate`](super::send_gate::SendGate)). Slots are allocated as used, not up front.
+const PIPELINE_BUFFER: usize = 1 << 20;
+
+/// The connection state of a node.
+enum Slot {
+    /// No connection; the next request connects.
+    Empty,
+    /// A working connection, tagged with a generation so a request that saw it fail can
+    /// discard exactly that one and not a newer replacement, and with the liveness of the
+    /// runtime its driver task runs on.
+    Ready(u64, MultiplexedConnection, Liveness),
+    /// A connect in progress that every concurrent request waits on, and when it started
+    /// (a runtime-independent clock: see [`STALE_CONNECT_GRACE`]).
+    Connecting {
+        generation: u64,
+        started: std::time::Instant,
+        connect: Shared<BoxFuture<'static, ConnectResult>>,
+    },
+}
+
+/// What a request finds in a node's slot.
+enum Pending {
+    Ready(u64, MultiplexedConnection),
+    Wait(Shared<BoxFuture<'static, ConnectResult>>),
+    /// The client was shut down ([`Node::close`]): no connection is made any more.
+    Closed,
+}
+
+/// Whether the runtime a connection's driver task was spawned on still runs: a task of our
+/// own on that runtime that never ends by itself. A runtime that shuts down drops its
+/// tasks, the driver among them, and the connection can no longer send; this is known
+/// before anything is sent on it, so it is replaced without a failed request (a client
+/// kept in a `static` and used from several runtimes, one per `#[tokio::test]`).
+#[derive(Debug)]
+struct Liveness(Option<tokio::task::JoinHandle<()>>);
+
+impl Liveness {
+    /// A sentinel on the current runtime (none without one: then always "alive").
+    fn here() -> Self {
+        Liveness(
+            tokio::runtime::Handle::try_current()
+                .ok()
+                .map(|handle| handle.spawn(std::future::pending())),
+        )
+    }
+
+    fn is_alive(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|sentinel| !sentinel.is_finished())
+    }
+}
+
+impl Drop for Liveness {
+    fn drop(&mut self) {
+        if let Some(sentinel) = &self.0 {
+            sentinel.abort();
+        }
+    }
+}
+
+/// One node of the ensemble: its address, its connection, and what its connects learnt.
+pub(crate) struct Node {
+    /// `host:port`, without credentials.
+    name: String,
+    client: Client,
+    config: AsyncConnectionConfig,
+    connect_timeout: Duration,
+    /// How the connection's writes yield to let other tasks' requests share them.
+    coalescing: Yield,
+    slot: Mutex<Slot>,
+    generation: AtomicU64,
+    /// What the client knows of the server behind the current connection, learnt on every
+    /// (re)connect (see [`ServerFacts`]).
+    known: KnownServer,
+    /// The native commands of the server behind the current connection, learnt on every
+    /// (re)connect (none until then: the scripts work everywhere).
+    capabilities: Mutex<Capabilities>,
+    /// The quarantine state last published as a gauge: 0 none yet, 1 counting, 2
+    /// quarantined.
+    published: AtomicU8,
+    /// Set by the client's shutdown: the connection is dropped and never made again.
+    closed: AtomicBool,
+    /// An acquire script's answer that came after its attempt's decision is being read (see
+    /// `vote_round::read_late_records`): at most one such reader per node.
+    reading_late: AtomicBool,
+    /// Told the node's name and durability every time a connect learnt its facts.
+    on_facts: OnceLock<FactsHook>,
+}
+
+/// A node's claim on reading its late acquire answers (see
+/// [`Node::claim_reading_late`]), given back when dropped.
+pub(crate) struct ReadingLate(Arc<Node>);
+
+impl ReadingLate {
+    pub(crate) fn node(&self) -> &Arc<Node> {
+        &self.0
+    }
+}
+
+impl Drop for ReadingLate {
+    fn drop(&mut self) {
+        self.0.reading_late.store(false, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("name", &self.name).finish()
+    }
+}
+
+impl Node {
+    pub(crate) fn new(
+        name: String,
+        client: Client,
+        connect_timeout: Duration,
+        coalescing: Yield,
+    ) -> Self {
+        // Both timeouts are set explicitly so the driver's defaults never apply by accident.
+        // No response timeout in the driver: every request is bounded by its round's
+        // deadline (one timer for all nodes of a round) or by its caller's, and a second
+        // timer per request would only cost.
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(None)
+            .set_pipeline_buffer_size(PIPELINE_BUFFER);
+        Node {
+            name,
+            client,
+            config,
+            connect_timeout,
+            coalescing,
+            slot: Mutex::new(Slot::Empty),
+            generation: AtomicU64::new(0),
+            known: KnownServer::default(),
+            capabilities: Mutex::new(Capabilities::default()),
+            published: AtomicU8::new(0),
+            closed: AtomicBool::new(false),
+            reading_late: AtomicBool::new(false),
+            on_facts: OnceLock::new(),
+        }
+    }
+
+    /// Calls `hook` with the node's name and durability after every connect that learnt
+    /// its facts (the first hook set stays).
+    pub(crate) fn on_facts(&self, hook: FactsHook) {
+        let _ = self.on_facts.set(hook);
+    }
+
+    /// Claims the one reader of this node's late acquire answers (see
+    /// `vote_round::read_late_records`); `None` when one reads already. The claim is given back
+    /// when the returned [`ReadingLate`] is dropped (the reader ended, or a stopped client's
+    /// collector dropped it).
+    pub(crate) fn claim_reading_late(self: &Arc<Self>) -> Option<ReadingLate> {
+        let free = !self.reading_late.swap(true, Ordering::AcqRel);
+        free.then(|| ReadingLate(Arc::clone(self)))
+    }
+
+    /// What this client knows of the server behind the current connection.
+    pub(crate) fn known(&self) -> &KnownServer {
+        &self.known
+    }
+
+    /// Learns the facts of the server behind a new connection (see [`ServerFacts::learn`]); a new
+    /// `run_id` is logged and counted as a restart.
+    async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
+        let facts = ServerFacts::learn(conn).await?;
+        if let Some(why) = &facts.refused {
+            tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
+        }
+        let persistence = facts.persistence;
+        if self.known.replace(facts) {
+            tracing::info!(node = %self.name, "node restarted (new run_id)");
+            crate::metrics::node_restarted(&self.name);
+        }
+        if let Some(hook) = self.on_facts.get() {
+            hook(&self.name, persistence);
+        }
+        Ok(())
+    }
+
+    /// The native commands of the server behind the current connection.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        *self.capabilities.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a yes vote that was kept out (`reason`, a metric label) or counted (`None`),
+    /// and publishes the node's quarantine gauge when its state changed.
+    pub(crate) fn count_vote(&self, kept_out: Option<&'static str>) {
+        if let Some(reason) = kept_out {
+            crate::metrics::vote_quarantined(&self.name, reason);
+        }
+        let state = if kept_out.is_some() { 2 } else { 1 };
+        if self.published.swap(state, Ordering::Relaxed) != state {
+            crate::metrics::node_quarantined(&self.name, kept_out.is_some());
+        }
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// The driver client, for the connections of their own that a probe or a subscription
+    /// opens.
+    pub(super) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn lock_slot(&self) -> MutexGuard<'_, Slot> {
+        // The slot is only ever replaced whole, so a poisoned lock still holds a valid state.
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the connection (its driver ends once no request uses it) and makes no new one:
+    /// every later request fails at once (client shutdown).
+    pub(crate) fn close(&self) {
+        let mut slot = self.lock_slot();
+        self.closed.store(true, Ordering::Release);
+        *slot = Slot::Empty;
+    }
+
+    /// The current connection, connecting first if there is none (or if the current one's
+    /// runtime is gone). A connect whose task ended unfinished (its runtime shut down) is
+    /// forgotten and made again at once, once.
+    async fn connection(self: &Arc<Self>) -> Result<(u64, MultiplexedConnection), String> {
+        let mut abandoned = String::new();
+        for _ in 0..2 {
+            let connect = match self.pending_connection() {
+                Pending::Ready(generation, conn) => return Ok((generation, conn)),
+                Pending::Wait(connect) => connect,
+                Pending::Closed => return Err("the client was shut down".into()),
+            };
+            match connect.await {
+                Ok(ready) => return Ok(ready),
+                Err(ConnectError::Abandoned(m)) => abandoned = m,
+                Err(e) => return Err(e.message()),
+            }
+        }
+        Err(abandoned)
+    }
+
+    /// The connection at hand, or the connect to wait for, started if none usable is
+    /// under way.
+    fn pending_connection(self: &Arc<Self>) -> Pending {
+        let mut slot = self.lock_slot();
+        if self.closed.load(Ordering::Acquire) {
+            return Pending::Closed;
+        }
+        match &*slot {
+            Slot::Ready(generation, conn, alive) if alive.is_alive() => {
+                return Pending::Ready(*generation, conn.clone());
+            }
+            Slot::Connecting {
+                started, connect, ..
+            } if started.elapsed() <= self.connect_timeout.saturating_add(STALE_CONNECT_GRACE) => {
+                return Pending::Wait(connect.clone());
+            }
+            Slot::Ready(..) => {
+                tracing::debug!(node = %self.name, "connection's runtime is gone; reconnecting");
+            }
+            Slot::Connecting { .. } => {
+                tracing::debug!(node = %self.name, "connect never finished; connecting again");
+            }
+            Slot::Empty => {}
+        }
+        let (generation, connect) = self.start_connect();
+        *slot = Slot::Connecting {
+            generation,
+            started: std::time::Instant::now(),
+            connect: connect.clone(),
+        };
+        Pending::Wait(connect)
+    }
+
+    /// Starts connecting in a task of its own when a runtime is available, so that a
+    /// request giving up after its (short) per-node timeout does not abort a connect that
+    /// the next request wants to use. The task settles the slot when it ends; if it never
+    /// ends (its runtime shut down), the first request to see that empties the slot.
+    fn start_connect(self: &Arc<Self>) -> (u64, Shared<BoxFuture<'static, ConnectResult>>) {
+        let node = Arc::clone(self);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        let connect = async move {
+            let result = tokio::time::timeout(node.connect_timeout, async {
+                let mut conn =
+                    crate::net::coalesce::connect(&node.client, &node.config, node.coalescing)
+                        .await?;
+                preload_scripts(&mut conn).await?;
+                let mut probe = conn.clone();
+                let (facts, capabilities) =
+                    futures::join!(node.learn_facts(&mut conn), learn_capabilities(&mut probe));
+                facts?;
+                *node.capabilities.lock().unwrap_or_else(|p| p.into_inner()) = capabilities?;
+                Ok::<_, RedisError>(conn)
+            })
+            .await;
+            let result = match result {
+                Ok(Ok(conn)) => Ok((generation, conn)),
+                Ok(Err(e)) => Err(ConnectError::Failed(e.to_string())),
+                Err(_) => Err(ConnectError::Failed(format!(
+                    "connect timed out after {:?}",
+                    node.connect_timeout
+                ))),
+            };
+            node.settle_connect(generation, &result);
+            result
+        };
+        let connect = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let task = handle.spawn(connect);
+                // Weak: the slot holds this future, which must not keep its node alive.
+                let node = Arc::downgrade(self);
+                async move {
+                    task.await.unwrap_or_else(|e| {
+                        if let Some(node) = node.upgrade() {
+                            node.forget_connect(generation);
+                        }
+                        Err(ConnectError::Abandoned(format!("connect task ended: {e}")))
+                    })
+                }
+                .boxed()
+            }
+            Err(_) => connect.boxed(),
+        };
+        (generation, connect.shared())
+    }
+
+    /// Puts the outcome of connect `generation` in the slot, unless a newer connect
+    /// replaced it meanwhile.
+    fn settle_connect(&self, generation: u64, result: &ConnectResult) {
+        let mut slot = self.lock_slot();
+        if !matches!(&*slot, Slot::Connecting { generation: g, .. } if *g == generation) {
+            return;
+        }
+        *slot = match result {
+            Ok((_, conn)) => Slot::Ready(generation, conn.clone(), Liveness::here()),
+            Err(_) => Slot::Empty,
+        };
+    }
+
+    /// Empties the slot if it still waits for connect `generation`, whose task is gone.
+    fn forget_connect(&self, generation: u64) {
+        let mut slot = self.lock_slot();
+        if matches!(&*slot, Slot::Connecting { generation: g, .. } if *g == generation) {
+            *slot = Slot::Empty;
+        }
+    }
+
+    /// Forgets connection `generation` if it is still the current one: it is dead.
+    ///
+    /// A timeout alone does not discard a connection. The driver matches replies to
+    /// requests in order and drops the reply of a request nobody waits for any more, so a
+    /// late answer is never read as the answer to the next request. Keeping the connection
+    /// also keeps a late `SET` ordered before the release that follows it on the same
+    /// stream: a paused node applies both, in order, when it resumes, where a release sent
+    /// on a fresh connection could overtake the `SET` and leave its key behind. A peer that
+    /// is cut off stops acknowledging, and the TCP user timeout set by the builder then
+    /// aborts the connection with an I/O error, which does discard it.
+    fn discard(&self, generation: u64) {
+        let mut slot = self.lock_slot();
+        if matches!(&*slot, Slot::Ready(g, ..) if *g == generation) {
+            *slot = Slot::Empty;
+        }
+    }
+
+    /// Sends `call` on this node's connection, connecting first if needed. Unbounded: the
+    /// caller bounds it (a round's deadline).
+    ///
+    /// A repeatable call that the connection refused before writing it (the connection
+    /// broke under the client: the node restarted, the connection was killed, the driver's
+    /// runtime is gone) is sent once more on a fresh connection, within the same bound.
+    /// A call that may have been written is never sent again, and neither is one that may
+    /// set a lock key.
+    pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
+        let mut retried = false;
+        loop {
+            let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
+            let result = call.send_on(conn, self.capabilities()).await;
+            match result {
+                Ok(Some(reply)) => return Ok(reply),
+                Ok(None) => return Err(NodeFailure::Withdrawn),
+                Err(SendError { error, unsent }) => {
+                    let (failure, dead) = classify(&error);
+                    if dead {
+                        self.discard(generation);
+                    }
+                    if !(unsent && call.is_repeatable()) || std::mem::replace(&mut retried, true) {
+                        return Err(failure);
+                    }
+                    tracing::debug!(node = %self.name, ?failure, "connection broken before sending; sending again on a new one");
+                }
+            }
+        }
+    }
+}
+
+/// Loads every script on a new connection (one pipelined round trip), so `EVALSHA` finds
+/// them even when its answer is never awaited. A refusal by the server (say, an ACL without
+/// `SCRIPT`) is not fatal: a call answered with `NOSCRIPT` still loads its script and
+/// retries (see [`Call`]).
+async fn preload_scripts(conn: &mut MultiplexedConnection) -> RedisResult<()> {
+    let mut pipe = redis::pipe();
+    for source in scripts::SOURCES {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(source);
+    }
+    match pipe.query_async::<Vec<String>>(conn).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.is_io_error() || e.is_connection_dropped() => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "script preload refused; relying on NOSCRIPT fallback");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The pure rules: no I/O, no clock reads, no `async`; every input is an argument, so each
+//! rule is table-tested on its own and the model checker (`tests/model.rs`) calls the same
+//! functions the client does.
+//!
+//! - [`quorum`]: majority, drift, validity, the vote tally and every round's decision;
+//! - [`safety`]: restart quarantine, fencing tokens, vote de-duplication, failed extensions;
+//! - [`retry`]: the backoff between attempts;
+//! - [`deadline`]: instants a duration later that saturate.
+
+pub(crate) mod deadline;
+pub(crate) mod quorum;
+pub(crate) mod retry;
+pub mod safety;
