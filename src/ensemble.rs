@@ -44,6 +44,9 @@ pub(crate) struct Ensemble {
     pub(crate) healer_started: AtomicBool,
     /// Wakes the background readmission: a connect learnt a node's facts.
     pub(crate) heal_wake: Arc<tokio::sync::Notify>,
+    /// Taken by an attempt made while this client knows no node admitted, for its whole
+    /// length: such attempts go one at a time (`acquire::first_contact`).
+    pub(crate) first_contact: tokio::sync::Mutex<()>,
     /// When the last attempt began: the background readmission leaves a busy client to its
     /// own attempts, which readmit nodes as they go.
     last_attempt: Mutex<Option<tokio::time::Instant>>,
@@ -131,6 +134,7 @@ impl Ensemble {
             attempts: AtomicUsize::new(0),
             attempts_settled: tokio::sync::Notify::new(),
             healer_started: AtomicBool::new(false),
+            first_contact: tokio::sync::Mutex::new(()),
             heal_wake,
             last_attempt: Mutex::new(None),
         }

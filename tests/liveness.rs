@@ -15,7 +15,7 @@ use common::{
     CLOCKSHIFT_REFRESH, ClockFile, Cluster, RedisServer, ServerExtras, ServerOptions,
     clockshift_lib, eventually, unique,
 };
-use quorum_lock::{Error, FencedGuard, LockGuard, NodeOutcome, QuarantineReason, Redlock};
+use quorum_lock::{Error, FencedGuard, LockGuard, NodeOutcome, Redlock};
 
 /// The TTL of every lock in these tests.
 const TTL: Duration = Duration::from_secs(1);
@@ -756,42 +756,38 @@ async fn a_backward_clock_step_does_not_take_a_nodes_vote_away() {
 
 /// A new ensemble's nodes vote only once they have run for a second (a node that
 /// restarted moments ago cannot yet be told from a new one: another client's answers from
-/// its previous life may still be in flight). Servers started just now refuse the first
-/// attempt with `JustStarted`, then grant a lock once they are a second old.
+/// its previous life may still be in flight). A client's first `try_lock` on servers
+/// started just now waits for that second and then succeeds in its one attempt: had it
+/// sent its keys at once, they would have been refused and their records would have made
+/// every node wait out the lock's TTL (20 s here) instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_ensembles_nodes_vote_once_they_have_run_a_second() {
+async fn a_first_lock_on_just_started_nodes_waits_a_second_not_the_ttl() {
+    let long = Duration::from_secs(20);
     let before_start = Instant::now();
     let cluster = Cluster::start(3);
-    let redlock = client(&cluster.urls());
+    let redlock = Redlock::builder()
+        .nodes(cluster.urls())
+        .node_timeout(common::NODE_TIMEOUT)
+        .default_ttl(long)
+        .ttl_ceiling(long)
+        .build()
+        .expect("valid configuration");
     let resource = unique("just-started");
-    let first = redlock.try_lock(&resource, TTL).await;
-    let Err(e) = first else {
-        panic!("servers started just now granted a lock at once: {first:?}");
+    let guard = match redlock.try_lock(&resource, long).await {
+        Ok(Some(guard)) => guard,
+        Ok(None) => panic!("refused as contended on new servers"),
+        Err(e) => panic!("one attempt on new servers: {}", explain(&e)),
     };
-    let report = e
-        .report()
-        .unwrap_or_else(|| panic!("no report: {}", explain(&e)));
-    let young = (report.results().iter())
-        .filter(|r| {
-            matches!(
-                r.outcome,
-                NodeOutcome::Quarantined {
-                    reason: QuarantineReason::JustStarted,
-                    remaining: Some(left),
-                } if left <= Duration::from_secs(1)
-            )
-        })
-        .count();
-    assert!(young >= 2, "a majority must be just started: {report}");
-    assert!(
-        cluster.keys_everywhere(&format!("*{resource}*")).is_empty(),
-        "a refused attempt left keys: {}",
-        cluster.describe(&format!("*{resource}*"))
-    );
-    let guard = plain_by(&redlock, &resource, before_start + BOUND, "new ensemble").await;
     assert!(
         before_start.elapsed() >= Duration::from_secs(1),
         "granted before the nodes had run a second"
     );
+    let votes = guard.report().count(&NodeOutcome::Acquired);
+    assert_eq!(votes, 3, "every node votes: {}", guard.report());
     guard.release().await.expect("release");
+    assert!(
+        cluster.keys_everywhere(&format!("*{resource}*")).is_empty(),
+        "keys left: {}",
+        cluster.describe(&format!("*{resource}*"))
+    );
 }

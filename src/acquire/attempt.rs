@@ -10,6 +10,7 @@ use tracing::Instrument;
 
 use crate::acquire::ballot::Read;
 use crate::acquire::fence_commit::commit_fence;
+use crate::acquire::first_contact;
 use crate::acquire::markers::{Marks, clean_up, decide_votes};
 use crate::acquire::plan::Plan;
 use crate::acquire::refusal::{give_back, no_majority, refusal};
@@ -58,6 +59,7 @@ pub(crate) async fn attempt(
         outcome = tracing::field::Empty,
     );
     async {
+        let _first_contact = first_contact::let_new_nodes_age(ensemble).await;
         match attempt_inner(ensemble, plan, enqueue).await {
             // Nodes whose quarantine was over were marked, naming the life they answered
             // from, and their markers acknowledged: at once, a second round confirms them

@@ -10,16 +10,12 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use crate::acquire::attempt;
+use crate::acquire::first_contact;
 use crate::acquire::plan::Plan;
 use crate::ensemble::Ensemble;
 use crate::error::Result;
-use crate::net::answers::{self, Stop};
-use crate::net::call::Call;
-use crate::net::fanout::Round;
-use crate::net::request;
 use crate::protocol::keys;
 use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
-use crate::rules::quorum;
 
 /// How often an idle long-lived client checks that its nodes still answer (a `PING`
 /// each), so that it sees a restart without lock traffic.
@@ -122,7 +118,7 @@ pub(crate) async fn heal_ensemble(ensemble: &Arc<Ensemble>) -> Result<Readiness>
 async fn reach(ensemble: &Ensemble) -> Result<NodeReport> {
     let mut report = NodeReport::default();
     for _ in 0..2 {
-        report = ping_every_node(ensemble).await.0;
+        report = first_contact::ping_every_node(ensemble).await.0;
         if let Some(err) = ensemble.same_server() {
             return Err(err);
         }
@@ -131,29 +127,6 @@ async fn reach(ensemble: &Ensemble) -> Result<NodeReport> {
         }
     }
     Ok(report)
-}
-
-/// Connects to every node (if not yet connected) and sends it `PING`, waiting up to the
-/// connect timeout plus the node timeout: `Reachable` for each node that answered, and
-/// the votes of the round.
-pub(crate) async fn ping_every_node(ensemble: &Ensemble) -> (NodeReport, Vec<quorum::Vote>) {
-    let timeout = (ensemble.nodes.first())
-        .map_or(Duration::ZERO, |n| n.connect_timeout())
-        .saturating_add(ensemble.config.node_timeout);
-    let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
-    let pending =
-        (ensemble.nodes.iter().enumerate()).map(|(i, node)| request::send(i, node, &ping));
-    let mut round = Round::new(pending, timeout);
-    let collected = answers::collect(
-        &ensemble.nodes,
-        &mut round,
-        |_, _| NodeOutcome::Reachable,
-        |o| *o == NodeOutcome::Reachable,
-        Stop::AtEnd,
-    )
-    .await;
-    let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Reachable);
-    (collected.report(&ensemble.nodes), votes)
 }
 
 /// One acquisition attempt on a private resource, released at once: it marks the nodes

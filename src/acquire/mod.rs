@@ -9,6 +9,8 @@
 //!   ([`markers`]), the fencing commit ([`fence_commit`]) and the clean-up and error of a
 //!   failed attempt ([`refusal`]);
 //! - [`ballot`]: what each node's answer says for restart quarantine and fencing;
+//! - [`first_contact`]: reaching every node, and letting just-started nodes reach a
+//!   second of age before a client that knows none of them admitted sends its keys;
 //! - [`heal`]: readmission of restarted nodes without lock traffic.
 //!
 //! The rest of the crate calls [`acquire`] with a [`Request`] (or [`plan::Plan`] and
@@ -17,6 +19,7 @@
 pub(crate) mod attempt;
 pub mod ballot;
 mod fence_commit;
+pub(crate) mod first_contact;
 pub(crate) mod heal;
 mod markers;
 pub(crate) mod plan;

@@ -23,6 +23,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::acquire::attempt;
+use crate::acquire::first_contact;
 use crate::acquire::heal::{self, Readiness};
 use crate::acquire::plan::Plan;
 use crate::acquire::{self, Request};
@@ -174,7 +175,7 @@ impl Redlock {
     /// next request.
     pub async fn connect(&self) -> Result<NodeReport> {
         let ensemble = &self.inner;
-        let (report, votes) = heal::ping_every_node(ensemble).await;
+        let (report, votes) = first_contact::ping_every_node(ensemble).await;
         if let Some(err) = ensemble.same_server() {
             return Err(err);
         }

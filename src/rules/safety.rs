@@ -357,6 +357,17 @@ pub fn fresh_once_old(age: Duration) -> Admission {
     }
 }
 
+/// How long a client that knows no node admitted waits before it sends its keys, given the
+/// age of every node it reached: until each has run for [`MIN_QUARANTINE`]. Keys sent
+/// earlier could not count on a new ensemble ([`fresh_once_old`]) and their records would
+/// make it look served, so its nodes would wait out those records instead.
+pub fn first_contact_wait(ages: impl IntoIterator<Item = Duration>) -> Duration {
+    (ages.into_iter())
+        .map(|age| MIN_QUARANTINE.saturating_sub(age))
+        .max()
+        .unwrap_or_default()
+}
+
 /// Why a node that is neither intact nor fresh is kept out.
 fn kept_out_because(node: &NodeFacts<'_>, ensemble: &EnsembleView) -> Reason {
     let needed = majority(ensemble.nodes);
@@ -564,6 +575,14 @@ mod tests {
         assert!(durable.is_intact() && a.is_intact() && !b.is_intact() && !c.is_intact());
         assert!(EnsembleView::read(2, [(&c, None), (&c, None)]).is_fresh());
         assert!(!EnsembleView::read(3, [(&c, None), (&c, None)]).is_fresh());
+    }
+
+    #[test]
+    fn first_contact_waits_for_the_youngest_node_to_run_a_second() {
+        assert_eq!(first_contact_wait([]), Duration::ZERO);
+        assert_eq!(first_contact_wait([MS(2_000), MS(5_000)]), Duration::ZERO);
+        assert_eq!(first_contact_wait([MS(2_000), MS(300), MS(900)]), MS(700));
+        assert_eq!(first_contact_wait([Duration::ZERO]), MIN_QUARANTINE);
     }
 
     #[test]

@@ -1,0 +1,90 @@
+//! First contact: reaching every node, and the wait before a client that knows no node
+//! admitted sends its keys while a node has run for less than a second.
+//!
+//! A new ensemble's node votes only once it has run for
+//! [`MIN_QUARANTINE`](crate::rules::safety::MIN_QUARANTINE) (`safety::fresh_once_old`).
+//! An attempt sent before that would be refused, and would still leave its ensemble
+//! record on the nodes that set its keys: the ensemble would no longer look new, and every
+//! node would then wait out that record (the attempt's TTL) instead of a second. So a
+//! client that knows no node admitted first connects to every node, and waits until each
+//! node it reached has run for a second ([`safety::first_contact_wait`]): at most a
+//! second, once per node start; and such attempts of one client go one at a time. A
+//! client that knows a node admitted has seen the ensemble serve, and never waits here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::MutexGuard;
+
+use crate::acquire::ballot;
+use crate::ensemble::Ensemble;
+use crate::net::answers::{self, Stop};
+use crate::net::call::Call;
+use crate::net::fanout::Round;
+use crate::net::request;
+use crate::report::{NodeOutcome, NodeReport};
+use crate::rules::{quorum, safety};
+
+/// Before an attempt (restart quarantine on): when this client knows no node admitted in
+/// its current life, takes this client's first-contact turn, reaches every node (unless
+/// each one's facts are known already) and waits
+/// until each one reached has run for a second. The turn is returned, to be held until
+/// the attempt ends: attempts made while nothing is known admitted go one at a time, so
+/// that two of this client's (a lock and the background readmission, or two locks) do not
+/// each leave a record the other reads, which would make every node wait out that
+/// record. `None` when nothing is to wait for.
+///
+/// # Cancel safety
+/// Cancel safe: it only waits for the turn, pings and sleeps.
+pub(crate) async fn let_new_nodes_age(ensemble: &Ensemble) -> Option<MutexGuard<'_, ()>> {
+    if !ensemble.config.quarantine || knows_one_admitted(ensemble) {
+        return None;
+    }
+    let turn = ensemble.first_contact.lock().await;
+    // The attempt that held the turn may have admitted the nodes.
+    if knows_one_admitted(ensemble) {
+        return None;
+    }
+    if (ensemble.nodes.iter()).any(|node| node.known().with_facts(|f| f.is_none())) {
+        ping_every_node(ensemble).await;
+    }
+    let ages = (ensemble.nodes.iter()).filter_map(|node| {
+        node.known().with_facts(|facts| {
+            let facts = facts?;
+            Some(ballot::aged(facts.uptime?, facts.at.elapsed()).min_age())
+        })
+    });
+    let wait = safety::first_contact_wait(ages);
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    Some(turn)
+}
+
+/// Whether this client knows a node admitted in its current life.
+fn knows_one_admitted(ensemble: &Ensemble) -> bool {
+    ensemble.nodes.iter().any(|node| node.known().is_admitted())
+}
+
+/// Connects to every node (if not yet connected) and sends it `PING`, waiting up to the
+/// connect timeout plus the node timeout: `Reachable` for each node that answered, and
+/// the votes of the round.
+pub(crate) async fn ping_every_node(ensemble: &Ensemble) -> (NodeReport, Vec<quorum::Vote>) {
+    let timeout = (ensemble.nodes.first())
+        .map_or(Duration::ZERO, |n| n.connect_timeout())
+        .saturating_add(ensemble.config.node_timeout);
+    let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
+    let pending =
+        (ensemble.nodes.iter().enumerate()).map(|(i, node)| request::send(i, node, &ping));
+    let mut round = Round::new(pending, timeout);
+    let collected = answers::collect(
+        &ensemble.nodes,
+        &mut round,
+        |_, _| NodeOutcome::Reachable,
+        |o| *o == NodeOutcome::Reachable,
+        Stop::AtEnd,
+    )
+    .await;
+    let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Reachable);
+    (collected.report(&ensemble.nodes), votes)
+}
