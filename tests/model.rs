@@ -39,9 +39,9 @@
 //!   come at any moment, also between two answers of one attempt (`in_turn`: one per node,
 //!   only between attempts).
 //!
-//! The fast path: each unfenced client keeps, per node, what `node::Facts` keeps (the life
+//! The fast path: each unfenced client keeps, per node, what `net::server_facts::ServerFacts` keeps (the life
 //! it was read in, whether it was seen admitted there, the record known there), updated as
-//! `attempt::remember` and `Marks::settle` update it (a marker write's lesson only if it
+//! `markers::remember` and `Marks::settle` update it (a marker write's lesson only if it
 //! landed), optionally warm at the start (`warm`). Where that cache allows the plain `SET`
 //! (admitted, record >= TTL), the checker chooses it or the script per node, so every mix
 //! is explored, the client's own policy (`ballot::mix_allowed`) among them. The plan reads
@@ -125,8 +125,8 @@ struct Probe {
     cached: Option<u8>,
 }
 
-/// What a client knows of a node in one of its lives (`node::Facts`: `admitted`,
-/// `record_ms`), updated as `attempt::remember` and `Marks::settle` update it
+/// What a client knows of a node in one of its lives (`net::server_facts::ServerFacts`: `admitted`,
+/// `record_ms`), updated as `markers::remember` and `Marks::settle` update it
 /// (`Node::seen`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, PartialOrd, Ord)]
 struct Known {
@@ -529,7 +529,7 @@ impl Lock {
             let (admission, path) = self.admit(c, read, &view);
             let landed = lost & (1 << i) == 0;
             if p.cached.is_none() {
-                // `attempt::remember`: what a script reply teaches the fast path's cache; a
+                // `markers::remember`: what a script reply teaches the fast path's cache; a
                 // marker write's lesson only once it is acknowledged (`Marks::settle`). The
                 // script raised the record to this TTL. A plain `SET`'s reply teaches
                 // nothing.
@@ -751,7 +751,7 @@ impl Lock {
     }
 
     /// The end of client `c`'s round: a confirmation round when the attempt failed with a
-    /// node marked by its age (`attempt::marked_for_readmission`), else the outcome.
+    /// node marked by its age (`acquire::attempt::marked_for_readmission`), else the outcome.
     fn settle(&self, s: &mut State, c: usize, readmitting: bool, confirming: bool) {
         let won = matches!(s.clients[c].phase, Phase::Holding { .. });
         let cl = &mut s.clients[c];

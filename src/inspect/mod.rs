@@ -1,9 +1,9 @@
 //! Read-only inspection for operators: nothing here takes or changes a lock.
 //!
 //! - [`status`]: who holds a lock, on which nodes, and who is kept out
-//!   ([`Redlock::status`](crate::Redlock::status));
+//!   ([`Redlock::status`](crate::client::Redlock::status));
 //! - [`doctor`]: the deployment check
-//!   ([`Redlock::check_deployment`](crate::Redlock::check_deployment));
+//!   ([`Redlock::check_deployment`](crate::client::Redlock::check_deployment));
 //! - [`json`]: the small JSON writer both reports use.
 
 pub(crate) mod doctor;
