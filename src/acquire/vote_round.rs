@@ -16,7 +16,7 @@ use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
 use crate::protocol::{reply, scripts};
-use crate::report::{NodeOutcome, QuarantineReason};
+use crate::report::NodeOutcome;
 use crate::rules::safety::Persistence;
 use crate::wait::Enqueue;
 
@@ -124,75 +124,60 @@ pub(super) enum Requests<'a> {
 /// [`ballot::settled`]), keeping what each node said for the ballot. `lives`: the fast
 /// path's plan, the life each node that got the plain `SET NX PX` was seen admitted in
 /// and its completeness.
-/// Outcomes of yes votes are provisional until [`decide_votes`](super::markers::decide_votes).
-/// Returns the round with what is still in flight (none on the direct path).
+/// Outcomes of yes votes are provisional ([`NodeOutcome::Acquired`]) until
+/// [`decide_votes`](super::markers::decide_votes) judges them on every answer. Returns
+/// what each node said for the ballot, and the round with what is still in flight (none
+/// on the direct path).
 pub(super) async fn collect_votes(
     ensemble: &Ensemble,
     plan: &Plan,
     requests: Requests<'_>,
     lives: &[Option<Arc<str>>],
 ) -> (Collected, Vec<Option<Read>>, Option<Round>) {
-    let n = ensemble.nodes.len();
     let quarantine = ensemble.config.quarantine;
-    // Shared by the two closures below, one at a time (a `Mutex` for `Sync`: the future
-    // is sent between threads).
-    let reads: std::sync::Mutex<Vec<Option<Read>>> = std::sync::Mutex::new(vec![None; n]);
-    let lock = || reads.lock().unwrap_or_else(|p| p.into_inner());
-    let interpret = |i: usize, answer: Value| {
+    // A yes is provisional until the ballot has every answer (`decide_votes`); a refusal
+    // and a failure are final.
+    let read = |i: usize, answer: Value| {
         let Some(node) = ensemble.nodes.get(i) else {
-            return NodeOutcome::Failed("no such node".into());
+            return (NodeOutcome::Failed("no such node".into()), None);
         };
-        let read = match read_vote(node, answer, lives.get(i).and_then(Option::as_ref)) {
-            Ok(read) => read,
-            Err(failed) => return failed,
-        };
-        let outcome = match ballot::early(&read, n, quarantine) {
-            _ if !read.set => NodeOutcome::HeldByOther,
-            ballot::Early::Yes => NodeOutcome::Acquired,
-            // Decided once the answers are in (`decide_votes`).
-            _ => NodeOutcome::Quarantined {
-                reason: QuarantineReason::RecordUnread,
-                remaining: None,
-            },
-        };
-        if let Some(slot) = lock().get_mut(i) {
-            *slot = Some(read);
+        match read_vote(node, answer, lives.get(i).and_then(Option::as_ref)) {
+            Ok(read) if read.set => (NodeOutcome::Acquired, Some(read)),
+            Ok(read) => (NodeOutcome::HeldByOther, Some(read)),
+            Err(failed) => (failed, None),
         }
-        outcome
     };
-    let (collected, round) = match requests {
+    match requests {
         Requests::Direct(node, call) => {
             let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
-            let collected = answers::collected_one(
+            let (collected, reads) = answers::collected_one_reading(
                 &ensemble.nodes,
                 0,
                 answer,
-                interpret,
+                read,
                 NodeOutcome::is_acquired,
             );
-            (collected, None)
+            (collected, reads, None)
         }
         Requests::Round(mut round) => {
-            let collected = answers::collect_until(
+            let (collected, reads) = answers::collect_reading(
                 &ensemble.nodes,
                 &mut round,
-                interpret,
+                read,
                 NodeOutcome::is_acquired,
-                |outcomes, _| {
+                |outcomes, reads, _| {
                     let pending = outcomes
                         .iter()
                         .filter(|(o, _)| *o == NodeOutcome::Pending)
                         .count();
-                    let settled = ballot::settled(&lock(), pending, ensemble.quorum, quarantine);
+                    let settled = ballot::settled(reads, pending, ensemble.quorum, quarantine);
                     settled && (pending == 0 || !plan.every_answer)
                 },
             )
             .await;
-            (collected, Some(round))
+            (collected, reads, Some(round))
         }
-    };
-    let reads = reads.into_inner().unwrap_or_else(|p| p.into_inner());
-    (collected, reads, round)
+    }
 }
 
 /// What one acquire reply says for the ballot: a plain `SET NX PX` (`OK` or nil) or the

@@ -104,9 +104,27 @@ pub(crate) async fn collect_until(
     is_yes: impl Fn(&NodeOutcome) -> bool,
     mut done: impl FnMut(&[(NodeOutcome, Duration)], Certainty) -> bool,
 ) -> Collected {
+    let read = |i: usize, value: Value| (interpret(i, value), None::<()>);
+    let stop = |outcomes: &[(NodeOutcome, Duration)], _: &[Option<()>], certainty| {
+        done(outcomes, certainty)
+    };
+    collect_reading(nodes, round, read, is_yes, stop).await.0
+}
+
+/// [`collect_until`] for replies that say more than an outcome: `read` turns each reply
+/// into its outcome and what else it says (`R`), which `done` sees with the outcomes and
+/// which come back with them, one per node (`None`: no reply, or nothing read).
+pub(crate) async fn collect_reading<R>(
+    nodes: &[Arc<Node>],
+    round: &mut Round,
+    mut read: impl FnMut(usize, Value) -> (NodeOutcome, Option<R>),
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+    mut done: impl FnMut(&[(NodeOutcome, Duration)], &[Option<R>], Certainty) -> bool,
+) -> (Collected, Vec<Option<R>>) {
     let n = nodes.len();
     let start = Instant::now();
     let mut outcomes = vec![(NodeOutcome::Pending, Duration::ZERO); n];
+    let mut reads: Vec<Option<R>> = (0..n).map(|_| None).collect();
     let mut tally = Tally::new(n);
     let expired = tokio::time::sleep_until(round.deadline);
     tokio::pin!(expired);
@@ -129,12 +147,13 @@ pub(crate) async fn collect_until(
                 break;
             }
         };
-        let outcome = answered(nodes, index, result, &mut interpret);
+        let (outcome, said) = answered(nodes, index, result, &mut read);
         let certainty = tally.record(is_yes(&outcome));
-        if let Some(slot) = outcomes.get_mut(index) {
+        if let (Some(slot), Some(kept)) = (outcomes.get_mut(index), reads.get_mut(index)) {
             *slot = (outcome, latency);
+            *kept = said;
         }
-        if done(&outcomes, certainty) {
+        if done(&outcomes, &reads, certainty) {
             break;
         }
     }
@@ -144,20 +163,21 @@ pub(crate) async fn collect_until(
             *latency = waited;
         }
     }
-    Collected { outcomes, tally }
+    (Collected { outcomes, tally }, reads)
 }
 
-/// A node's answer as an outcome: a reply through `interpret`, a failure counted.
-fn answered(
+/// A node's answer as an outcome and what else it says: a reply through `read`, a
+/// failure counted.
+fn answered<R>(
     nodes: &[Arc<Node>],
     index: usize,
     result: Result<Value, NodeFailure>,
-    interpret: &mut impl FnMut(usize, Value) -> NodeOutcome,
-) -> NodeOutcome {
+    read: &mut impl FnMut(usize, Value) -> (NodeOutcome, Option<R>),
+) -> (NodeOutcome, Option<R>) {
     match (result, nodes.get(index)) {
-        (Ok(value), _) => interpret(index, value),
-        (Err(failure), Some(node)) => failed(node.name(), failure),
-        (Err(failure), None) => failure.into(),
+        (Ok(value), _) => read(index, value),
+        (Err(failure), Some(node)) => (failed(node.name(), failure), None),
+        (Err(failure), None) => (failure.into(), None),
     }
 }
 
@@ -166,19 +186,34 @@ fn answered(
 pub(crate) fn collected_one(
     nodes: &[Arc<Node>],
     index: usize,
-    (result, latency): (Result<Value, NodeFailure>, Duration),
+    answer: (Result<Value, NodeFailure>, Duration),
     mut interpret: impl FnMut(usize, Value) -> NodeOutcome,
     is_yes: impl Fn(&NodeOutcome) -> bool,
 ) -> Collected {
+    let read = |i: usize, value: Value| (interpret(i, value), None::<()>);
+    collected_one_reading(nodes, index, answer, read, is_yes).0
+}
+
+/// [`collected_one`] for replies that say more than an outcome (see
+/// [`collect_reading`]).
+pub(crate) fn collected_one_reading<R>(
+    nodes: &[Arc<Node>],
+    index: usize,
+    (result, latency): (Result<Value, NodeFailure>, Duration),
+    mut read: impl FnMut(usize, Value) -> (NodeOutcome, Option<R>),
+    is_yes: impl Fn(&NodeOutcome) -> bool,
+) -> (Collected, Vec<Option<R>>) {
     let n = nodes.len();
     let mut outcomes = vec![(NodeOutcome::Pending, Duration::ZERO); n];
+    let mut reads: Vec<Option<R>> = (0..n).map(|_| None).collect();
     let mut tally = Tally::new(n);
-    let outcome = answered(nodes, index, result, &mut interpret);
+    let (outcome, said) = answered(nodes, index, result, &mut read);
     tally.record(is_yes(&outcome));
-    if let Some(slot) = outcomes.get_mut(index) {
+    if let (Some(slot), Some(kept)) = (outcomes.get_mut(index), reads.get_mut(index)) {
         *slot = (outcome, latency);
+        *kept = said;
     }
-    Collected { outcomes, tally }
+    (Collected { outcomes, tally }, reads)
 }
 
 /// The [`Collected`] of a round that sent nothing: every node [`NodeOutcome::Pending`].
