@@ -87,7 +87,7 @@ impl RedlockBuilder {
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
     /// The largest [`node_timeout`](Self::node_timeout) accepted: 500 ms.
-    pub const MAX_NODE_TIMEOUT: Duration = crate::safety::MAX_NODE_TIMEOUT;
+    pub const MAX_NODE_TIMEOUT: Duration = Duration::from_millis(500);
     /// Default [`connect_timeout`](Self::connect_timeout): 500 ms.
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
     /// Default [`wait`](Self::wait): 10 s.
@@ -610,6 +610,12 @@ fn host_name() -> Option<String> {
         .or_else(|| std::env::var("COMPUTERNAME").ok())
         .filter(|h| !h.is_empty())
 }
+
+// The builder's bound is the one restart quarantine's rules rely on.
+const _: () = assert!(
+    RedlockBuilder::MAX_NODE_TIMEOUT.as_nanos()
+        == crate::rules::safety::MAX_NODE_TIMEOUT.as_nanos()
+);
 
 #[cfg(test)]
 mod tests {
