@@ -6,13 +6,16 @@
 //! An attempt sent before that would be refused, and would still leave its ensemble
 //! record on the nodes that set its keys: the ensemble would no longer look new, and every
 //! node would then wait out that record (the attempt's TTL) instead of a second. So a
-//! client that knows no node admitted first connects to every node, and waits until each
-//! node it reached has run for a second ([`safety::first_contact_wait`]): at most a
+//! client that knows no node admitted first reads every node's marker and, when none has
+//! one (the ensemble never served a lock), waits until each node it reached has run for a
+//! second ([`safety::first_contact_wait`]): at most a
 //! second, once per node start; and such attempts of one client go one at a time. A
 //! client that knows a node admitted has seen the ensemble serve, and never waits here.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use redis::Value;
 
 use tokio::sync::MutexGuard;
 
@@ -22,13 +25,14 @@ use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::net::request;
+use crate::protocol::keys::{self, Global};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::{quorum, safety};
 
 /// Before an attempt (restart quarantine on): when this client knows no node admitted in
-/// its current life, takes this client's first-contact turn, reaches every node (unless
-/// each one's facts are known already) and waits
-/// until each one reached has run for a second. The turn is returned, to be held until
+/// its current life, takes this client's first-contact turn, reads every node's marker
+/// and, when none has one (a new ensemble), waits until each node reached has run for a
+/// second. The turn is returned, to be held until
 /// the attempt ends: attempts made while nothing is known admitted go one at a time, so
 /// that two of this client's (a lock and the background readmission, or two locks) do not
 /// each leave a record the other reads, which would make every node wait out that
@@ -45,8 +49,8 @@ pub(crate) async fn let_new_nodes_age(ensemble: &Ensemble) -> Option<MutexGuard<
     if knows_one_admitted(ensemble) {
         return None;
     }
-    if (ensemble.nodes.iter()).any(|node| node.known().with_facts(|f| f.is_none())) {
-        ping_every_node(ensemble).await;
+    if any_node_marked(ensemble).await {
+        return None;
     }
     let ages = (ensemble.nodes.iter()).filter_map(|node| {
         node.known().with_facts(|facts| {
@@ -61,6 +65,35 @@ pub(crate) async fn let_new_nodes_age(ensemble: &Ensemble) -> Option<MutexGuard<
     Some(turn)
 }
 
+/// Connects to every node (if not yet connected) and reads its marker, waiting up to the
+/// connect timeout plus the node timeout: whether a node that answered has one, of any
+/// life. Then a client has admitted nodes here: the ensemble has served, no attempt can
+/// find it fresh, and new nodes have nothing to wait for.
+async fn any_node_marked(ensemble: &Ensemble) -> bool {
+    let mut get = redis::cmd("GET");
+    get.arg(keys::global(&ensemble.config.key_prefix, Global::Marker));
+    let get = Arc::new(Call::new(get).repeatable());
+    let pending = (ensemble.nodes.iter().enumerate()).map(|(i, node)| request::send(i, node, &get));
+    let mut round = Round::new(pending, reach_timeout(ensemble));
+    let marked = |_: usize, marker: Value| (NodeOutcome::Reachable, Some(marker != Value::Nil));
+    let (_, reads) = answers::collect_reading(
+        &ensemble.nodes,
+        &mut round,
+        marked,
+        |o| *o == NodeOutcome::Reachable,
+        |_, reads, _| reads.contains(&Some(true)),
+    )
+    .await;
+    reads.into_iter().any(|read| read == Some(true))
+}
+
+/// A first contact's bound: a connect, then one request.
+fn reach_timeout(ensemble: &Ensemble) -> Duration {
+    (ensemble.nodes.first())
+        .map_or(Duration::ZERO, |n| n.connect_timeout())
+        .saturating_add(ensemble.config.node_timeout)
+}
+
 /// Whether this client knows a node admitted in its current life.
 fn knows_one_admitted(ensemble: &Ensemble) -> bool {
     ensemble.nodes.iter().any(|node| node.known().is_admitted())
@@ -70,13 +103,10 @@ fn knows_one_admitted(ensemble: &Ensemble) -> bool {
 /// connect timeout plus the node timeout: `Reachable` for each node that answered, and
 /// the votes of the round.
 pub(crate) async fn ping_every_node(ensemble: &Ensemble) -> (NodeReport, Vec<quorum::Vote>) {
-    let timeout = (ensemble.nodes.first())
-        .map_or(Duration::ZERO, |n| n.connect_timeout())
-        .saturating_add(ensemble.config.node_timeout);
     let ping = Arc::new(Call::new(redis::cmd("PING")).repeatable());
     let pending =
         (ensemble.nodes.iter().enumerate()).map(|(i, node)| request::send(i, node, &ping));
-    let mut round = Round::new(pending, timeout);
+    let mut round = Round::new(pending, reach_timeout(ensemble));
     let collected = answers::collect(
         &ensemble.nodes,
         &mut round,

@@ -9,7 +9,7 @@
 //!   ([`markers`]), the fencing commit ([`fence_commit`]) and the clean-up and error of a
 //!   failed attempt ([`refusal`]);
 //! - [`ballot`]: what each node's answer says for restart quarantine and fencing;
-//! - [`first_contact`]: reaching every node, and letting just-started nodes reach a
+//! - [`first_contact`]: reaching every node, and letting a new ensemble's nodes reach a
 //!   second of age before a client that knows none of them admitted sends its keys;
 //! - [`heal`]: readmission of restarted nodes without lock traffic.
 //!

@@ -93,8 +93,8 @@ pub(crate) enum Global {
     /// The ensemble record: the longest TTL in milliseconds any client may count votes
     /// for, raised with (before or atomically with) every acquisition and extension.
     MaxTtl,
-    /// The node's marker `<run_id>:<0|1>`: the life in which a client admitted the node,
-    /// and whether it held everything since it first served (`1`).
+    /// The node's marker: the `run_id` of the life in which a client admitted the node
+    /// (an older `<run_id>:<0|1>` form still reads as that `run_id`).
     Marker,
 }
 
