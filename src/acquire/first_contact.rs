@@ -32,14 +32,14 @@ use crate::rules::{quorum, safety};
 /// Before an attempt (restart quarantine on): when this client knows no node admitted in
 /// its current life, takes this client's first-contact turn, reads every node's marker
 /// and, when none has one (a new ensemble), waits until each node reached has run for a
-/// second. The turn is returned, to be held until
-/// the attempt ends: attempts made while nothing is known admitted go one at a time, so
-/// that two of this client's (a lock and the background readmission, or two locks) do not
-/// each leave a record the other reads, which would make every node wait out that
-/// record. `None` when nothing is to wait for.
+/// second. The turn is returned, to be held until the attempt ends: attempts made while
+/// nothing is known admitted on a new ensemble go one at a time, so that two of this
+/// client's (a lock and the background readmission, or two locks) do not each leave a
+/// record the other reads, which would make every node wait out that record. `None` when
+/// nothing is to wait for.
 ///
 /// # Cancel safety
-/// Cancel safe: it only waits for the turn, pings and sleeps.
+/// Cancel safe: it only waits for the turn, reads the markers and sleeps.
 pub(crate) async fn let_new_nodes_age(ensemble: &Ensemble) -> Option<MutexGuard<'_, ()>> {
     if !ensemble.config.quarantine || knows_one_admitted(ensemble) {
         return None;
