@@ -20,13 +20,6 @@ use crate::rules::retry::RetryPolicy;
 /// integer the nodes' Lua numbers hold exactly.
 const MAX_FENCE_FLOOR: u64 = (1 << 53) - 1;
 
-impl Redlock {
-    /// Starts configuring a client.
-    pub fn builder() -> RedlockBuilder {
-        RedlockBuilder::default()
-    }
-}
-
 /// Builds a [`Redlock`]. Setters never fail; [`build`](Self::build) reports the first
 /// problem with a message that says what to fix.
 #[derive(Debug, Clone)]
@@ -375,6 +368,33 @@ impl RedlockBuilder {
     /// twice, a drift factor outside `[0, 1)`, a zero timeout, a TTL too short to leave
     /// any validity, or zero attempts.
     pub fn build(self) -> Result<Redlock> {
+        self.validate()?;
+        let nodes = self.make_nodes()?;
+        let holder = Arc::from(self.holder_description());
+        let config = Config {
+            key_prefix: self.key_prefix,
+            drift_factor: self.drift_factor,
+            node_timeout: self.node_timeout,
+            retry: self.retry,
+            wait: self.wait,
+            max_attempts: self.max_attempts,
+            default_ttl: self.default_ttl,
+            ttl_ceiling: self.ttl_ceiling,
+            notifications: self.notifications,
+            quarantine: self.quarantine,
+            native_commands: self.native_commands,
+            fence_floor: self.fence_floor,
+            holder,
+        };
+        Ok(Redlock::from_ensemble(Ensemble::new(
+            nodes,
+            config,
+            self.connect_timeout,
+        )))
+    }
+
+    /// The first problem of the settings, as [`build`](Self::build) reports it.
+    fn validate(&self) -> Result<()> {
         if let Some(msg) = &self.error {
             return Err(config(msg.clone()));
         }
@@ -394,7 +414,8 @@ impl RedlockBuilder {
         }
         if self.quarantine && self.node_timeout > Self::MAX_NODE_TIMEOUT {
             return Err(config(format!(
-                "node timeout {:?} is above {:?}: restart quarantine relies on                  two clients' rounds together lasting less than a second",
+                "node timeout {:?} is above {:?}: restart quarantine relies on \
+                 two clients' rounds together lasting less than a second",
                 self.node_timeout,
                 Self::MAX_NODE_TIMEOUT
             )));
@@ -419,7 +440,11 @@ impl RedlockBuilder {
                  integer the nodes count exactly"
             )));
         }
+        Ok(())
+    }
 
+    /// One node per listed server, refusing a server listed twice.
+    fn make_nodes(&self) -> Result<Vec<Arc<Node>>> {
         let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
         let coalescing = Yield::for_nodes(self.nodes.len());
@@ -444,28 +469,7 @@ impl RedlockBuilder {
                 coalescing,
             )));
         }
-
-        let holder = Arc::from(self.holder_description());
-        let config = Config {
-            key_prefix: self.key_prefix,
-            drift_factor: self.drift_factor,
-            node_timeout: self.node_timeout,
-            retry: self.retry,
-            wait: self.wait,
-            max_attempts: self.max_attempts,
-            default_ttl: self.default_ttl,
-            ttl_ceiling: self.ttl_ceiling,
-            notifications: self.notifications,
-            quarantine: self.quarantine,
-            native_commands: self.native_commands,
-            fence_floor: self.fence_floor,
-            holder,
-        };
-        Ok(Redlock::from_ensemble(Ensemble::new(
-            nodes,
-            config,
-            self.connect_timeout,
-        )))
+        Ok(nodes)
     }
 
     /// The fixed part of every lock value (see [`holder_info`](Self::holder_info)). Reads
