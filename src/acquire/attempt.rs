@@ -12,7 +12,7 @@ use crate::acquire::ballot::Read;
 use crate::acquire::fence_commit::commit_fence;
 use crate::acquire::first_contact;
 use crate::acquire::markers::{Marks, clean_up, decide_votes};
-use crate::acquire::plan::Plan;
+use crate::acquire::plan::{Attempt, Plan};
 use crate::acquire::refusal::{give_back, no_majority, refusal};
 use crate::acquire::vote_round::{acquire_round, collect_votes, read_late_records};
 use crate::ensemble::Ensemble;
@@ -27,7 +27,6 @@ use crate::report::{NodeOutcome, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
 use crate::wait::Enqueue;
-
 /// The value to set: a fresh 128-bit random token as 32 hex digits, then the client's
 /// holder description and the time (`protocol::holder`); compares use the whole value.
 fn new_token(described: &str) -> Arc<str> {
@@ -58,14 +57,19 @@ pub(crate) async fn attempt(
         votes = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
+    let this = Attempt {
+        ensemble,
+        plan,
+        enqueue,
+    };
     async {
         let _first_contact = first_contact::let_new_nodes_age(ensemble).await;
-        match attempt_inner(ensemble, plan, enqueue).await {
+        match attempt_inner(this).await {
             // Nodes whose quarantine was over were marked, naming the life they answered
             // from, and their markers acknowledged: at once, a second round confirms them
             // (their markers now read current) and counts their votes, so that the caller
             // sees one attempt succeed where the marking alone could not.
-            Err(e) if marked_for_readmission(&e) => attempt_inner(ensemble, plan, enqueue).await,
+            Err(e) if marked_for_readmission(&e) => attempt_inner(this).await,
             outcome => outcome,
         }
     }
@@ -91,17 +95,18 @@ fn marked_for_readmission(err: &Error) -> bool {
             .is_some_and(|r| r.results().iter().any(readmitting))
 }
 
-async fn attempt_inner(
-    ensemble: &Arc<Ensemble>,
-    plan: &Plan,
-    enqueue: Option<Enqueue<'_>>,
-) -> Result<LockGuard> {
+async fn attempt_inner(this: Attempt<'_>) -> Result<LockGuard> {
+    let Attempt {
+        ensemble,
+        plan,
+        enqueue,
+    } = this;
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
     let token = new_token(&ensemble.config.holder);
     let holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
     let start = Instant::now();
-    let (requests, lives) = acquire_round(ensemble, plan, &holding, enqueue);
+    let (requests, lives) = acquire_round(this, &holding);
     let (mut collected, reads, mut round) = collect_votes(ensemble, plan, requests, &lives).await;
     // Restart quarantine: a yes that does not count becomes `Quarantined` here, before
     // the decision (see `ballot`).
@@ -109,7 +114,7 @@ async fn attempt_inner(
     if let Some(err) = ensemble.same_server() {
         drop(round);
         metrics::attempt("unavailable", start.elapsed());
-        let failure = give_back(holding, plan, enqueue, None, &collected, err);
+        let failure = give_back(this, holding, None, &collected, err);
         return Err(Box::pin(clean_up(marks, failure)).await);
     }
     let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Acquired);
@@ -118,7 +123,7 @@ async fn attempt_inner(
         // followed there by the release below, and one not yet written is never sent.
         drop(round);
         // Boxed, as every failure path (see `Won::fail`).
-        let failure = no_majority(ensemble, plan, enqueue, holding, collected, &votes, start);
+        let failure = no_majority(this, holding, collected, &votes, start);
         return Err(Box::pin(clean_up(marks, failure)).await);
     }
     let list_reply = round
@@ -137,15 +142,14 @@ async fn attempt_inner(
         None => {}
     }
     let won = Won {
+        attempt: this,
         holding,
-        plan,
-        enqueue,
         list_reply,
         collected,
         marks,
         start,
     };
-    won.into_guard(ensemble, &reads, &votes).await
+    won.into_guard(&reads, &votes).await
 }
 
 /// The waiting-list node's answer, if it is still to come, split off `round`: it says
@@ -166,9 +170,8 @@ fn take_list_reply(
 /// An attempt that won a majority of votes, not yet a lock: the fencing commit, the
 /// validity left and the client's shutdown may still undo it ([`Won::fail`]).
 struct Won<'a> {
+    attempt: Attempt<'a>,
     holding: Holding,
-    plan: &'a Plan,
-    enqueue: Option<Enqueue<'a>>,
     /// The waiting-list node's answer still to come (see [`take_list_reply`]).
     list_reply: Option<(usize, Round)>,
     collected: Collected,
@@ -179,13 +182,8 @@ struct Won<'a> {
 impl Won<'_> {
     /// Commits the fencing token if asked for, decides on the validity left, and makes
     /// the guard; or gives everything back.
-    async fn into_guard(
-        self,
-        ensemble: &Arc<Ensemble>,
-        reads: &[Option<Read>],
-        votes: &[quorum::Vote],
-    ) -> Result<LockGuard> {
-        let (plan, start) = (self.plan, self.start);
+    async fn into_guard(self, reads: &[Option<Read>], votes: &[quorum::Vote]) -> Result<LockGuard> {
+        let (ensemble, plan, start) = (self.attempt.ensemble, self.attempt.plan, self.start);
         let fencing_token = match plan.fencing {
             true => {
                 let token = self.holding.token();
@@ -204,8 +202,7 @@ impl Won<'_> {
         let validity = safety::lease_validity(plan.ttl, elapsed, ensemble.config.drift_factor);
         let decision = quorum::decide_acquire(votes, elapsed, validity);
         let Decision::Won { validity } = decision else {
-            metrics::attempt(decision.label(), elapsed);
-            let err = refusal(ensemble, &self.collected, decision);
+            let err = refusal(ensemble, &self.collected, decision, elapsed);
             return Err(Box::pin(self.fail(err)).await);
         };
         if ensemble.is_closed() {
@@ -213,17 +210,17 @@ impl Won<'_> {
             // this one must not outlive it.
             return Err(Box::pin(self.fail(Error::ShutDown)).await);
         }
-        Ok(self.hold(ensemble, (decided, elapsed, validity), fencing_token))
+        Ok(self.hold((decided, elapsed, validity), fencing_token))
     }
 
     /// The lock is ours for `validity` from `decided` (`elapsed` after the attempt
     /// started): the guard, with the bookkeeping of a win.
     fn hold(
         mut self,
-        ensemble: &Ensemble,
         (decided, elapsed, validity): (Instant, Duration, Duration),
         fencing_token: Option<FencingToken>,
     ) -> LockGuard {
+        let (ensemble, plan) = (self.attempt.ensemble, self.attempt.plan);
         if let Some(marks) = self.marks {
             marks.detach(ensemble);
         }
@@ -231,7 +228,7 @@ impl Won<'_> {
         if let (Some((node, reply)), Some(notifier)) = (self.list_reply, &ensemble.notifier) {
             // Acquired before the waiting-list node answered: whether that node's list still
             // holds us is known only from its answer.
-            notifier.settle(Arc::clone(&self.plan.keys), node, reply);
+            notifier.settle(Arc::clone(&plan.keys), node, reply);
         }
         metrics::attempt("acquired", elapsed);
         let span = tracing::Span::current();
@@ -240,8 +237,8 @@ impl Won<'_> {
         tracing::debug!(?elapsed, ?validity, ?fencing_token, "acquired");
         LockGuard::new(
             self.holding,
-            Arc::clone(&self.plan.resources),
-            self.plan.ttl,
+            Arc::clone(&plan.resources),
+            plan.ttl,
             crate::rules::deadline::after(decided, validity),
             self.collected.outcomes,
             fencing_token,
@@ -252,11 +249,9 @@ impl Won<'_> {
     /// as every failure path of an attempt: inline, its clean-up round would make the
     /// future of every attempt, moved on each lock, larger by its size.
     async fn fail(self, err: Error) -> Error {
-        let (plan, enqueue) = (self.plan, self.enqueue);
         let failure = give_back(
+            self.attempt,
             self.holding,
-            plan,
-            enqueue,
             self.list_reply,
             &self.collected,
             err,

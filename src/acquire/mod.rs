@@ -37,6 +37,7 @@ use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
 use crate::metrics;
 use crate::report::NodeReport;
+use crate::rules::retry::RetryPolicy;
 use crate::wait::Waiting;
 use plan::Plan;
 
@@ -64,32 +65,31 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     }
     let started = Instant::now();
     let wait = request.wait.unwrap_or(config.wait);
-
-    // Tasks of this client queue locally for their turn, so only one of them at a time
-    // sends attempts for these resources. The turn passes on as soon as this call returns
-    // (acquired or not): the next task then waits on Redis for our release.
-    let Ok(_turn) = tokio::time::timeout(wait, ensemble.queue.turn(&plan.keys)).await else {
-        metrics::gave_up();
-        return Err(Error::Timeout {
-            attempts: 0,
-            waited: started.elapsed(),
-            last: Box::new(Error::Contended {
+    let deadline = crate::rules::deadline::after(started, wait);
+    let Some(mut waiting) = Waiting::start(ensemble.wait_context(), &plan.keys, deadline).await
+    else {
+        return Err(gave_up(
+            0,
+            started,
+            Error::Contended {
                 report: NodeReport::default(),
-            }),
-        });
+            },
+        ));
     };
-    let mut waiting = Waiting::start(
-        ensemble.wait_context(),
-        &plan.keys,
-        crate::rules::deadline::after(started, wait),
-    )
-    .await;
+    let mut backoff = Backoff {
+        policy: &config.retry,
+        retries: 0,
+    };
     let mut attempts: u32 = 0;
-    let mut retries: u32 = 0;
     crate::acquire::heal::start_healer(ensemble);
     loop {
         let remaining = wait.saturating_sub(started.elapsed());
-        wait_for_local_release(ensemble, &plan, remaining, &mut retries).await;
+        if waiting
+            .for_local_release(remaining, || backoff.peek())
+            .await
+        {
+            backoff.retries = backoff.retries.saturating_add(1);
+        }
         attempts = attempts.saturating_add(1);
         let (enqueue, gated) = waiting.next(attempts);
         let result = match enqueue.filter(|_| gated) {
@@ -113,48 +113,43 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
             Err(e) if e.is_retryable() => e,
             Err(e) => return Err(e),
         };
-        let waited = started.elapsed();
-        let remaining = wait.saturating_sub(waited);
+        let remaining = wait.saturating_sub(started.elapsed());
         if remaining.is_zero() || max_attempts.is_some_and(|m| attempts >= m) {
-            metrics::gave_up();
-            return Err(Error::Timeout {
-                attempts,
-                waited,
-                last: Box::new(err),
-            });
+            return Err(gave_up(attempts, started, err));
         }
-        let poll = |shift: u32| {
-            let delay = config
-                .retry
-                .delay(retries.saturating_add(shift), rand::random::<f64>());
-            retries = retries.saturating_add(1);
-            delay
-        };
+        let poll = |shift| backoff.next(shift);
         waiting.pause(&err, enqueue, remaining, poll).await;
     }
 }
 
-/// A guard of this client holds the lock: an attempt would fail. Waits for its release to
-/// complete, or one poll interval in case the guard was forgotten (at most `remaining`).
-async fn wait_for_local_release(
-    ensemble: &Arc<Ensemble>,
-    plan: &Plan,
-    remaining: Duration,
-    retries: &mut u32,
-) {
-    let Some(freed) = ensemble.queue.held_locally(&plan.keys) else {
-        return;
-    };
-    let notified = freed.notified();
-    tokio::pin!(notified);
-    notified.as_mut().enable();
-    if ensemble.queue.held_locally(&plan.keys).is_some() && !remaining.is_zero() {
-        let delay = (ensemble.config.retry)
-            .delay(*retries, rand::random::<f64>())
-            .min(remaining);
-        tokio::select! {
-            () = &mut notified => {}
-            () = tokio::time::sleep(delay) => *retries = retries.saturating_add(1),
-        }
+/// The error of a `lock()` call that stops trying after `attempts`, the last of which
+/// failed with `last`.
+fn gave_up(attempts: u32, started: Instant, last: Error) -> Error {
+    metrics::gave_up();
+    Error::Timeout {
+        attempts,
+        waited: started.elapsed(),
+        last: Box::new(last),
+    }
+}
+
+/// The jittered backoff between one call's attempts: the retry policy and how many
+/// delays it has given so far.
+struct Backoff<'a> {
+    policy: &'a RetryPolicy,
+    retries: u32,
+}
+
+impl Backoff<'_> {
+    /// The next delay, not yet counted as given.
+    fn peek(&self) -> Duration {
+        self.policy.delay(self.retries, rand::random::<f64>())
+    }
+
+    /// The next delay, `shift` doublings further (a listed waiter's extra patience).
+    fn next(&mut self, shift: u32) -> Duration {
+        let delay = (self.policy).delay(self.retries.saturating_add(shift), rand::random::<f64>());
+        self.retries = self.retries.saturating_add(1);
+        delay
     }
 }

@@ -1,5 +1,6 @@
 //! A validated acquisition, [`Plan`]: the resources sorted and deduplicated, their keys,
-//! the TTL admitted by the ensemble, and what the attempt reads.
+//! the TTL admitted by the ensemble, and what the attempt reads; and one attempt's inputs,
+//! [`Attempt`]: the plan with the client and the attempt's place in the waiting lists.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::protocol::keys;
+use crate::wait::{Enqueue, Requeue};
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
 #[derive(Debug)]
@@ -66,6 +68,22 @@ impl Plan {
     /// The expiry of the keys' waiting lists: twice the TTL, as the acquire script sets it.
     pub(crate) fn list_ttl_ms(&self) -> u64 {
         self.ttl_ms().saturating_mul(2)
+    }
+}
+
+/// One attempt's inputs: the client, the acquisition, and how the attempt keeps this
+/// client in the waiting lists (when it listens for releases).
+#[derive(Clone, Copy)]
+pub(super) struct Attempt<'a> {
+    pub(super) ensemble: &'a Arc<Ensemble>,
+    pub(super) plan: &'a Plan,
+    pub(super) enqueue: Option<Enqueue<'a>>,
+}
+
+impl Attempt<'_> {
+    /// How this attempt's clean-up puts the client back in the waiting list, if listed.
+    pub(super) fn requeue(&self) -> Option<Requeue<'_>> {
+        (self.enqueue).map(|e| e.requeue(self.plan.list_ttl_ms()))
     }
 }
 

@@ -1,11 +1,11 @@
 //! A failed attempt: the clean-up wherever its token may be, the diagnosis of keys of
 //! another type (`WRONGTYPE`) behind a refused `SET NX`, and the error the caller gets.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::acquire::plan::Plan;
+use crate::acquire::plan::{Attempt, Plan};
 use crate::ensemble::Ensemble;
 use crate::error::Error;
 use crate::held::release::Holding;
@@ -16,13 +16,10 @@ use crate::net::fanout::Round;
 use crate::protocol::reply;
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
-use crate::wait::Enqueue;
 
 /// The clean-up and error of an attempt without a majority.
 pub(super) async fn no_majority(
-    ensemble: &Ensemble,
-    plan: &Plan,
-    enqueue: Option<Enqueue<'_>>,
+    this: Attempt<'_>,
     mut holding: Holding,
     mut collected: Collected,
     votes: &[quorum::Vote],
@@ -35,14 +32,15 @@ pub(super) async fn no_majority(
         .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
         .map(|(i, _)| i)
         .collect();
-    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
-    let plain_set = plan.keys.len() == 1 && enqueue.is_none() && !plan.fencing;
+    let (ensemble, plan) = (this.ensemble, this.plan);
+    let plain_set = plan.keys.len() == 1 && this.enqueue.is_none() && !plan.fencing;
     let (refused, ()) = tokio::join!(
-        holding.release_on(maybe_ours, requeue),
+        holding.release_on(maybe_ours, this.requeue()),
         find_other_types(ensemble, plan, plain_set, &mut collected),
     );
     let decision = quorum::decide_acquire(votes, start.elapsed(), None);
-    cleanup_refused(refused, failed(ensemble, &collected, decision, start))
+    let err = refusal(ensemble, &collected, decision, start.elapsed());
+    attempt_error(&collected, refused, err)
 }
 
 /// After a failed plain `SET NX`, which nodes that refused it hold a key of another type
@@ -91,44 +89,29 @@ async fn find_other_types(
 /// A majority was won but the attempt failed after all (fencing commit failed, validity
 /// spent): the keys may be anywhere now, so release everywhere, then return `err`.
 pub(super) async fn give_back(
+    this: Attempt<'_>,
     mut holding: Holding,
-    plan: &Plan,
-    enqueue: Option<Enqueue<'_>>,
     list_reply: Option<(usize, Round)>,
     collected: &Collected,
     err: Error,
 ) -> Error {
-    let ensemble = Arc::clone(holding.ensemble());
+    let ensemble = this.ensemble;
     if let Some((_, reply)) = list_reply {
         reply.finish_in_background(ensemble.round_scope());
     }
-    let requeue = enqueue.map(|e| e.requeue(plan.list_ttl_ms()));
-    let refused = holding.release_on(0..ensemble.nodes.len(), requeue).await;
-    cleanup_refused(refused, record_failure(collected, err))
+    let refused = (holding.release_on(0..ensemble.nodes.len(), this.requeue())).await;
+    attempt_error(collected, refused, err)
 }
 
-/// An attempt's error, unless a node's ACL refused its clean-up (`refused`, that round's
-/// report): then the key may stay there for a TTL, and the refusal is the error to report.
-fn cleanup_refused(refused: Option<NodeReport>, err: Error) -> Error {
-    match refused {
-        Some(report) if !err.is_permission() => Error::Permission { report },
-        _ => err,
-    }
-}
-
-/// The error of an attempt without a majority, counted in the metrics.
-pub(super) fn failed(
+/// The error of a decision other than a win, `elapsed` after the attempt started,
+/// counted in the metrics: the one place where a refused attempt becomes an error.
+pub(super) fn refusal(
     ensemble: &Ensemble,
     collected: &Collected,
     decision: Decision,
-    start: Instant,
+    elapsed: Duration,
 ) -> Error {
-    metrics::attempt(decision.label(), start.elapsed());
-    record_failure(collected, refusal(ensemble, collected, decision))
-}
-
-/// The error of a decision other than a win.
-pub(super) fn refusal(ensemble: &Ensemble, collected: &Collected, decision: Decision) -> Error {
+    metrics::attempt(decision.label(), elapsed);
     let report = || collected.report(&ensemble.nodes);
     match decision.into_result(report) {
         Err(err) => err,
@@ -137,8 +120,14 @@ pub(super) fn refusal(ensemble: &Ensemble, collected: &Collected, decision: Deci
     }
 }
 
-/// Fills in the attempt span's fields for a failure.
-fn record_failure(collected: &Collected, err: Error) -> Error {
+/// The error a failed attempt returns once cleaned up, recorded in its span: `err`, unless
+/// a node's ACL refused the clean-up (`refused`, that round's report): then the key may
+/// stay there for a TTL, and the refusal is the error to report.
+fn attempt_error(collected: &Collected, refused: Option<NodeReport>, err: Error) -> Error {
+    let err = match refused {
+        Some(report) if !err.is_permission() => Error::Permission { report },
+        _ => err,
+    };
     let span = tracing::Span::current();
     span.record("votes", collected.tally.yes());
     span.record("outcome", tracing::field::display(&err));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use crate::acquire::ballot::{self, Read, Seen};
-use crate::acquire::plan::Plan;
+use crate::acquire::plan::{Attempt, Plan};
 use crate::ensemble::Ensemble;
 use crate::held::release::Holding;
 use crate::net::answers::{self, Collected, Stop};
@@ -40,12 +40,12 @@ type Lives = Vec<Option<Arc<str>>>;
 /// record (a node that restarted is readmitted by age only with every answer read).
 /// Clients with quarantine off raise the record too: other clients' quarantine protects
 /// their leases as well.
-pub(super) fn acquire_round<'a>(
-    ensemble: &'a Ensemble,
-    plan: &Plan,
-    holding: &Holding,
-    enqueue: Option<Enqueue<'_>>,
-) -> (Requests<'a>, Lives) {
+pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Requests<'a>, Lives) {
+    let Attempt {
+        ensemble,
+        plan,
+        enqueue,
+    } = this;
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
     let lives = fast_nodes(ensemble, ttl_ms);

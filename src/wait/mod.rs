@@ -30,7 +30,7 @@ use crate::net::fanout::{Round, RoundScope};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration};
-use queue::LocalQueue;
+use queue::{LocalQueue, Turn};
 use state::{AfterFailure, QUICK_RETRY_DELAY, WaitState};
 
 /// How an attempt keeps this client in the waiting list of the keys (see
@@ -99,15 +99,17 @@ pub(crate) struct Requeue<'a> {
 pub(crate) struct Context<'a> {
     pub(crate) scope: RoundScope<'a>,
     pub(crate) notifier: Option<&'a Arc<Notifier>>,
-    pub(crate) queue: &'a LocalQueue,
+    pub(crate) queue: &'a Arc<LocalQueue>,
     /// The client's key prefix, which every derived key starts with.
     pub(crate) prefix: &'a str,
 }
 
-/// One `lock()` call's part in the waiting protocol: its subscription to release
-/// notifications (once it listens) and its [`WaitState`].
+/// One `lock()` call's part in the waiting protocol: its turn in the local queue, its
+/// subscription to release notifications (once it listens) and its [`WaitState`].
 pub(crate) struct Waiting<'a> {
     cx: Context<'a>,
+    /// This call's turn among the client's tasks that want these keys, held while it lasts.
+    _turn: Turn,
     keys: &'a Arc<[String]>,
     listening: Option<Registration>,
     /// Whether this call waited for the subscriptions to stand (once at most).
@@ -116,21 +118,34 @@ pub(crate) struct Waiting<'a> {
 }
 
 impl<'a> Waiting<'a> {
-    /// Starts waiting for `keys`. Listens for releases from the first attempt only where
-    /// these keys are known to be contended here: this client just handed them to a waiting
-    /// client, or other tasks of this client wait for them (and the subscriptions already
-    /// run). Otherwise the first attempt is a plain one, in no waiting list, and the call
-    /// starts listening on its first failure, then tries again at once (see
-    /// [`WaitState::failed`]): a lock nobody else wants never pays for the waiting lists,
-    /// even once the client has listened for another lock. When this client just handed
-    /// these keys to a waiting client, that client goes first: while listening, the first
-    /// attempt asks the waiting-list node (where the woken client has the turn) before it
-    /// is sent; otherwise this waits for a head start, at most until `deadline`.
+    /// Starts waiting for `keys`: first for this call's turn among the tasks of this
+    /// client that want them (first come, first served), so only one of them at a time
+    /// sends attempts; `None` if the turn did not come by `deadline`. The turn passes on
+    /// when the returned value is dropped: the next task then waits on Redis for our
+    /// release.
+    ///
+    /// Listens for releases from the first attempt only where these keys are known to be
+    /// contended here: this client just handed them to a waiting client, or other tasks of
+    /// this client wait for them (and the subscriptions already run). Otherwise the first
+    /// attempt is a plain one, in no waiting list, and the call starts listening on its
+    /// first failure, then tries again at once (see [`WaitState::failed`]): a lock nobody
+    /// else wants never pays for the waiting lists, even once the client has listened for
+    /// another lock. When this client just handed these keys to a waiting client, that
+    /// client goes first: while listening, the first attempt asks the waiting-list node
+    /// (where the woken client has the turn) before it is sent; otherwise this waits for a
+    /// head start, at most until `deadline`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives back any turn already taken and leaves the queue.
     pub(crate) async fn start(
         cx: Context<'a>,
         keys: &'a Arc<[String]>,
         deadline: Instant,
-    ) -> Waiting<'a> {
+    ) -> Option<Waiting<'a>> {
+        let turn = tokio::time::timeout_at(deadline, cx.queue.turn(keys))
+            .await
+            .ok()?;
         let courtesy_until = cx.queue.courtesy_until(keys);
         let contended = || courtesy_until.is_some() || cx.queue.has_waiters(keys);
         let listening = (cx.notifier)
@@ -144,12 +159,37 @@ impl<'a> Waiting<'a> {
                 tokio::time::sleep_until(until.min(deadline)).await;
             }
         }
-        Waiting {
+        Some(Waiting {
             cx,
+            _turn: turn,
             keys,
             listening,
             waited_ready: false,
             state: WaitState::new(courtesy),
+        })
+    }
+
+    /// While a guard of this client holds the keys, an attempt would fail: waits for its
+    /// release to complete, or for the `poll` delay in case the guard was forgotten (at
+    /// most `remaining`). Returns whether the poll delay ran out.
+    pub(crate) async fn for_local_release(
+        &self,
+        remaining: Duration,
+        poll: impl FnOnce() -> Duration,
+    ) -> bool {
+        let queue = self.cx.queue;
+        let Some(freed) = queue.held_locally(self.keys) else {
+            return false;
+        };
+        let notified = freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if queue.held_locally(self.keys).is_none() || remaining.is_zero() {
+            return false;
+        }
+        tokio::select! {
+            () = &mut notified => false,
+            () = tokio::time::sleep(poll().min(remaining)) => true,
         }
     }
 
