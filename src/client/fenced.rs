@@ -12,9 +12,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::acquire;
-use crate::acquire::attempt;
-use crate::acquire::plan::Plan;
-use crate::client::{LockRequest, Redlock};
+use crate::client::LockRequest;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::held::extend::AutoExtend;
@@ -26,7 +24,7 @@ impl LockRequest {
     /// Requests a fencing token with the lock (see [`fencing`](Self::fencing)) and makes
     /// the result typed: awaiting the returned request gives a [`FencedGuard`], whose
     /// [`fencing_token`](FencedGuard::fencing_token) is a [`FencingToken`], never absent.
-    /// Works for [`lock`](Redlock::lock) and [`lock_many`](Redlock::lock_many) alike.
+    /// Works for [`lock`](crate::Redlock::lock) and [`lock_many`](crate::Redlock::lock_many) alike.
     ///
     /// ```no_run
     /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
@@ -40,34 +38,6 @@ impl LockRequest {
     pub fn fenced(self) -> FencedRequest {
         FencedRequest {
             request: self.fencing(),
-        }
-    }
-}
-
-impl Redlock {
-    /// [`try_lock`](Redlock::try_lock) with a fencing token: exactly one attempt, and
-    /// `Ok(None)` when another owner holds the resource.
-    ///
-    /// # Errors
-    ///
-    /// As [`Redlock::try_lock`]; also [`Error::Unavailable`] when the token could not be
-    /// committed to a majority.
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`Redlock::try_lock`]: dropping the future releases, in the background,
-    /// whatever the attempt may have set on any node.
-    pub async fn try_lock_fenced(
-        &self,
-        resource: impl Into<String>,
-        ttl: Duration,
-    ) -> Result<Option<FencedGuard>> {
-        let plan = Plan::new(self.inner(), vec![resource.into()], ttl, true)?;
-        crate::acquire::heal::start_healer(self.inner());
-        match attempt::attempt(self.inner(), &plan, None).await {
-            Ok(guard) => FencedGuard::new(guard).map(Some),
-            Err(Error::Contended { .. }) => Ok(None),
-            Err(e) => Err(e),
         }
     }
 }
@@ -104,11 +74,11 @@ impl FencedRequest {
 ///
 /// # Errors
 ///
-/// As [`Redlock::lock`].
+/// As [`Redlock::lock`](crate::Redlock::lock).
 ///
 /// # Cancel safety
 ///
-/// Dropping the future leaves no lock behind (see [`Redlock::lock`]).
+/// Dropping the future leaves no lock behind (see [`Redlock::lock`](crate::Redlock::lock)).
 impl IntoFuture for FencedRequest {
     type Output = Result<FencedGuard>;
     type IntoFuture = BoxFuture<'static, Result<FencedGuard>>;

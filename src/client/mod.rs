@@ -1,11 +1,12 @@
 //! The public handle: what a caller holds and calls, and nothing below it.
 //!
-//! - this file: [`Redlock`] and the [`LockRequest`] builder that `lock()` and
+//! - this file: [`Redlock`], every one of its methods (the longer ones call down into the
+//!   layer that does the work), and the [`LockRequest`] builder that `lock()` and
 //!   `lock_many()` return;
-//! - [`builder`]: [`RedlockBuilder`](builder::RedlockBuilder), validation, the node list;
+//! - [`builder`]: [`RedlockBuilder`], validation, the node list;
 //! - [`fenced`]: fenced requests, guards and contexts;
 //! - [`scoped`]: running a future under a lock;
-//! - [`shutdown`]: closing the client, [`Redlock::shutdown`].
+//! - [`shutdown`]: closing the client, behind [`Redlock::shutdown`].
 //!
 //! Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
 //! [`attempt`](crate::acquire::attempt) (one round); the shared state in
@@ -31,12 +32,17 @@ use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
+use crate::held::lease::LockContext;
+use crate::inspect::doctor::{self, DeploymentReport};
+use crate::inspect::status::{self, LockStatus};
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
+use builder::RedlockBuilder;
+use fenced::FencedGuard;
 
 /// A Redlock client over N independent Redis masters.
 ///
@@ -249,6 +255,127 @@ impl Redlock {
             return Err(Error::Permission { report });
         }
         Ok(report)
+    }
+
+    /// Starts configuring a client.
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
+    }
+
+    /// [`try_lock`](Redlock::try_lock) with a fencing token: exactly one attempt, and
+    /// `Ok(None)` when another owner holds the resource.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::try_lock`]; also [`Error::Unavailable`] when the token could not be
+    /// committed to a majority.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Redlock::try_lock`]: dropping the future releases, in the background,
+    /// whatever the attempt may have set on any node.
+    pub async fn try_lock_fenced(
+        &self,
+        resource: impl Into<String>,
+        ttl: Duration,
+    ) -> Result<Option<FencedGuard>> {
+        let plan = Plan::new(self.inner(), vec![resource.into()], ttl, true)?;
+        crate::acquire::heal::start_healer(self.inner());
+        match attempt::attempt(self.inner(), &plan, None).await {
+            Ok(guard) => FencedGuard::new(guard).map(Some),
+            Err(Error::Contended { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `f` under `resource` locked for `ttl` and auto-extended; shorthand for
+    /// `self.lock(resource, ttl).run(f)`. See [`LockRequest::run`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockRequest::run`].
+    pub async fn run<F, Fut, T>(
+        &self,
+        resource: impl Into<String>,
+        ttl: Duration,
+        f: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.lock(resource, ttl).run(f).await
+    }
+
+    /// Reads the lock of `resource` on every node (type, value and remaining TTL, in one
+    /// round trip each) and judges the set. Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource name; [`Error::Permission`] when a node's ACL
+    /// refused the read. Unreachable nodes are reported per node, not as an error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing.
+    pub async fn status(&self, resource: &str) -> Result<LockStatus> {
+        status::read_status(self.inner(), resource).await
+    }
+
+    /// Checks how the nodes are deployed and reports what weakens the lock: unreachable
+    /// nodes, one server listed twice, nodes that replicate one another, cluster mode, an
+    /// even or too small number of nodes, persistence and eviction settings (among them a
+    /// majority of nodes that can lose their data together), a default TTL
+    /// eaten up by the drift allowance and node timeout, clocks that differ from this
+    /// host's, and (restart quarantine on) nodes whose vote quarantine keeps out now, with
+    /// why and when they vote again. Each [`Finding`](crate::Finding) has a severity and a one-line fix.
+    ///
+    /// Never fails: a node that cannot be reached is itself a finding. Every node is
+    /// probed at once on a fresh connection of its own (1 s to connect, 1 s per request,
+    /// 2.5 s in all), so the check ends within about 2.5 s even when nodes hang. It reads
+    /// `INFO`, `CONFIG GET append*` and `CONFIG GET save` (optional: an ACL may refuse
+    /// them), the node's quarantine marker and ensemble record (two `GET`s) and three
+    /// `TIME` samples; it writes nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) {
+    /// use quorum_lock::Severity;
+    /// let report = redlock.check_deployment().await;
+    /// println!("{report}");
+    /// if report.worst() == Some(Severity::Error) {
+    ///     std::process::exit(2);
+    /// }
+    /// # }
+    /// ```
+    pub async fn check_deployment(&self) -> DeploymentReport {
+        doctor::check_deployment(self.inner()).await
+    }
+
+    /// Shuts this client (and every clone of it) down, for a service that stops:
+    ///
+    /// 1. takes no new locks: every later `lock`, `try_lock` or `run` returns
+    ///    [`Error::ShutDown`](crate::Error::ShutDown), and attempts still running give back
+    ///    what they won; it waits for them (each bounded by its node timeouts), so that
+    ///    no key they set is left behind;
+    /// 2. releases every lock it holds, on every node, waiting for each node's answer
+    ///    (bounded by the node timeout); the guards still alive report it: their lost
+    ///    signal fires with [`LostReason::ShutDown`](crate::LostReason::ShutDown), their
+    ///    validity is zero, and their `release()` returns `Error::ShutDown`;
+    /// 3. stops the auto-extenders, the release subscriptions and the background
+    ///    collector, and closes the connections (later requests fail without connecting).
+    ///
+    /// Returns how many locks were released. Calling it again does nothing and returns 0.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future after it started leaves the client shut down, and the locks not
+    /// yet released then expire with their TTL.
+    pub async fn shutdown(&self) -> usize {
+        shutdown::shut_down(self.inner()).await
     }
 }
 

@@ -2,12 +2,11 @@
 //! context manager and decorator.
 
 use std::panic::AssertUnwindSafe;
-use std::time::Duration;
 
 use futures::FutureExt;
 
+use crate::client::LockRequest;
 use crate::client::fenced::{FencedContext, FencedRequest};
-use crate::client::{LockRequest, Redlock};
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
@@ -37,13 +36,13 @@ impl LockRequest {
     ///
     /// # Errors
     ///
-    /// Acquisition errors as for [`Redlock::lock`], or [`Error::Lost`].
+    /// Acquisition errors as for [`Redlock::lock`](crate::Redlock::lock), or [`Error::Lost`].
     ///
     /// # Cancel safety
     ///
     /// Dropping the future drops `f`'s future at its suspension point and releases the lock
     /// in the background (as dropping a [`LockGuard`](crate::LockGuard) does); dropped
-    /// while acquiring, it leaves no lock behind (see [`Redlock::lock`]).
+    /// while acquiring, it leaves no lock behind (see [`Redlock::lock`](crate::Redlock::lock)).
     ///
     /// # Panics
     ///
@@ -137,30 +136,5 @@ where
             let _ = guard.release().await;
             Err(Error::Lost { reason })
         }
-    }
-}
-
-impl Redlock {
-    /// Runs `f` under `resource` locked for `ttl` and auto-extended; shorthand for
-    /// `self.lock(resource, ttl).run(f)`. See [`LockRequest::run`].
-    ///
-    /// # Errors
-    ///
-    /// As [`LockRequest::run`].
-    ///
-    /// # Cancel safety
-    ///
-    /// As [`LockRequest::run`].
-    pub async fn run<F, Fut, T>(
-        &self,
-        resource: impl Into<String>,
-        ttl: Duration,
-        f: F,
-    ) -> Result<T>
-    where
-        F: FnOnce(LockContext) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        self.lock(resource, ttl).run(f).await
     }
 }

@@ -4,15 +4,17 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
-use crate::acquire::ballot::{self, Seen};
-use crate::client::Redlock;
+use std::sync::Arc;
+
+use crate::acquire::ballot::{self, Read, Seen};
+use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::inspect::json::JsonObject;
-use crate::net::answers::{self, Stop};
+use crate::net::answers::{self, Collected};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::holder::{self, HolderInfo};
-use crate::protocol::{reply, scripts};
+use crate::protocol::{keys, reply, scripts};
 use crate::report::{NodeOutcome, QuarantineReason};
 
 /// What one node holds for a lock key.
@@ -171,7 +173,7 @@ impl fmt::Display for Verdict {
     }
 }
 
-/// A lock as seen on every node, from [`Redlock::status`].
+/// A lock as seen on every node, from [`Redlock::status`](crate::Redlock::status).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockStatus {
@@ -255,98 +257,95 @@ pub(crate) fn verdict(holders: &[Option<&Holder>], quorum: usize) -> Verdict {
     }
 }
 
-impl Redlock {
-    /// Reads the lock of `resource` on every node (type, value and remaining TTL, in one
-    /// round trip each) and judges the set. Writes nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for an empty resource name; [`Error::Permission`] when a node's ACL
-    /// refused the read. Unreachable nodes are reported per node, not as an error.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: it writes nothing.
-    pub async fn status(&self, resource: &str) -> Result<LockStatus> {
-        if resource.is_empty() {
-            return Err(Error::Config("empty resource name".into()));
-        }
-        let ensemble = self.inner();
-        crate::acquire::heal::start_healer(ensemble);
-        let key = self.key(resource);
-        let call = Call::script(
-            &scripts::INSPECT,
-            &ensemble.config.key_prefix,
-            std::slice::from_ref(&key),
-        );
-        let mut round = Round::everywhere(ensemble.round_scope(), call);
-        let mut holders = vec![None; ensemble.nodes.len()];
-        let mut reads = vec![None; ensemble.nodes.len()];
-        let collected = answers::collect(
-            &ensemble.nodes,
-            &mut round,
-            |i, answer| match reply::inspect_reply(answer) {
-                Ok(inspected) => {
-                    if let (Some(slot), Some(read), Some(node)) =
-                        (holders.get_mut(i), reads.get_mut(i), ensemble.nodes.get(i))
-                    {
-                        let value = inspected.value;
-                        *slot = Some(holder(&inspected.kind, inspected.pttl, value));
-                        let mut seen = crate::acquire::vote_round::blank_read(node);
-                        seen.marker = Seen::Read(inspected.marker.map(|m| m.life));
-                        seen.record_ms = inspected.record_ms;
-                        *read = Some(seen);
-                    }
-                    NodeOutcome::Reachable
-                }
-                Err(failed) => failed,
-            },
-            |_| false,
-            Stop::AtEnd,
-        )
-        .await;
-        let report = collected.report(&ensemble.nodes);
-        if report.denials() > 0 {
-            return Err(Error::Permission { report });
-        }
-        let kept_out = ballot::kept_out(
-            &reads,
-            ensemble.config.drift_factor,
-            ensemble.config.ttl_ceiling,
-        );
-        let nodes: Vec<KeyState> = (ensemble.nodes.iter().zip(holders))
-            .zip(collected.outcomes)
-            .zip(kept_out)
-            .map(|(((node, holder), (outcome, _)), kept_out)| KeyState {
-                node: node.name().to_owned(),
-                error: holder.is_none().then(|| outcome.to_string()),
-                holder,
-                kept_out: (ensemble.config.quarantine)
-                    .then_some(kept_out)
-                    .flatten()
-                    .map(|(reason, remaining)| KeptOut { reason, remaining }),
-            })
-            .collect();
-        let holders: Vec<Option<&Holder>> = nodes.iter().map(|s| s.holder.as_ref()).collect();
-        let verdict = verdict(&holders, ensemble.quorum);
-        let (holder, remaining) = match &verdict {
-            Verdict::Held { token } => (Some(HolderInfo::parse(token)), remaining(&holders, token)),
-            _ => (None, None),
-        };
-        let held_for = (holder.as_ref())
-            .and_then(|h| h.since)
-            .map(|since| SystemTime::now().duration_since(since).unwrap_or_default());
-        Ok(LockStatus {
-            resource: resource.to_owned(),
-            key,
-            quorum: ensemble.quorum,
-            nodes,
-            verdict,
-            holder,
-            held_for,
-            remaining,
-        })
+/// Reads the lock of `resource` on every node and judges the set: the body of
+/// [`Redlock::status`](crate::Redlock::status).
+pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Result<LockStatus> {
+    if resource.is_empty() {
+        return Err(Error::Config("empty resource name".into()));
     }
+    crate::acquire::heal::start_healer(ensemble);
+    let key = keys::lock(&ensemble.config.key_prefix, resource);
+    let (collected, reads) = inspect_everywhere(ensemble, &key).await;
+    let report = collected.report(&ensemble.nodes);
+    if report.denials() > 0 {
+        return Err(Error::Permission { report });
+    }
+    let (holders, reads): (Vec<_>, Vec<_>) = reads
+        .into_iter()
+        .map(|r| r.map_or((None, None), |(holder, read)| (Some(holder), Some(read))))
+        .unzip();
+    let nodes = key_states(ensemble, holders, &reads, collected.outcomes);
+    let holders: Vec<Option<&Holder>> = nodes.iter().map(|s| s.holder.as_ref()).collect();
+    let verdict = verdict(&holders, ensemble.quorum);
+    let (holder, remaining) = match &verdict {
+        Verdict::Held { token } => (Some(HolderInfo::parse(token)), remaining(&holders, token)),
+        _ => (None, None),
+    };
+    let held_for = (holder.as_ref())
+        .and_then(|h| h.since)
+        .map(|since| SystemTime::now().duration_since(since).unwrap_or_default());
+    Ok(LockStatus {
+        resource: resource.to_owned(),
+        key,
+        quorum: ensemble.quorum,
+        nodes,
+        verdict,
+        holder,
+        held_for,
+        remaining,
+    })
+}
+
+/// The inspect script's round on every node: per node that answered, what it holds at
+/// `key` and what its answer says for restart quarantine.
+async fn inspect_everywhere(
+    ensemble: &Ensemble,
+    key: &str,
+) -> (Collected, Vec<Option<(Holder, Read)>>) {
+    let call = Call::script(
+        &scripts::INSPECT,
+        &ensemble.config.key_prefix,
+        std::slice::from_ref(&key.to_owned()),
+    );
+    let mut round = Round::everywhere(ensemble.round_scope(), call);
+    let nodes = &ensemble.nodes;
+    let read = |i: usize, answer| match (reply::inspect_reply(answer), nodes.get(i)) {
+        (Ok(inspected), Some(node)) => {
+            let mut seen = crate::acquire::vote_round::blank_read(node);
+            seen.marker = Seen::Read(inspected.marker.map(|m| m.life));
+            seen.record_ms = inspected.record_ms;
+            let held = holder(&inspected.kind, inspected.pttl, inspected.value);
+            (NodeOutcome::Reachable, Some((held, seen)))
+        }
+        (Ok(_), None) => (NodeOutcome::Reachable, None),
+        (Err(failed), _) => (failed, None),
+    };
+    answers::collect_reading(nodes, &mut round, read, |_| false, |_, _, _| false).await
+}
+
+/// Each node's state for the status: what it holds, why it could not be read, and
+/// whether restart quarantine keeps it out now.
+fn key_states(
+    ensemble: &Ensemble,
+    holders: Vec<Option<Holder>>,
+    reads: &[Option<Read>],
+    outcomes: Vec<(NodeOutcome, Duration)>,
+) -> Vec<KeyState> {
+    let config = &ensemble.config;
+    let kept_out = ballot::kept_out(reads, config.drift_factor, config.ttl_ceiling);
+    (ensemble.nodes.iter().zip(holders))
+        .zip(outcomes)
+        .zip(kept_out)
+        .map(|(((node, holder), (outcome, _)), kept_out)| KeyState {
+            node: node.name().to_owned(),
+            error: holder.is_none().then(|| outcome.to_string()),
+            holder,
+            kept_out: (config.quarantine)
+                .then_some(kept_out)
+                .flatten()
+                .map(|(reason, remaining)| KeptOut { reason, remaining }),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The deployment check behind [`Redlock::check_deployment`] (and the CLI's `doctor`): what
+//! The deployment check behind [`Redlock::check_deployment`](crate::Redlock::check_deployment) (and the CLI's `doctor`): what
 //! every node is (server kind and version, role, persistence, cluster mode, clock) and what
 //! about the set of them weakens the lock, each finding with a severity and a one-line fix.
 //!
@@ -14,7 +14,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::client::Redlock;
+use crate::ensemble::Ensemble;
 
 mod durability;
 mod findings;
@@ -154,7 +154,7 @@ impl fmt::Display for FindingKind {
     }
 }
 
-/// One problem (or notable fact) found by [`Redlock::check_deployment`].
+/// One problem (or notable fact) found by [`Redlock::check_deployment`](crate::Redlock::check_deployment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Finding {
@@ -268,7 +268,7 @@ impl NodeInfo {
     }
 }
 
-/// The result of [`Redlock::check_deployment`]: every node, and the findings sorted from
+/// The result of [`Redlock::check_deployment`](crate::Redlock::check_deployment): every node, and the findings sorted from
 /// most to least severe. [`Display`](fmt::Display) renders a table for people,
 /// [`to_json`](Self::to_json) a JSON document for scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -297,59 +297,33 @@ impl DeploymentReport {
     }
 }
 
-impl Redlock {
-    /// Checks how the nodes are deployed and reports what weakens the lock: unreachable
-    /// nodes, one server listed twice, nodes that replicate one another, cluster mode, an
-    /// even or too small number of nodes, persistence and eviction settings (among them a
-    /// majority of nodes that can lose their data together), a default TTL
-    /// eaten up by the drift allowance and node timeout, clocks that differ from this
-    /// host's, and (restart quarantine on) nodes whose vote quarantine keeps out now, with
-    /// why and when they vote again. Each [`Finding`] has a severity and a one-line fix.
-    ///
-    /// Never fails: a node that cannot be reached is itself a finding. Every node is
-    /// probed at once on a fresh connection of its own (1 s to connect, 1 s per request,
-    /// 2.5 s in all), so the check ends within about 2.5 s even when nodes hang. It reads
-    /// `INFO`, `CONFIG GET append*` and `CONFIG GET save` (optional: an ACL may refuse
-    /// them), the node's quarantine marker and ensemble record (two `GET`s) and three
-    /// `TIME` samples; it writes nothing.
-    ///
-    /// ```no_run
-    /// # async fn demo(redlock: quorum_lock::Redlock) {
-    /// use quorum_lock::Severity;
-    /// let report = redlock.check_deployment().await;
-    /// println!("{report}");
-    /// if report.worst() == Some(Severity::Error) {
-    ///     std::process::exit(2);
-    /// }
-    /// # }
-    /// ```
-    pub async fn check_deployment(&self) -> DeploymentReport {
-        let inner = self.inner();
-        let prefix = &inner.config.key_prefix;
-        let probes = inner.nodes.iter().map(|node| probe::probe(node, prefix));
-        let (nodes, ledgers): (Vec<NodeInfo>, Vec<_>) =
-            futures::future::join_all(probes).await.into_iter().unzip();
-        let mut findings = findings::findings(&nodes, inner.quorum, &Limits::from(&inner.config));
-        if inner.config.quarantine {
-            findings.extend(kept_out::kept_out(
-                &nodes,
-                &ledgers,
-                inner.config.drift_factor,
-                inner.config.ttl_ceiling,
-            ));
-            // Most severe first, the order within a severity kept.
-            findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+/// Probes every node and judges the deployment: the body of
+/// [`Redlock::check_deployment`](crate::Redlock::check_deployment).
+pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
+    let prefix = &inner.config.key_prefix;
+    let probes = inner.nodes.iter().map(|node| probe::probe(node, prefix));
+    let (nodes, ledgers): (Vec<NodeInfo>, Vec<_>) =
+        futures::future::join_all(probes).await.into_iter().unzip();
+    let mut findings = findings::findings(&nodes, inner.quorum, &Limits::from(&inner.config));
+    if inner.config.quarantine {
+        findings.extend(kept_out::kept_out(
+            &nodes,
+            &ledgers,
+            inner.config.drift_factor,
+            inner.config.ttl_ceiling,
+        ));
+        // Most severe first, the order within a severity kept.
+        findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
+    }
+    for node in &nodes {
+        if let Some(clock) = &node.clock {
+            crate::metrics::clock_offset(&node.name, clock.offset_micros as f64 / 1e6);
         }
-        for node in &nodes {
-            if let Some(clock) = &node.clock {
-                crate::metrics::clock_offset(&node.name, clock.offset_micros as f64 / 1e6);
-            }
-        }
-        DeploymentReport {
-            quorum: inner.quorum,
-            nodes,
-            findings,
-        }
+    }
+    DeploymentReport {
+        quorum: inner.quorum,
+        nodes,
+        findings,
     }
 }
 
