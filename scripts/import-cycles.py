@@ -2,7 +2,8 @@
 """Import graph of the library's files from their `use crate::` lines (and `crate::a::b`
 paths in code): prints every import cycle between files, then every one between the
 top-level modules of src/ (a folder taken whole, or a file), one per line, and nothing when
-there is none. With `--long N`, instead lists functions longer than N lines (report only).
+there is none. With `--long N`, instead lists the functions longer than N lines and the
+files longer than 800 lines (binaries included, tests apart), and fails if there is one.
 
 A path `crate::a::b::C` names the file src/a/b.rs, else src/a/b/mod.rs, else src/a.rs or
 src/a/mod.rs (the longest prefix that is a file). Binaries (src/bin) are not part of it.
@@ -13,6 +14,8 @@ import sys
 
 args = sys.argv[1:]
 long_limit = None
+# No library file is longer than this, tests apart.
+LONGEST_FILE = 800
 if args[:1] == ["--long"]:
     long_limit = int(args[1])
     args = args[2:]
@@ -36,10 +39,20 @@ def strip_tests(text):
     return text[: m.start()] if m else text
 
 
+def is_test_file(f):
+    """A file that holds tests only: under a `tests` folder, or named `tests.rs`."""
+    return "tests" in f.relative_to(root).parts[:-1] or f.name == "tests.rs"
+
+
 if long_limit is not None:
     found = 0
-    for f in sorted(files):
-        lines = f.read_text().splitlines()
+    for f in sorted(root.rglob("*.rs")):
+        if is_test_file(f):
+            continue
+        lines = strip_tests(f.read_text()).splitlines()
+        if len(lines) > LONGEST_FILE:
+            print(f"long file: {f} ({len(lines)} lines outside tests)")
+            found += 1
         i = 0
         while i < len(lines):
             m = re.match(r"^(\s*)(pub(\([^)]*\))? )?(async )?(const )?fn (\w+)", lines[i])
@@ -53,7 +66,7 @@ if long_limit is not None:
                     found += 1
                 i = j
             i += 1
-    sys.exit(0)
+    sys.exit(1 if found else 0)
 
 # Names the crate root re-exports (`pub use a::b::{X, Y};` in lib.rs): `crate::X` is then an
 # import of the module that defines X, not of lib.rs.
