@@ -2,8 +2,20 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
-// The layers, top down, and what each module owns: DESIGN.md, "Module map". No module
-// imports one above it (scripts/check-layers.sh checks there are no import cycles).
+// Layout, top down: each folder's mod.rs says what it owns and its interface; DESIGN.md's
+// "Module map" names every file. No module imports one above it (scripts/check-layers.sh).
+//
+//   client/    the public handle: Redlock, its builder, lock requests, shutdown
+//   acquire/   lock(): the retry loop, one attempt, its ballot, first contact, healing
+//   held/      a held lock: guard, lease (validity, lost signal), extension, release
+//   wait/      waiting for a held lock: local turns, waiting lists, release wake-ups
+//   inspect/   read-only: status of a lock, the deployment check (doctor), JSON
+//   ensemble   the shared state: nodes, configuration, majority, queue, notifier
+//   net/       connections, the command wrapper, node facts, fan-out rounds
+//   protocol/  the wire: Lua scripts, key names, native commands, reply decoding
+//   rules/     pure rules: quorum, safety (quarantine, fencing), retry, deadlines
+//   config, error, report, fencing, metrics: settings, the error, per-node outcomes,
+//   fencing tokens, the metrics emitted
 mod acquire;
 mod client;
 mod config;

@@ -1,0 +1,467 @@
+//! Model check of the two lock kinds beside the mutex, a read-write lock and a counting
+//! semaphore, over the quorum: which per-node rule keeps the kind's promise, and which does
+//! not. The client's decisions are the crate's own (`safety::majority`,
+//! `safety::lease_validity`, `safety::quarantine_period`); each node's rule is written here
+//! as its script would apply it, atomically.
+//!
+//! In short: three nodes, three clients, time in ticks of 250 ms, drift factor 0 (the 2 ms
+//! constant), taken on the safe side as in `tests/model.rs`: an attempt decides within the
+//! tick after it began, so a client holds for its validity rounded down to whole ticks
+//! after one tick elapsed, and a node's entry lives its TTL less one tick (its clock fast
+//! by the allowance). Every step is atomic:
+//! - `Acquire(c, slot, reached)`: client `c` runs one attempt; its request reaches the
+//!   nodes in `reached` (the others lost it, or are down), each applies its rule, and the
+//!   client holds if a majority granted and validity is left. A failed attempt leaves its
+//!   grants to expire (its clean-up may be lost: the model never relies on it);
+//! - `Release(c, reached)`: the holder's release reaches the nodes in `reached`;
+//! - `Tick`: time passes; entries and holds expire;
+//! - `Restart(i)`: node `i` loses its memory (at most one restart per run, a minority of
+//!   three); restart quarantine keeps its vote out for the quarantine period of the TTL
+//!   ceiling, as the mutex's rules bound it (DESIGN.md section 7).
+//!
+//! Safety: for the read-write lock, *a writer excludes everyone* (no instant where a
+//! writer holds while another client holds, to read or to write); for the semaphore, *at
+//! most K holders*. Each design is checked safe, and the designs that peers use are found
+//! unsafe: readers that share one TTL (a reader's grant resets the expiry of all), and a
+//! semaphore that counts holders per node and takes a plain majority (Lua `ZCARD < K`).
+//! `sometimes` properties guard against vacuity: two readers share, a writer holds, K
+//! holders hold at once.
+
+use std::time::Duration;
+
+use quorum_lock::safety;
+use stateright::{Checker, HasDiscoveries, Model, Property};
+
+const NODES: usize = 3;
+const CLIENTS: usize = 3;
+/// The tick, in milliseconds.
+const TICK_MS: u64 = 250;
+
+fn ms(ticks: u8) -> Duration {
+    Duration::from_millis(u64::from(ticks) * TICK_MS)
+}
+
+/// Whole ticks in `d`, rounded up.
+fn ticks_up(d: Duration) -> u8 {
+    u8::try_from(d.as_millis().div_ceil(u128::from(TICK_MS))).unwrap_or(u8::MAX)
+}
+
+/// The validity a won attempt leaves, in whole ticks, one tick after it began (the crate's
+/// own rule, rounded down).
+fn validity_ticks(ttl: u8) -> u8 {
+    let left = safety::lease_validity(ms(ttl), ms(1), 0.0).unwrap_or_default();
+    u8::try_from(left.as_millis() / u128::from(TICK_MS)).unwrap_or(0)
+}
+
+/// The nodes in `mask`.
+fn bits(mask: u8) -> impl Iterator<Item = usize> {
+    (0..NODES).filter(move |i| mask & (1 << i) != 0)
+}
+
+/// What each kind keeps on one node. Expiries are ticks: an entry lives while `now` is
+/// below its expiry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+struct Node {
+    /// Tick from which the node votes (restart quarantine); 0 when it never restarted.
+    votes_from: u8,
+    /// Read-write lock: the writer and its expiry.
+    writer: Option<(u8, u8)>,
+    /// Read-write lock: each reader's own expiry (`PerReader`), or the readers with one
+    /// shared expiry (`SharedTtl`: the expiry in `shared`).
+    readers: [Option<u8>; CLIENTS],
+    shared: u8,
+    /// Semaphore: per slot, its holder and expiry (`Slots`); per client, its entry in the
+    /// node's holder set (`Count`, in `readers`).
+    slots: [Option<(u8, u8)>; PERMITS],
+}
+
+impl Node {
+    fn expire(&mut self, now: u8, rule: Rule) {
+        if self.writer.is_some_and(|(_, until)| until <= now) {
+            self.writer = None;
+        }
+        for r in &mut self.readers {
+            let until = match rule {
+                Rule::SharedTtl => self.shared,
+                _ => r.unwrap_or(0),
+            };
+            if r.is_some() && until <= now {
+                *r = None;
+            }
+        }
+        for s in &mut self.slots {
+            if s.is_some_and(|(_, until)| until <= now) {
+                *s = None;
+            }
+        }
+    }
+
+    fn readers_other_than(&self, c: usize) -> bool {
+        (self.readers.iter().enumerate()).any(|(r, e)| r != c && e.is_some())
+    }
+
+    /// The node's script: whether it grants `c` what it asks (`slot` for the semaphore's
+    /// slots), writing the entry, which lives until `until`.
+    fn grant(&mut self, c: usize, kind: Kind, slot: usize, until: u8, rule: Rule) -> bool {
+        let client = c as u8;
+        match kind {
+            Kind::Write => {
+                let free = self.writer.is_none_or(|(w, _)| w == client);
+                if !free || self.readers_other_than(c) {
+                    return false;
+                }
+                self.writer = Some((client, until));
+            }
+            Kind::Read => {
+                if self.writer.is_some_and(|(w, _)| w != client) {
+                    return false;
+                }
+                self.readers[c] = Some(until);
+                if rule == Rule::SharedTtl {
+                    // One TTL for the set of readers: the newest reader's.
+                    self.shared = until;
+                }
+            }
+            Kind::Permit => match rule {
+                Rule::Count => {
+                    let held = self.readers.iter().filter(|e| e.is_some()).count();
+                    if self.readers[c].is_none() && held >= PERMITS {
+                        return false;
+                    }
+                    self.readers[c] = Some(until);
+                }
+                _ => {
+                    if self.slots[slot].is_some_and(|(h, _)| h != client) {
+                        return false;
+                    }
+                    self.slots[slot] = Some((client, until));
+                }
+            },
+        }
+        true
+    }
+
+    fn release(&mut self, c: usize) {
+        let client = c as u8;
+        if self.writer.is_some_and(|(w, _)| w == client) {
+            self.writer = None;
+        }
+        self.readers[c] = None;
+        for s in &mut self.slots {
+            if s.is_some_and(|(h, _)| h == client) {
+                *s = None;
+            }
+        }
+    }
+}
+
+/// What a client asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Kind {
+    Read,
+    Write,
+    Permit,
+}
+
+/// The semaphore's permits.
+const PERMITS: usize = 2;
+
+/// The per-node rule checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    /// Read-write lock: each reader has its own expiry.
+    PerReader,
+    /// Read-write lock as peers build it: one expiry for all readers, reset by each grant.
+    SharedTtl,
+    /// Semaphore: K slots, each an ordinary quorum lock.
+    Slots,
+    /// Semaphore as peers build it: each node counts its holders, a plain majority wins.
+    Count,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct State {
+    now: u8,
+    nodes: [Node; NODES],
+    /// Per client: until when it holds (`Some`), and the attempts it has left.
+    holds: [Option<u8>; CLIENTS],
+    attempts_left: [u8; CLIENTS],
+    restarted: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Action {
+    Acquire(usize, usize, u8),
+    Release(usize, u8),
+    Tick,
+    Restart(usize),
+}
+
+struct Kinds {
+    rule: Rule,
+    /// Per client: what it asks for and its TTL in ticks.
+    clients: [(Kind, u8); CLIENTS],
+    /// Restart quarantine on (the rule as written) or off.
+    quarantine: bool,
+    restarts: bool,
+    attempts: u8,
+    horizon: u8,
+}
+
+impl Kinds {
+    fn slots(&self) -> usize {
+        match self.rule {
+            Rule::Slots => PERMITS,
+            _ => 1,
+        }
+    }
+
+    fn ceiling(&self) -> u8 {
+        self.clients.iter().map(|(_, ttl)| *ttl).max().unwrap_or(0)
+    }
+}
+
+impl Model for Kinds {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![State {
+            now: 0,
+            nodes: Default::default(),
+            holds: [None; CLIENTS],
+            attempts_left: [self.attempts; CLIENTS],
+            restarted: false,
+        }]
+    }
+
+    fn actions(&self, s: &State, actions: &mut Vec<Action>) {
+        for c in 0..CLIENTS {
+            match s.holds[c] {
+                None if s.attempts_left[c] > 0 => {
+                    for slot in 0..self.slots() {
+                        for reached in 1..(1u8 << NODES) {
+                            actions.push(Action::Acquire(c, slot, reached));
+                        }
+                    }
+                }
+                Some(_) => {
+                    for reached in 0..(1u8 << NODES) {
+                        actions.push(Action::Release(c, reached));
+                    }
+                }
+                None => {}
+            }
+        }
+        if s.now < self.horizon {
+            actions.push(Action::Tick);
+        }
+        if self.restarts && !s.restarted {
+            actions.extend((0..NODES).map(Action::Restart));
+        }
+    }
+
+    fn next_state(&self, s: &State, action: Action) -> Option<State> {
+        let mut s = s.clone();
+        match action {
+            Action::Acquire(c, slot, reached) => {
+                s.attempts_left[c] -= 1;
+                let (kind, ttl) = self.clients[c];
+                // The key lives its TTL less one tick: the node's clock may run fast.
+                let until = s.now + ttl - 1;
+                let now = s.now;
+                let granted = bits(reached)
+                    .filter(|&i| {
+                        let node = &mut s.nodes[i];
+                        node.votes_from <= now && node.grant(c, kind, slot, until, self.rule)
+                    })
+                    .count();
+                let validity = validity_ticks(ttl);
+                if granted >= safety::majority(NODES) && validity > 0 {
+                    s.holds[c] = Some(now + validity);
+                }
+            }
+            Action::Release(c, reached) => {
+                s.holds[c] = None;
+                for i in bits(reached) {
+                    s.nodes[i].release(c);
+                }
+            }
+            Action::Tick => {
+                s.now += 1;
+                let now = s.now;
+                for node in &mut s.nodes {
+                    node.expire(now, self.rule);
+                }
+                for hold in &mut s.holds {
+                    if hold.is_some_and(|until| until <= now) {
+                        *hold = None;
+                    }
+                }
+            }
+            Action::Restart(i) => {
+                s.restarted = true;
+                let period = safety::quarantine_period(ms(self.ceiling()), 0.0);
+                let wait = if self.quarantine { ticks_up(period) } else { 0 };
+                s.nodes[i] = Node {
+                    votes_from: s.now + wait,
+                    ..Node::default()
+                };
+            }
+        }
+        Some(s)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always(WRITER_EXCLUDES, |m: &Kinds, s: &State| {
+                let holding = |c: usize| s.holds[c].is_some();
+                let writers = (0..CLIENTS).filter(|&c| holding(c) && m.clients[c].0 == Kind::Write);
+                writers
+                    .into_iter()
+                    .all(|w| (0..CLIENTS).all(|o| o == w || !holding(o)))
+            }),
+            Property::always(AT_MOST_K, |m: &Kinds, s: &State| {
+                let permits = (0..CLIENTS)
+                    .filter(|&c| s.holds[c].is_some() && m.clients[c].0 == Kind::Permit)
+                    .count();
+                permits <= PERMITS
+            }),
+            Property::sometimes(READERS_SHARE, |m: &Kinds, s: &State| {
+                (0..CLIENTS)
+                    .filter(|&c| s.holds[c].is_some() && m.clients[c].0 == Kind::Read)
+                    .count()
+                    >= 2
+            }),
+            Property::sometimes(WRITER_HOLDS, |m: &Kinds, s: &State| {
+                (0..CLIENTS).any(|c| s.holds[c].is_some() && m.clients[c].0 == Kind::Write)
+            }),
+            Property::sometimes(K_HOLD, |m: &Kinds, s: &State| {
+                (0..CLIENTS)
+                    .filter(|&c| s.holds[c].is_some() && m.clients[c].0 == Kind::Permit)
+                    .count()
+                    == PERMITS
+            }),
+            Property::sometimes(WRITER_AFTER_RESTART, |m: &Kinds, s: &State| {
+                s.restarted
+                    && (0..CLIENTS).any(|c| s.holds[c].is_some() && m.clients[c].0 == Kind::Write)
+            }),
+        ]
+    }
+}
+
+const WRITER_EXCLUDES: &str = "a writer excludes everyone";
+const AT_MOST_K: &str = "at most K permit holders";
+const READERS_SHARE: &str = "two readers hold at once";
+const WRITER_HOLDS: &str = "a writer holds";
+const K_HOLD: &str = "K permit holders hold at once";
+const WRITER_AFTER_RESTART: &str = "a writer holds after a node restarted";
+
+fn check(name: &str, model: Kinds, stop_at: Option<&'static str>) -> impl Checker<Kinds> {
+    let started = std::time::Instant::now();
+    let rule = model.rule;
+    let builder = model.checker();
+    let builder = match stop_at {
+        Some(property) => builder.finish_when(HasDiscoveries::AnyOf([property].into())),
+        None => builder,
+    };
+    let checker = builder.spawn_dfs().join();
+    eprintln!(
+        "{name} ({rule:?}): {} states in {:.2?}",
+        checker.unique_state_count(),
+        started.elapsed()
+    );
+    checker
+}
+
+/// No counterexample to either safety property; each state in `reached` is reached.
+fn assert_safe(name: &str, model: Kinds, reached: &[&'static str]) {
+    let checker = check(name, model, None);
+    for property in [WRITER_EXCLUDES, AT_MOST_K] {
+        if let Some(path) = checker.discovery(property) {
+            panic!(
+                "{name}: counterexample to {property}: {:?}",
+                path.into_actions()
+            );
+        }
+    }
+    for property in reached {
+        checker.assert_any_discovery(property);
+    }
+}
+
+/// The checker must find a counterexample to `property`.
+fn assert_caught(name: &str, model: Kinds, property: &'static str) {
+    let rule = model.rule;
+    let checker = check(name, model, Some(property));
+    let Some(path) = checker.discovery(property) else {
+        panic!("{name} ({rule:?}) must break {property}");
+    };
+    eprintln!("{name} breaks {property}: {:?}", path.into_actions());
+}
+
+/// Two readers with different TTLs and a writer, each with `attempts` attempts.
+fn read_write(rule: Rule, quarantine: bool, restarts: bool, attempts: u8) -> Kinds {
+    Kinds {
+        rule,
+        clients: [(Kind::Read, 5), (Kind::Read, 3), (Kind::Write, 3)],
+        quarantine,
+        restarts,
+        attempts,
+        horizon: 8,
+    }
+}
+
+/// Three clients, two permits, one attempt each (two take minutes).
+fn semaphore(rule: Rule, quarantine: bool, restarts: bool) -> Kinds {
+    Kinds {
+        rule,
+        clients: [(Kind::Permit, 3); CLIENTS],
+        quarantine,
+        restarts,
+        attempts: 1,
+        horizon: 6,
+    }
+}
+
+#[test]
+fn a_writer_excludes_readers_with_per_reader_expiry() {
+    let model = read_write(Rule::PerReader, true, false, 2);
+    assert_safe("rw", model, &[READERS_SHARE, WRITER_HOLDS]);
+}
+
+#[test]
+fn a_writer_excludes_readers_through_a_restart() {
+    let model = read_write(Rule::PerReader, true, true, 2);
+    assert_safe("rw restart", model, &[READERS_SHARE, WRITER_AFTER_RESTART]);
+}
+
+#[test]
+fn readers_sharing_one_ttl_let_a_writer_in() {
+    let model = read_write(Rule::SharedTtl, true, false, 1);
+    assert_caught("rw shared ttl", model, WRITER_EXCLUDES);
+}
+
+#[test]
+fn a_restart_without_quarantine_lets_a_writer_in() {
+    let model = read_write(Rule::PerReader, false, true, 1);
+    assert_caught("rw no quarantine", model, WRITER_EXCLUDES);
+}
+
+#[test]
+fn slot_locks_hold_at_most_k() {
+    let model = semaphore(Rule::Slots, true, true);
+    assert_safe("semaphore slots", model, &[K_HOLD]);
+}
+
+#[test]
+fn counting_holders_per_node_by_majority_exceeds_k() {
+    let model = semaphore(Rule::Count, true, false);
+    assert_caught("semaphore count", model, AT_MOST_K);
+}
+
+#[test]
+fn a_restart_without_quarantine_exceeds_k() {
+    let model = semaphore(Rule::Slots, false, true);
+    assert_caught("semaphore no quarantine", model, AT_MOST_K);
+}
