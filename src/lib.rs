@@ -9,6 +9,7 @@
 //   acquire/   lock(): the retry loop, one attempt, its ballot, first contact, healing
 //   held/      a held lock: guard, lease (validity, lost signal), extension, release
 //   wait/      waiting for a held lock: local turns, waiting lists, release wake-ups
+//   semaphore/ the counting semaphore: K slot locks, each a quorum mutex
 //   inspect/   read-only: status of a lock, the deployment check (doctor), JSON
 //   ensemble   the shared state: nodes, configuration, majority, queue, notifier
 //   net/       connections, the command wrapper, node facts, fan-out rounds
@@ -29,6 +30,7 @@ mod net;
 mod protocol;
 mod report;
 mod rules;
+mod semaphore;
 mod wait;
 
 // The ballot of one attempt (feeds `safety` from the replies) and the pure rules of
@@ -56,3 +58,5 @@ pub use protocol::holder::HolderInfo;
 pub use redis;
 pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
 pub use rules::retry::RetryPolicy;
+pub use semaphore::permit::Permit;
+pub use semaphore::{PermitRequest, Semaphore};

@@ -41,6 +41,7 @@ use crate::net::fanout::Round;
 use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
+use crate::semaphore::Semaphore;
 use builder::RedlockBuilder;
 use fenced::FencedGuard;
 
@@ -140,6 +141,28 @@ impl Redlock {
     {
         let resources = resources.into_iter().map(Into::into).collect();
         LockRequest::new(self.clone(), resources, ttl)
+    }
+
+    /// A counting semaphore of `permits` on `name`: at most that many holders at once
+    /// across every client of these nodes, each permit an ordinary quorum lock of its own
+    /// (see [`Semaphore`]). Every client of one name must use the same count.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// let exports = redlock.semaphore("exports", 4)?;
+    /// let permit = exports.acquire(Duration::from_secs(30)).await?;
+    /// // ... at most 4 exports run at once ...
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty name, or a count of 0 or above
+    /// [`Semaphore::MAX_PERMITS`].
+    pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
+        Semaphore::new(Arc::clone(&self.inner), name, permits)
     }
 
     /// Makes exactly one attempt. Returns `Ok(None)` when another owner holds the resource.

@@ -117,6 +117,12 @@ pub(crate) fn probe_resource(id: &str) -> String {
     internal("", "probe", id)
 }
 
+/// The resource name of permit `slot` of semaphore `name`: a slot lock, under the crate's
+/// namespace; the key prefix is added to it as to any resource.
+pub(crate) fn permit_resource(name: &str, slot: u32) -> String {
+    internal("", "permit", &format!("{name}:{slot}"))
+}
+
 /// The lock key of `resource` under `prefix`.
 pub(crate) fn lock(prefix: &str, resource: &str) -> String {
     concat(&[prefix, resource])

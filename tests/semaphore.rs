@@ -1,0 +1,162 @@
+//! The counting semaphore against real `redis-server` processes: never more than K
+//! holders across clients, exact counts, a minority of nodes down, bad input, and no key
+//! left behind.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Cluster, builder, client, unique};
+use quorum_lock::{Error, Semaphore};
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// The slot keys of every semaphore, on every node.
+fn slot_keys(cluster: &Cluster) -> Vec<(usize, String)> {
+    cluster.keys_everywhere("quorum-lock:permit:*")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_k_holders_across_clients_with_exact_counts() {
+    const PERMITS: u32 = 2;
+    const WORKERS: usize = 6;
+    const ROUNDS: usize = 10;
+    let cluster = Cluster::start(3);
+    let name = unique("exports");
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let acquired = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for _ in 0..WORKERS {
+        // A client each, as separate processes would have, with restart quarantine on.
+        let redlock = (builder(&cluster.urls()).restart_quarantine(true))
+            .retry_delay(Duration::from_millis(2))
+            .max_retry_delay(Duration::from_millis(20))
+            .build()
+            .unwrap();
+        let semaphore = redlock.semaphore(&name, PERMITS).unwrap();
+        let (inside, most, acquired) = (inside.clone(), most.clone(), acquired.clone());
+        workers.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let permit = semaphore.acquire(TTL).wait(Duration::from_secs(30)).await;
+                let permit = permit.expect("a permit within the wait budget");
+                assert!(permit.slot() < PERMITS);
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(3)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                acquired.fetch_add(1, Ordering::SeqCst);
+                permit.release().await.expect("released on every node");
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.unwrap();
+    }
+    assert_eq!(acquired.load(Ordering::SeqCst), WORKERS * ROUNDS);
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        PERMITS,
+        "K holders at once, never more"
+    );
+    assert_eq!(
+        slot_keys(&cluster),
+        vec![],
+        "no slot key left after the releases"
+    );
+}
+
+#[tokio::test]
+async fn a_minority_down_still_grants_every_permit_and_no_more() {
+    let mut cluster = Cluster::start(3);
+    cluster.nodes[2].kill();
+    let semaphore = client(&cluster.urls())
+        .semaphore(&unique("jobs"), 2)
+        .unwrap();
+    let first = semaphore
+        .try_acquire(TTL)
+        .await
+        .unwrap()
+        .expect("first permit");
+    let second = semaphore
+        .try_acquire(TTL)
+        .await
+        .unwrap()
+        .expect("second permit");
+    assert_ne!(first.slot(), second.slot());
+    assert!(
+        semaphore.try_acquire(TTL).await.unwrap().is_none(),
+        "both held"
+    );
+    first.release().await.unwrap();
+    let third = semaphore
+        .try_acquire(TTL)
+        .await
+        .unwrap()
+        .expect("the freed permit");
+    third.release().await.unwrap();
+    second.release().await.unwrap();
+    assert_eq!(slot_keys(&cluster), vec![]);
+}
+
+#[tokio::test]
+async fn a_holder_that_never_releases_frees_its_permit_at_its_ttl() {
+    let cluster = Cluster::start(3);
+    let name = unique("dead-holder");
+    let dead = client(&cluster.urls()).semaphore(&name, 1).unwrap();
+    let permit = dead.try_acquire(Duration::from_millis(600)).await.unwrap();
+    // The holder dies: no release, no extension.
+    std::mem::forget(permit.expect("the permit"));
+    let other = client(&cluster.urls()).semaphore(&name, 1).unwrap();
+    assert!(
+        other.try_acquire(TTL).await.unwrap().is_none(),
+        "held until its TTL"
+    );
+    let permit = other.acquire(TTL).wait(Duration::from_secs(5)).await;
+    permit
+        .expect("free once the TTL ran out")
+        .release()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_or_timed_out_acquisition_leaves_nothing_behind() {
+    let cluster = Cluster::start(3);
+    let semaphore = client(&cluster.urls())
+        .semaphore(&unique("busy"), 1)
+        .unwrap();
+    let held = semaphore.acquire(TTL).await.unwrap();
+    let waiting = semaphore
+        .acquire(TTL)
+        .wait(Duration::from_millis(200))
+        .await;
+    assert!(matches!(waiting, Err(Error::Timeout { .. })), "{waiting:?}");
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), semaphore.acquire(TTL));
+    assert!(cancelled.await.is_err(), "still waiting when dropped");
+    held.release().await.unwrap();
+    common::eventually(Duration::from_secs(5), "no slot key left", || {
+        slot_keys(&cluster).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_input_is_a_config_error() {
+    let cluster = Cluster::start(1);
+    let redlock = builder(&cluster.urls()).build().unwrap();
+    let config = |r: quorum_lock::Result<Semaphore>| match r {
+        Err(Error::Config(msg)) => msg,
+        other => panic!("a config error, not {other:?}"),
+    };
+    assert!(config(redlock.semaphore("s", 0)).contains("0 permits"));
+    let above = Semaphore::MAX_PERMITS + 1;
+    assert!(config(redlock.semaphore("s", above)).contains("use 1 to 1024"));
+    assert!(config(redlock.semaphore("", 2)).contains("empty"));
+    let semaphore = redlock.semaphore("s", 2).unwrap();
+    let zero_ttl = semaphore.acquire(Duration::ZERO).await;
+    assert!(matches!(zero_ttl, Err(Error::Config(_))), "{zero_ttl:?}");
+    assert_eq!(slot_keys(&cluster), vec![]);
+}
