@@ -556,6 +556,40 @@ fn concurrent_runs_never_overlap() {
 }
 
 #[test]
+fn runs_with_permits_never_exceed_k_and_all_run() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "permits");
+    // Each program enters a directory of its own, then counts the programs inside.
+    fs::create_dir(scratch.path("inside")).unwrap();
+    let script = format!(
+        "mkdir {d}/$$ && ls {d} | wc -l >> {log}; sleep 1; rmdir {d}/$$",
+        d = scratch.sh("inside"),
+        log = scratch.sh("log")
+    );
+    let opts = ["--ttl", TTL_ARG, "--wait", "30s", "--permits", "2"];
+    let runs: Vec<Running> = (0..5)
+        .map(|_| {
+            start(
+                run_cmd(&urls, &opts, &name, &["sh", "-c", &script]),
+                &scratch,
+            )
+        })
+        .collect();
+    for run in runs {
+        run.wait(LIMIT).expect(0);
+    }
+    let log = fs::read_to_string(scratch.path("log")).unwrap();
+    let inside: Vec<u32> = log.lines().map(|l| l.trim().parse().unwrap()).collect();
+    assert_eq!(inside.len(), 5, "every run ran once: {inside:?}");
+    assert!(
+        inside.iter().all(|&n| n <= 2),
+        "never more than 2: {inside:?}"
+    );
+    assert!(inside.contains(&2), "2 at once: {inside:?}");
+    let zero = ["--permits", "0"];
+    (output(run_cmd(&urls, &zero, &name, &["true"])).expect(64)).stderr_has("0 permits");
+}
+
+#[test]
 fn no_wait_against_a_held_lock_exits_75_at_once() {
     let (_cluster, urls, scratch, resource) = setup(TTL, "held");
     let ready = scratch.path("ready");

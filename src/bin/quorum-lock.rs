@@ -77,6 +77,10 @@ quorum-lock exits 70. A --grace that does not fit in the --ttl's validity is ref
 
 While it waits more than a second for the lock, and stderr is a terminal, quorum-lock says
 on stderr who holds the lock and when its key expires.
+
+With --permits K, RESOURCE names a counting semaphore: the program runs under one of its K
+permits (each a lock of its own, extended and watched as a lock is), so at most K programs
+run at once. Every run of one RESOURCE must give the same K.
 Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere, 77 permission
 denied by a node's ACL (also when the release after the program was refused), 78 one server
 listed twice.";
@@ -156,6 +160,11 @@ struct RunArgs {
     /// Fencing tokens start above N (to continue after most nodes lost their data)
     #[arg(long, value_name = "N", requires = "fencing")]
     fence_floor: Option<u64>,
+
+    /// Take one of K permits of the semaphore RESOURCE instead of its lock: at most K
+    /// programs run at once (every run of RESOURCE must give the same K)
+    #[arg(long, value_name = "K", conflicts_with = "fencing")]
+    permits: Option<u32>,
 
     /// How long the program has between SIGTERM and SIGKILL when the lock is lost or at
     /// risk; taken out of the lock's validity [default: 10s, or a third of --ttl if less]
@@ -471,6 +480,7 @@ fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Fail
         ttl: args.ttl,
         wait: (!args.no_wait).then_some(args.wait),
         fencing: args.fencing,
+        permits: args.permits,
         plan,
         node_timeout,
         program: name,

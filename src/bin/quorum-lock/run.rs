@@ -27,6 +27,8 @@ pub(crate) struct RunOptions {
     /// `None`: `--no-wait`, one attempt.
     pub(crate) wait: Option<Duration>,
     pub(crate) fencing: bool,
+    /// `--permits K`: a permit of the semaphore of that name, not its lock.
+    pub(crate) permits: Option<u32>,
     /// When to extend, SIGTERM and SIGKILL (grace period included).
     pub(crate) plan: Plan,
     /// The client's per-node timeout: the pause between failed extensions.
@@ -170,12 +172,13 @@ fn acquire_failure(err: &Error, opts: &RunOptions, redlock: &Redlock) -> Failure
             format!("cannot lock {:?}: {err}{report}", opts.resource),
         )
     } else if err.is_contended() {
+        let held = match opts.permits {
+            Some(k) => format!("all {k} permits of {:?} are", opts.resource),
+            None => format!("{:?} is", opts.resource),
+        };
         Failure::new(
             EX_TEMPFAIL,
-            format!(
-                "{:?} is held elsewhere: not acquired {within}{report}",
-                opts.resource
-            ),
+            format!("{held} held elsewhere: not acquired {within}{report}"),
         )
     } else if err.is_unavailable() {
         // Restart quarantine keeps reachable nodes out: say so, not "unreachable".
@@ -254,10 +257,17 @@ async fn acquire(
         // timeout, so that the attempts' short per-node timeout is not spent connecting.
         // Unreachable nodes are left to the attempts (and their retries) to report.
         let _ = redlock.connect().await;
-        let mut request = redlock.lock(opts.resource.clone(), opts.ttl);
-        request = match opts.wait {
-            // Connecting counts against the wait.
-            Some(wait) => request.wait(wait.saturating_sub(started.elapsed())),
+        // Connecting counts against the wait; `--no-wait` is one attempt (one pass over
+        // the permits).
+        let wait = opts.wait.map(|w| w.saturating_sub(started.elapsed()));
+        if let Some(permits) = opts.permits {
+            let semaphore = redlock.semaphore(&opts.resource, permits)?;
+            let request = semaphore.acquire(opts.ttl).wait(wait.unwrap_or_default());
+            return Ok((request.await?.into_guard(), None));
+        }
+        let request = redlock.lock(opts.resource.clone(), opts.ttl);
+        let request = match wait {
+            Some(wait) => request.wait(wait),
             None => request.wait(Duration::ZERO).max_attempts(1),
         };
         if opts.fencing {
@@ -267,9 +277,11 @@ async fn acquire(
             Ok((request.await?, None))
         }
     };
+    // Who holds a semaphore's permits is not shown while waiting.
+    let show_progress = io::stderr().is_terminal() && opts.permits.is_none();
     tokio::select! {
         acquired = acquire => acquired.map_err(|e| acquire_failure(&e, opts, redlock)),
-        never = progress::report(redlock, &opts.resource), if io::stderr().is_terminal() => {
+        never = progress::report(redlock, &opts.resource), if show_progress => {
             match never {}
         }
         sig = signals.recv() => {
