@@ -102,6 +102,29 @@ async fn a_minority_down_still_grants_every_permit_and_no_more() {
 }
 
 #[tokio::test]
+async fn status_shows_who_holds_which_permit() {
+    let cluster = Cluster::start(3);
+    let semaphore = client(&cluster.urls())
+        .semaphore(&unique("shown"), 3)
+        .unwrap();
+    let permit = semaphore.acquire(TTL).await.unwrap();
+    let slots = semaphore.status().await.unwrap();
+    let verdicts: Vec<&str> = slots.iter().map(|s| s.verdict.as_str()).collect();
+    let mut expected = vec!["free"; 3];
+    expected[permit.slot() as usize] = "held";
+    assert_eq!(verdicts, expected);
+    let held = &slots[permit.slot() as usize];
+    let holder = held.holder.as_ref().expect("the holder");
+    assert_eq!(
+        holder.token,
+        quorum_lock::HolderInfo::parse(permit.token()).token
+    );
+    permit.release().await.unwrap();
+    let slots = semaphore.status().await.unwrap();
+    assert!(slots.iter().all(|s| s.verdict.as_str() == "free"));
+}
+
+#[tokio::test]
 async fn a_holder_that_never_releases_frees_its_permit_at_its_ttl() {
     let cluster = Cluster::start(3);
     let name = unique("dead-holder");

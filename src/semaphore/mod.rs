@@ -28,6 +28,8 @@ use futures::future::BoxFuture;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
+use crate::inspect::status::{self, LockStatus};
+use crate::protocol::keys;
 use permit::Permit;
 
 /// A counting semaphore: at most [`permits`](Self::permits) holders of its name at once,
@@ -112,6 +114,27 @@ impl Semaphore {
             Err(Error::Contended { .. }) => Ok(None),
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Semaphore {
+    /// Reads every permit's slot lock on every node, one [`LockStatus`] per permit in
+    /// slot order (each as [`Redlock::status`](crate::Redlock::status) reads a lock):
+    /// who holds which permit, and for how long. Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::status`](crate::Redlock::status).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing.
+    pub async fn status(&self) -> Result<Vec<LockStatus>> {
+        let slots = (0..self.permits).map(|slot| {
+            let resource = keys::permit_resource(&self.name, slot);
+            async move { status::read_status(&self.ensemble, &resource).await }
+        });
+        futures::future::try_join_all(slots).await
     }
 }
 
