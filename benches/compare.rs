@@ -18,6 +18,7 @@
 //!    resources held at once; 2 to 256 waiters on one resource
 //! 7. native commands: Valkey 9 only, N = 5, lock + extend + release with `DELIFEQ` /
 //!    `SET IFEQ` against the Lua scripts (skipped without a `valkey-server` build)
+//! 8. semaphore: K = 4 permits, 16 tasks, N = 1 and 3, against a floor of K slot locks
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
@@ -78,15 +79,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=7) => selected.push(n),
+            Ok(n @ 1..=8) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-7)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-8)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5, 6, 7];
+        selected = vec![1, 2, 3, 4, 5, 6, 7, 8];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -114,7 +115,8 @@ fn main() {
                 4 => scenarios::contention::run(cfg).await,
                 5 => scenarios::memory::run(cfg).await,
                 6 => scenarios::scale::run(cfg).await,
-                _ => scenarios::native::run(cfg).await,
+                7 => scenarios::native::run(cfg).await,
+                _ => scenarios::semaphore::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

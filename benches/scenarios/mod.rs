@@ -6,5 +6,6 @@ pub mod latency;
 pub mod memory;
 pub mod native;
 pub mod scale;
+pub mod semaphore;
 pub mod slow_node;
 pub mod throughput;
