@@ -156,6 +156,40 @@ fn nemesis_minority_latency_and_restarts() {
     );
 }
 
+/// A semaphore of two permits taken by five worker processes: a minority partition, a
+/// minority pause, and random minority restarts of nodes without persistence (restart
+/// quarantine on, TTLs of 1 s and 3 s). Never more than two holders at once, the counter
+/// exact, and permits granted again after each fault.
+#[test]
+fn nemesis_semaphore_holds_at_most_k() {
+    let semaphore = |run: NemesisRun| run.permits(2).workers(5);
+    let mut restarts = nemesis::minority_empty_restarts("semaphore: minority empty restarts");
+    restarts.run_for = nemesis::soak().unwrap_or(Duration::from_secs(7));
+    let restarts = restarts.fencing(false);
+    nemesis_table(
+        "portable: semaphore, 2 permits, 5 worker processes (overlaps: a third holder)",
+        vec![
+            (
+                PLAIN,
+                semaphore(NemesisRun::new(
+                    "semaphore: minority partition (proxy cut)",
+                    Some(minority(vec![FaultGen::AnyCut])),
+                    Expect::SafeAndLive,
+                )),
+            ),
+            (
+                PLAIN,
+                semaphore(NemesisRun::new(
+                    "semaphore: minority pause (SIGSTOP)",
+                    Some(minority(vec![FaultGen::Fixed(Fault::Pause)])),
+                    Expect::SafeAndLive,
+                )),
+            ),
+            (PLAIN, semaphore(restarts)),
+        ],
+    );
+}
+
 /// Nodes without persistence restarted empty with restart quarantine on: random minority
 /// restarts and a rolling restart through every node, fencing on, workers with 1 s and 3 s
 /// TTLs. Safe with zero overlaps and strictly increasing tokens; progress may pause while
@@ -484,6 +518,24 @@ fn checker_judges_synthetic_histories() {
         hold(2, 10 * MS, 20 * MS, 110 * MS, Some((15 * MS, true))),
     ]);
     assert_eq!(history::check(&h, 1, 0).verdict(false), Verdict::Unsafe);
+
+    // Permits: two holders at once is within two permits; a third while both hold is
+    // an overlap with each of them, also with three permits counted as two.
+    let h = hist(vec![
+        hold(1, 0, 30 * MS, 100 * MS, None),
+        hold(2, 10 * MS, 40 * MS, 110 * MS, None),
+        hold(3, 40 * MS, 50 * MS, 120 * MS, None),
+    ]);
+    assert!(history::check_permits(&h, 0, 0, 2).overlaps.is_empty());
+    let h = hist(vec![
+        hold(1, 0, 30 * MS, 100 * MS, None),
+        hold(2, 10 * MS, 40 * MS, 110 * MS, None),
+        hold(3, 20 * MS, 50 * MS, 120 * MS, None),
+    ]);
+    let c = history::check_permits(&h, 0, 0, 2);
+    assert_eq!(c.overlaps, vec![(0, 2, 10 * MS), (1, 2, 20 * MS)]);
+    assert_eq!(c.verdict(false), Verdict::Unsafe);
+    assert!(history::check_permits(&h, 0, 0, 3).overlaps.is_empty());
 
     // Within the clocks' uncertainty (2 x 1 µs) an apparent overlap is not reported.
     let h = hist(vec![

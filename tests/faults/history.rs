@@ -5,7 +5,8 @@
 //! when it stops; [`parse`] reads them back.
 //!
 //! The checker ([`check`]) fails a history on:
-//! - **overlaps**: two holds of the resource whose protected intervals intersect. A hold
+//! - **overlaps**: two holds of the resource whose protected intervals intersect (for a
+//!   semaphore of K permits, a hold acquired while K others still held). A hold
 //!   protects `[acquired, min(end, deadline)]`: from the moment `lock()` returned to the
 //!   moment its holder began releasing, cut at its validity deadline. The release's start
 //!   is taken before the release is sent and `acquired` after the lock was granted, so any
@@ -233,6 +234,12 @@ pub struct Check {
 /// Judges `history` against the final `counter`. `parent_err` is the clock uncertainty of
 /// the process that recorded holds itself (0 if none did).
 pub fn check(history: &History, counter: i64, parent_err: u64) -> Check {
+    check_permits(history, counter, parent_err, 1)
+}
+
+/// [`check`] for holds of one of `permits` permits: an overlap is a hold acquired while
+/// `permits` others still held (with one permit, any two holds that intersect).
+pub fn check_permits(history: &History, counter: i64, parent_err: u64, permits: usize) -> Check {
     let err_of: HashMap<u32, u64> = history
         .done
         .iter()
@@ -249,15 +256,17 @@ pub fn check(history: &History, counter: i64, parent_err: u64) -> Check {
     for &j in &order {
         let b = &history.holds[j];
         open.retain(|&i| history.holds[i].protected_end() > b.acquired);
-        for &i in &open {
-            let a = &history.holds[i];
-            let shared = a
-                .protected_end()
-                .min(b.protected_end())
-                .saturating_sub(b.acquired);
-            if shared > tolerance {
-                overlaps.push((i, j, shared));
-            }
+        // Every open hold contains `b.acquired`: those that share more than the tolerance
+        // with `b` are held with it at once.
+        let sharing: Vec<(usize, u64)> = (open.iter())
+            .map(|&i| {
+                let end = history.holds[i].protected_end().min(b.protected_end());
+                (i, end.saturating_sub(b.acquired))
+            })
+            .filter(|&(_, shared)| shared > tolerance)
+            .collect();
+        if sharing.len() >= permits {
+            overlaps.extend(sharing.into_iter().map(|(i, shared)| (i, j, shared)));
         }
         open.push(j);
     }

@@ -304,6 +304,7 @@ pub fn run(
         mixed: true,
         ttl_ceiling: Some(CEILING),
         use_lock: true,
+        permits: 0,
         seed,
     };
     if run.prewarm {

@@ -122,6 +122,9 @@ pub struct NemesisRun {
     pub quarantine: bool,
     pub use_lock: bool,
     pub max_increments: u64,
+    /// Workers take one of this many permits of a semaphore instead of the lock (0: the
+    /// lock); the checker then allows this many holders at once.
+    pub permits: u32,
 }
 
 impl NemesisRun {
@@ -153,7 +156,19 @@ impl NemesisRun {
             quarantine: false,
             use_lock: true,
             max_increments: 10_000,
+            permits: 0,
         }
+    }
+
+    pub fn workers(mut self, count: usize) -> Self {
+        self.workers = count;
+        self
+    }
+
+    /// Workers take one of `k` permits of a semaphore instead of the lock.
+    pub fn permits(mut self, k: u32) -> Self {
+        self.permits = k;
+        self
     }
 
     pub fn fencing(mut self, on: bool) -> Self {
@@ -323,6 +338,7 @@ fn run_once(
         mixed: false,
         ttl_ceiling: None,
         use_lock: run.use_lock,
+        permits: run.permits,
         seed,
     };
     if quarantine {
@@ -375,7 +391,8 @@ fn run_once(
         .arg(&counter)
         .query(&mut store.conn())
         .expect("GET counter");
-    let check = history::check(&history, value.unwrap_or(0), 0);
+    let holders = usize::try_from(run.permits.max(1)).unwrap_or(usize::MAX);
+    let check = history::check_permits(&history, value.unwrap_or(0), 0, holders);
     let want = match run.expect {
         Expect::SafeAndLive | Expect::SafeAndBlocked | Expect::SafeAndRecovers => Verdict::Safe,
         Expect::Violation => Verdict::Unsafe,

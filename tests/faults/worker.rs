@@ -54,6 +54,10 @@ pub struct WorkerSpec {
     pub ttl_ceiling: Option<Duration>,
     /// False for the control run: increments without any lock.
     pub use_lock: bool,
+    /// Take one of this many permits of the semaphore `resource` instead of its lock (0:
+    /// the lock); the counter is then incremented with `INCR`, since up to this many
+    /// holders write at once.
+    pub permits: u32,
     pub seed: u64,
 }
 
@@ -98,6 +102,7 @@ impl WorkerSpec {
                 self.ttl_ceiling.map_or(0, |d| d.as_millis()).to_string(),
             ),
             ("USE_LOCK", u8::from(self.use_lock).to_string()),
+            ("PERMITS", self.permits.to_string()),
             ("SEED", self.seed.to_string()),
         ]
         .into_iter()
@@ -134,6 +139,7 @@ impl WorkerSpec {
             mixed: n("MIXED") == 1,
             ttl_ceiling: Some(ms("CEILING_MS")).filter(|d| !d.is_zero()),
             use_lock: n("USE_LOCK") == 1,
+            permits: u32::try_from(n("PERMITS")).expect("PERMITS fits u32"),
             seed: n("SEED"),
         }
     }
@@ -179,6 +185,30 @@ pub async fn acquire(
         Ok((guard, Some(token.get())))
     } else {
         Ok((request.await?, None))
+    }
+}
+
+/// One of `permits` permits of the semaphore `name`, as the guard of its slot lock.
+async fn take_permit(
+    redlock: &Redlock,
+    name: &str,
+    permits: u32,
+    ttl: Duration,
+    wait: Duration,
+) -> quorum_lock::Result<(LockGuard, Option<u64>)> {
+    let permit = redlock.semaphore(name, permits)?.acquire(ttl).wait(wait);
+    Ok((permit.await?.into_guard(), None))
+}
+
+/// `INCR` of the counter, as a semaphore's holder writes it (several write at once).
+async fn increment(store: &mut redis::aio::MultiplexedConnection, counter: &str) -> Write {
+    let sent = clock::now();
+    let value: i64 = store.incr(counter, 1).await.expect("INCR on the store");
+    Write {
+        sent,
+        acked: clock::now(),
+        accepted: true,
+        value,
     }
 }
 
@@ -346,22 +376,25 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         }
         let left = Duration::from_nanos(spec.stop_at.saturating_sub(start));
         let wait = spec.lock_wait.min(left);
-        let (guard, token) =
-            match acquire(redlock.lock(&spec.resource, ttl).wait(wait), fenced).await {
-                Ok(held) => held,
-                Err(e) => {
-                    emit(
-                        Failure {
-                            worker: id,
-                            start,
-                            end: clock::now(),
-                            why: failure_kind(&e),
-                        }
-                        .to_line(),
-                    );
-                    continue;
-                }
-            };
+        let acquired = match spec.permits {
+            0 => acquire(redlock.lock(&spec.resource, ttl).wait(wait), fenced).await,
+            k => take_permit(&redlock, &spec.resource, k, ttl, wait).await,
+        };
+        let (guard, token) = match acquired {
+            Ok(held) => held,
+            Err(e) => {
+                emit(
+                    Failure {
+                        worker: id,
+                        start,
+                        end: clock::now(),
+                        why: failure_kind(&e),
+                    }
+                    .to_line(),
+                );
+                continue;
+            }
+        };
         let acquired = clock::now();
         let deadline = clock::at_tokio(guard.deadline());
         let remaining = || {
@@ -371,7 +404,10 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         };
         let mut read = None;
         let mut write = None;
-        if remaining() > margin {
+        if remaining() > margin && spec.permits > 0 {
+            write = Some(increment(&mut store, &spec.counter).await);
+            increments += 1;
+        } else if remaining() > margin {
             read = Some(clock::now());
             let v = read_counter(&mut store, &spec.counter).await;
             tokio::time::sleep(Duration::from_millis(rng.between(1, 3))).await;
