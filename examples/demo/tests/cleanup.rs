@@ -269,3 +269,50 @@ fn a_full_run_leaves_nothing_and_reads_plainly() {
         }
     }
 }
+
+/// The processes whose working directory is under `dir` (a `redis-server` works in its
+/// data directory).
+fn working_under(dir: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn sigterm_while_the_nodes_start_leaves_nothing() {
+    let mut demo = Demo::start("starting");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Signalled as soon as the first node runs, while the others are still starting.
+    let first = loop {
+        let nodes = children_of(demo.child.id());
+        if let Some(&pid) = nodes.iter().find(|&&pid| comm(pid) == "redis-server") {
+            break pid;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no node started: {:?}",
+            demo.seen
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    kill(Pid::from_raw(demo.child.id() as i32), Signal::SIGTERM).unwrap();
+    let status = demo.wait_exit();
+    assert_eq!(status.code(), Some(128 + 15), "output: {:?}", demo.seen);
+    assert!(
+        !Path::new(&format!("/proc/{first}")).exists(),
+        "redis-server {first} left"
+    );
+    assert_eq!(
+        working_under(&demo.tmp),
+        Vec::<u32>::new(),
+        "processes left in TMPDIR"
+    );
+    assert_eq!(entries(&demo.tmp), Vec::<PathBuf>::new(), "left in TMPDIR");
+}
