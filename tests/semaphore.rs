@@ -102,6 +102,34 @@ async fn a_minority_down_still_grants_every_permit_and_no_more() {
 }
 
 #[tokio::test]
+async fn a_permit_given_back_wakes_a_waiting_task_of_the_same_client() {
+    let cluster = Cluster::start(3);
+    // Polling alone would take 30 s to try again.
+    let redlock = (builder(&cluster.urls()).retry_delay(Duration::from_secs(30)))
+        .max_retry_delay(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let name = unique("handed-on");
+    let held = redlock
+        .semaphore(&name, 1)
+        .unwrap()
+        .acquire(TTL)
+        .await
+        .unwrap();
+    // Another handle of the same name, as another task would make.
+    let semaphore = redlock.semaphore(&name, 1).unwrap();
+    let waiter =
+        tokio::spawn(async move { semaphore.acquire(TTL).wait(Duration::from_secs(60)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    held.release().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+    let permit = woken
+        .expect("woken by the release, not by polling")
+        .unwrap();
+    permit.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
 async fn status_shows_who_holds_which_permit() {
     let cluster = Cluster::start(3);
     let semaphore = client(&cluster.urls())

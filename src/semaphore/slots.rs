@@ -1,6 +1,6 @@
-//! Acquiring a permit: one attempt per slot lock, from a random slot on (so that clients
-//! spread over the slots instead of all contending for the first), then a jittered pause
-//! before the next pass, until a slot is won or the wait budget runs out.
+//! Acquiring a permit: one attempt per slot lock, from a random slot on, then a jittered
+//! pause before the next pass (cut short by a release of this client's), until a slot is
+//! won or the wait budget runs out.
 
 use std::time::Duration;
 
@@ -15,16 +15,41 @@ use crate::protocol::keys;
 use crate::semaphore::Semaphore;
 use crate::semaphore::permit::Permit;
 
-/// One pass over the slots: the first slot won, else the error of the last attempt
-/// ([`Error::Contended`] when every slot is held), or at once an error no retry mends.
+/// The lock keys of `semaphore`'s slots, in slot order.
+fn slot_keys(semaphore: &Semaphore) -> Vec<String> {
+    let prefix = &semaphore.ensemble.config.key_prefix;
+    (0..semaphore.permits)
+        .map(|slot| keys::lock(prefix, &keys::permit_resource(&semaphore.name, slot)))
+        .collect()
+}
+
+/// Every slot of `permits`, from a random one on (clients spread over the slots instead of
+/// all contending for the first).
+fn every_slot(permits: u32) -> impl Iterator<Item = u32> {
+    let first = rand::random::<u32>() % permits;
+    (0..permits).map(move |step| (first + step) % permits)
+}
+
+/// One pass over the slots: see [`try_slots`].
 pub(super) async fn try_every_slot(semaphore: &Semaphore, ttl: Duration) -> Result<Permit> {
+    try_slots(semaphore, ttl, every_slot(semaphore.permits), &mut 0).await
+}
+
+/// One attempt on each of `slots`, in order, counted in `attempts`: the first slot won,
+/// else the error of the last attempt ([`Error::Contended`] when every slot is held), or
+/// at once an error no retry mends.
+async fn try_slots(
+    semaphore: &Semaphore,
+    ttl: Duration,
+    slots: impl Iterator<Item = u32>,
+    attempts: &mut u32,
+) -> Result<Permit> {
     let ensemble = &semaphore.ensemble;
     heal::start_healer(ensemble);
-    let first = rand::random::<u32>() % semaphore.permits;
     let mut last = None;
     let mut contended = None;
-    for step in 0..semaphore.permits {
-        let slot = (first + step) % semaphore.permits;
+    for slot in slots {
+        *attempts = attempts.saturating_add(1);
         let resource = keys::permit_resource(&semaphore.name, slot);
         let plan = Plan::new(ensemble, vec![resource], ttl, false)?;
         match attempt::attempt(ensemble, &plan, None).await {
@@ -40,8 +65,12 @@ pub(super) async fn try_every_slot(semaphore: &Semaphore, ttl: Duration) -> Resu
     }))
 }
 
-/// Passes over the slots until one is won, pausing between passes (the client's retry
-/// policy, jittered) for at most `wait` in all.
+/// Tries the slots until one is won, for at most `wait` in all: a pass over every slot,
+/// then a pause (the client's retry policy, jittered) before the next pass. A pause ends
+/// early when another task of this client gives back a permit it held when the pass began
+/// or ended: then only that slot is tried (every task that waited for it is woken, and
+/// one of them wins it), and the pause goes on. Releases by other clients are found by
+/// the next pass.
 pub(super) async fn acquire_permit(
     semaphore: &Semaphore,
     ttl: Duration,
@@ -49,10 +78,16 @@ pub(super) async fn acquire_permit(
 ) -> Result<Permit> {
     let started = Instant::now();
     let retry = &semaphore.ensemble.config.retry;
-    let mut passes: u32 = 0;
+    let queue = &semaphore.ensemble.queue;
+    let slot_keys = slot_keys(semaphore);
+    let (mut attempts, mut polls, mut freed) = (0u32, 0u32, None);
     loop {
-        passes = passes.saturating_add(1);
-        let err = match try_every_slot(semaphore, ttl).await {
+        let local_releases = queue.watch_releases(&slot_keys);
+        let tried = match freed {
+            Some(slot) => try_slots(semaphore, ttl, std::iter::once(slot), &mut attempts).await,
+            None => try_slots(semaphore, ttl, every_slot(semaphore.permits), &mut attempts).await,
+        };
+        let err = match tried {
             Ok(permit) => {
                 metrics::acquired(started.elapsed());
                 return Ok(permit);
@@ -64,12 +99,18 @@ pub(super) async fn acquire_permit(
         if remaining.is_zero() {
             metrics::gave_up();
             return Err(Error::Timeout {
-                attempts: passes.saturating_mul(semaphore.permits),
+                attempts,
                 waited: started.elapsed(),
                 last: Box::new(err),
             });
         }
-        let delay = retry.delay(passes - 1, rand::random::<f64>());
-        tokio::time::sleep(delay.min(remaining)).await;
+        // Also the slots other tasks of this client took during the attempts.
+        let local_releases = local_releases.and(queue.watch_releases(&slot_keys));
+        let delay = retry.delay(polls, rand::random::<f64>());
+        let released = local_releases.first_or(delay.min(remaining)).await;
+        freed = released.and_then(|i| u32::try_from(i).ok());
+        if freed.is_none() {
+            polls = polls.saturating_add(1);
+        }
     }
 }

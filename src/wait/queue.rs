@@ -17,7 +17,9 @@ use hashbrown::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::futures::Notified;
+use std::pin::Pin;
+
+use tokio::sync::futures::{Notified, OwnedNotified};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
@@ -29,14 +31,14 @@ struct Shared {
     /// stay first-come first-served.
     turn: Semaphore,
     /// Signalled when a local guard's release of the key completed.
-    freed: Notify,
+    freed: Arc<Notify>,
 }
 
 impl Shared {
     fn new() -> Arc<Shared> {
         Arc::new(Shared {
             turn: Semaphore::new(1),
-            freed: Notify::new(),
+            freed: Arc::new(Notify::new()),
         })
     }
 }
@@ -117,6 +119,49 @@ pub(crate) struct LocalHold {
     keys: Arc<[String]>,
 }
 
+/// The release signals of the locks a guard of this client held when they were taken
+/// ([`LocalQueue::watch_releases`]): armed then, so a release that completes afterwards,
+/// before [`LocalReleases::first_or`] is awaited, still counts.
+pub(crate) struct LocalReleases {
+    /// The index of each watched key among the keys given, and its signal.
+    armed: Vec<(usize, Pin<Box<OwnedNotified>>)>,
+}
+
+impl LocalReleases {
+    /// These signals and those of `other`.
+    pub(crate) fn and(mut self, other: LocalReleases) -> LocalReleases {
+        self.armed.extend(other.armed);
+        self
+    }
+
+    /// Waits until one of the watched locks is released by this client, or `delay` passed.
+    /// Returns the index of the released key, `None` when the delay ran out first.
+    pub(crate) async fn first_or(self, delay: Duration) -> Option<usize> {
+        if self.armed.is_empty() {
+            tokio::time::sleep(delay).await;
+            return None;
+        }
+        let released = self.armed.into_iter().map(|(i, notified)| {
+            Box::pin(async move {
+                notified.await;
+                i
+            })
+        });
+        tokio::select! {
+            (i, _, _) = futures::future::select_all(released) => Some(i),
+            () = tokio::time::sleep(delay) => None,
+        }
+    }
+}
+
+impl std::fmt::Debug for LocalReleases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalReleases")
+            .field("watched", &self.armed.len())
+            .finish()
+    }
+}
+
 /// The signal of a local guard's release of a key (see [`LocalQueue::held_locally`]).
 #[derive(Debug)]
 pub(crate) struct Freed(Arc<Shared>);
@@ -179,6 +224,21 @@ impl LocalQueue {
         keys.iter()
             .find_map(|k| keys_in_use.map.get(k).filter(|e| e.held > 0))
             .map(|e| Freed(Arc::clone(&e.shared)))
+    }
+
+    /// The release signals of whichever of `keys` (each a lock of its own) a guard of this
+    /// client holds now, armed at once: see [`LocalReleases`].
+    pub(crate) fn watch_releases(&self, keys: &[String]) -> LocalReleases {
+        let keys_in_use = self.lock();
+        let armed = (keys.iter().enumerate())
+            .filter_map(|(i, k)| Some((i, keys_in_use.map.get(k).filter(|e| e.held > 0)?)))
+            .map(|(i, e)| {
+                let mut notified = Box::pin(Arc::clone(&e.shared.freed).notified_owned());
+                notified.as_mut().enable();
+                (i, notified)
+            })
+            .collect();
+        LocalReleases { armed }
     }
 
     /// Records that a guard of this client now holds `keys`.
