@@ -435,6 +435,19 @@ fn docker_tier() {
         &mut ens,
         &store,
         WORKER_TEST,
+        &NemesisRun::new(
+            "semaphore (2 permits): docker pause minority",
+            Some(minority(FaultGen::Fixed(Fault::Pause))),
+            Expect::SafeAndLive,
+        )
+        .permits(2)
+        .workers(5),
+        next_seed(),
+    ));
+    rows.push(nemesis::run(
+        &mut ens,
+        &store,
+        WORKER_TEST,
         &silent(
             NemesisRun::new(
                 "network disconnect minority",
