@@ -130,6 +130,42 @@ async fn a_permit_given_back_wakes_a_waiting_task_of_the_same_client() {
 }
 
 #[tokio::test]
+async fn tasks_of_one_client_get_permits_in_arrival_order() {
+    const WAITERS: usize = 5;
+    let cluster = Cluster::start(3);
+    let redlock = client(&cluster.urls());
+    let name = unique("in-order");
+    let held = redlock
+        .semaphore(&name, 1)
+        .unwrap()
+        .acquire(TTL)
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let (semaphore, tx) = (redlock.semaphore(&name, 1).unwrap(), tx.clone());
+        waiters.push(tokio::spawn(async move {
+            let permit = semaphore.acquire(TTL).wait(Duration::from_secs(30)).await;
+            tx.send(i).unwrap();
+            permit.unwrap().release().await.unwrap();
+        }));
+        // Each waiter queued before the next arrives.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    held.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let order: Vec<usize> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "first come, first served"
+    );
+}
+
+#[tokio::test]
 async fn status_shows_who_holds_which_permit() {
     let cluster = Cluster::start(3);
     let semaphore = client(&cluster.urls())

@@ -10,8 +10,9 @@
 //! - this file: [`Semaphore`], the handle of one name and permit count, and its
 //!   [`PermitRequest`];
 //! - [`permit`]: [`Permit`], a held slot;
-//! - [`slots`]: acquiring: one attempt per slot, from a random slot on, then a jittered
-//!   pause until a slot frees or the wait budget runs out.
+//! - [`slots`]: acquiring: a turn among the client's tasks (at most K try at once, the
+//!   others wait in arrival order), then one attempt per slot, from a random slot on, then
+//!   a jittered pause until a slot frees or the wait budget runs out.
 //!
 //! Every client of one name must use the same permit count: slots are shared by number,
 //! so clients with different counts together hold up to the largest count.

@@ -5,6 +5,7 @@ use std::ops::{Deref, DerefMut};
 use crate::error::Result;
 use crate::held::guard::LockGuard;
 use crate::report::NodeReport;
+use crate::wait::queue::PermitTurn;
 
 /// One of a [`Semaphore`](crate::Semaphore)'s permits, held: the guard of its slot lock,
 /// with everything a [`LockGuard`] offers (validity, extension, lost signal, context)
@@ -13,11 +14,14 @@ use crate::report::NodeReport;
 pub struct Permit {
     guard: LockGuard,
     slot: u32,
+    /// The task's turn among this client's tasks, held with the permit (none for
+    /// [`try_acquire`](crate::Semaphore::try_acquire)).
+    turn: Option<PermitTurn>,
 }
 
 impl Permit {
-    pub(crate) fn new(guard: LockGuard, slot: u32) -> Permit {
-        Permit { guard, slot }
+    pub(crate) fn new(guard: LockGuard, slot: u32, turn: Option<PermitTurn>) -> Permit {
+        Permit { guard, slot, turn }
     }
 
     /// Which of the semaphore's permits this is, from 0.
@@ -35,12 +39,21 @@ impl Permit {
     ///
     /// As [`LockGuard::release`].
     pub async fn release(self) -> Result<NodeReport> {
-        self.guard.release().await
+        let released = self.guard.release().await;
+        drop(self.turn);
+        released
     }
 
-    /// The slot lock's guard.
+    /// The slot lock's guard. The permit's turn among this client's tasks passes on: the
+    /// guard still holds the slot, and the next task tries the others.
     pub fn into_guard(self) -> LockGuard {
         self.guard
+    }
+
+    /// This permit with `turn`, for the acquisition that won it.
+    pub(crate) fn with_turn(mut self, turn: PermitTurn) -> Permit {
+        self.turn = Some(turn);
+        self
     }
 }
 

@@ -53,7 +53,7 @@ async fn try_slots(
         let resource = keys::permit_resource(&semaphore.name, slot);
         let plan = Plan::new(ensemble, vec![resource], ttl, false)?;
         match attempt::attempt(ensemble, &plan, None).await {
-            Ok(guard) => return Ok(Permit::new(guard, slot)),
+            Ok(guard) => return Ok(Permit::new(guard, slot, None)),
             Err(e @ Error::Contended { .. }) => contended = Some(e),
             Err(e) if e.is_retryable() => last = Some(e),
             Err(e) => return Err(e),
@@ -65,7 +65,9 @@ async fn try_slots(
     }))
 }
 
-/// Tries the slots until one is won, for at most `wait` in all: a pass over every slot,
+/// Tries the slots until one is won, for at most `wait` in all, once this task has its turn
+/// among the client's tasks that want a permit (at most K of them try at once, and the
+/// others wait in arrival order: [`LocalQueue::permit_turn`](crate::wait::queue::LocalQueue::permit_turn)): a pass over every slot,
 /// then a pause (the client's retry policy, jittered) before the next pass. A pause ends
 /// early when another task of this client gives back a permit it held when the pass began
 /// or ended: then only that slot is tried (every task that waited for it is woken, and
@@ -79,6 +81,18 @@ pub(super) async fn acquire_permit(
     let started = Instant::now();
     let retry = &semaphore.ensemble.config.retry;
     let queue = &semaphore.ensemble.queue;
+    let deadline = crate::rules::deadline::after(started, wait);
+    let turn = queue.permit_turn(&semaphore.name, semaphore.permits);
+    let Ok(turn) = tokio::time::timeout_at(deadline, turn).await else {
+        metrics::gave_up();
+        return Err(Error::Timeout {
+            attempts: 0,
+            waited: started.elapsed(),
+            last: Box::new(Error::Contended {
+                report: Default::default(),
+            }),
+        });
+    };
     let slot_keys = slot_keys(semaphore);
     let (mut attempts, mut polls, mut freed) = (0u32, 0u32, None);
     loop {
@@ -90,7 +104,7 @@ pub(super) async fn acquire_permit(
         let err = match tried {
             Ok(permit) => {
                 metrics::acquired(started.elapsed());
-                return Ok(permit);
+                return Ok(permit.with_turn(turn));
             }
             Err(e) if e.is_retryable() => e,
             Err(e) => return Err(e),

@@ -99,6 +99,33 @@ pub(crate) struct LocalQueue {
     /// Keys whose last release by this client woke another client, with the end of the
     /// head start that client gets before this one tries the key again.
     courtesy: Mutex<HashMap<String, Instant>>,
+    /// Per semaphore name and permit count, the turns of this client's tasks (see
+    /// [`LocalQueue::permit_turn`]).
+    permit_turns: Mutex<HashMap<(String, u32), Arc<Semaphore>>>,
+}
+
+/// One task's turn among this client's tasks that want a permit of one semaphore: at most
+/// as many tasks as it has permits try for them or hold them at once, and the others wait
+/// here in arrival order without sending a command. Given back on drop.
+#[derive(Debug)]
+pub(crate) struct PermitTurn {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    queue: Arc<LocalQueue>,
+    key: (String, u32),
+}
+
+impl Drop for PermitTurn {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        // Forget the semaphore once nobody waits for it or holds one of its turns.
+        let mut turns = (self.queue.permit_turns.lock()).unwrap_or_else(|p| p.into_inner());
+        let unused = (turns.get(&self.key)).is_some_and(|s| {
+            Arc::strong_count(s) == 1 && s.available_permits() == self.key.1 as usize
+        });
+        if unused {
+            turns.remove(&self.key);
+        }
+    }
 }
 
 /// The turn of one task on a set of keys; given back on drop.
@@ -224,6 +251,30 @@ impl LocalQueue {
         keys.iter()
             .find_map(|k| keys_in_use.map.get(k).filter(|e| e.held > 0))
             .map(|e| Freed(Arc::clone(&e.shared)))
+    }
+
+    /// Waits for this task's turn among the tasks of this client that want a permit of the
+    /// semaphore `name` of `permits` permits: first come, first served (tokio's semaphore
+    /// hands a returned turn to the longest waiter).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the queue.
+    pub(crate) async fn permit_turn(self: &Arc<Self>, name: &str, permits: u32) -> PermitTurn {
+        let key = (name.to_owned(), permits);
+        let turns = {
+            let mut map = (self.permit_turns.lock()).unwrap_or_else(|p| p.into_inner());
+            let size = usize::try_from(permits).unwrap_or(usize::MAX);
+            Arc::clone((map.entry(key.clone())).or_insert_with(|| Arc::new(Semaphore::new(size))))
+        };
+        // The semaphore is never closed, so this cannot fail; if it somehow did, going on
+        // without a turn costs only fairness.
+        let permit = turns.acquire_owned().await.ok();
+        PermitTurn {
+            permit,
+            queue: Arc::clone(self),
+            key,
+        }
     }
 
     /// The release signals of whichever of `keys` (each a lock of its own) a guard of this
