@@ -18,6 +18,16 @@ fn slot_keys(cluster: &Cluster) -> Vec<(usize, String)> {
     cluster.keys_everywhere("quorum-lock:permit:*")
 }
 
+/// The one permit of a semaphore of one permit on `name`, held.
+async fn the_only_permit(redlock: &quorum_lock::Redlock, name: &str) -> quorum_lock::Permit {
+    redlock
+        .semaphore(name, 1)
+        .unwrap()
+        .acquire(TTL)
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_k_holders_across_clients_with_exact_counts() {
     const PERMITS: u32 = 2;
@@ -110,12 +120,7 @@ async fn a_permit_given_back_wakes_a_waiting_task_of_the_same_client() {
         .build()
         .unwrap();
     let name = unique("handed-on");
-    let held = redlock
-        .semaphore(&name, 1)
-        .unwrap()
-        .acquire(TTL)
-        .await
-        .unwrap();
+    let held = the_only_permit(&redlock, &name).await;
     // Another handle of the same name, as another task would make.
     let semaphore = redlock.semaphore(&name, 1).unwrap();
     let waiter =
@@ -135,12 +140,7 @@ async fn tasks_of_one_client_get_permits_in_arrival_order() {
     let cluster = Cluster::start(3);
     let redlock = client(&cluster.urls());
     let name = unique("in-order");
-    let held = redlock
-        .semaphore(&name, 1)
-        .unwrap()
-        .acquire(TTL)
-        .await
-        .unwrap();
+    let held = the_only_permit(&redlock, &name).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut waiters = Vec::new();
     for i in 0..WAITERS {

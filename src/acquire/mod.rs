@@ -122,9 +122,9 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     }
 }
 
-/// The error of a `lock()` call that stops trying after `attempts`, the last of which
-/// failed with `last`.
-fn gave_up(attempts: u32, started: Instant, last: Error) -> Error {
+/// The error of a `lock()` call (or a semaphore's acquisition) that stops trying after
+/// `attempts`, the last of which failed with `last`, counted in the metrics.
+pub(crate) fn gave_up(attempts: u32, started: Instant, last: Error) -> Error {
     metrics::gave_up();
     Error::Timeout {
         attempts,

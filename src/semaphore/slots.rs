@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::acquire::attempt;
+use crate::acquire::gave_up;
 use crate::acquire::heal;
 use crate::acquire::plan::Plan;
 use crate::error::{Error, Result};
@@ -67,7 +68,7 @@ async fn try_slots(
 
 /// Tries the slots until one is won, for at most `wait` in all, once this task has its turn
 /// among the client's tasks that want a permit (at most K of them try at once, and the
-/// others wait in arrival order: [`LocalQueue::permit_turn`](crate::wait::queue::LocalQueue::permit_turn)): a pass over every slot,
+/// others wait in arrival order: `LocalQueue::permit_turn`): a pass over every slot,
 /// then a pause (the client's retry policy, jittered) before the next pass. A pause ends
 /// early when another task of this client gives back a permit it held when the pass began
 /// or ended: then only that slot is tried (every task that waited for it is woken, and
@@ -84,14 +85,10 @@ pub(super) async fn acquire_permit(
     let deadline = crate::rules::deadline::after(started, wait);
     let turn = queue.permit_turn(&semaphore.name, semaphore.permits);
     let Ok(turn) = tokio::time::timeout_at(deadline, turn).await else {
-        metrics::gave_up();
-        return Err(Error::Timeout {
-            attempts: 0,
-            waited: started.elapsed(),
-            last: Box::new(Error::Contended {
-                report: Default::default(),
-            }),
-        });
+        let held = Error::Contended {
+            report: Default::default(),
+        };
+        return Err(gave_up(0, started, held));
     };
     let slot_keys = slot_keys(semaphore);
     let (mut attempts, mut polls, mut freed) = (0u32, 0u32, None);
@@ -111,12 +108,7 @@ pub(super) async fn acquire_permit(
         };
         let remaining = wait.saturating_sub(started.elapsed());
         if remaining.is_zero() {
-            metrics::gave_up();
-            return Err(Error::Timeout {
-                attempts,
-                waited: started.elapsed(),
-                last: Box::new(err),
-            });
+            return Err(gave_up(attempts, started, err));
         }
         // Also the slots other tasks of this client took during the attempts.
         let local_releases = local_releases.and(queue.watch_releases(&slot_keys));

@@ -120,7 +120,8 @@ impl Drop for PermitTurn {
         // Forget the semaphore once nobody waits for it or holds one of its turns.
         let mut turns = (self.queue.permit_turns.lock()).unwrap_or_else(|p| p.into_inner());
         let unused = (turns.get(&self.key)).is_some_and(|s| {
-            Arc::strong_count(s) == 1 && s.available_permits() == self.key.1 as usize
+            let all = usize::try_from(self.key.1).unwrap_or(usize::MAX);
+            Arc::strong_count(s) == 1 && s.available_permits() == all
         });
         if unused {
             turns.remove(&self.key);
