@@ -78,7 +78,8 @@ pub(crate) async fn attempt(
 }
 
 /// Whether a failed attempt marked a node admitted by its age (see
-/// [`Admission::MarkOnly`](crate::rules::safety::Admission::MarkOnly)): its yes counts from the next round on.
+/// [`Admission::MarkOnly`](crate::rules::safety::Admission::MarkOnly)): its yes counts
+/// from the next round on.
 fn marked_for_readmission(err: &Error) -> bool {
     let readmitting = |r: &crate::report::NodeResult| {
         matches!(

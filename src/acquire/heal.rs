@@ -1,9 +1,9 @@
 //! Readmission without lock traffic: restart quarantine readmits a node only when an
-//! acquisition reads it, so an idle ensemble would never heal. [`Redlock::heal`](crate::Redlock::heal) runs that
-//! acquisition on a private resource of its own (one attempt, released at once), and a
-//! long-lived client runs it by itself in the background whenever a node it knows is not
-//! admitted in its current life: at connect, after a restart it sees, and when a
-//! quarantine it waits for ends.
+//! acquisition reads it, so an idle ensemble would never heal.
+//! [`Redlock::heal`](crate::Redlock::heal) runs that acquisition on a private resource of
+//! its own (one attempt, released at once), and a long-lived client runs it by itself in
+//! the background whenever a node it knows is not admitted in its current life: at
+//! connect, after a restart it sees, and when a quarantine it waits for ends.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};

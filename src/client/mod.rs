@@ -355,7 +355,8 @@ impl Redlock {
     /// majority of nodes that can lose their data together), a default TTL
     /// eaten up by the drift allowance and node timeout, clocks that differ from this
     /// host's, and (restart quarantine on) nodes whose vote quarantine keeps out now, with
-    /// why and when they vote again. Each [`Finding`](crate::Finding) has a severity and a one-line fix.
+    /// why and when they vote again. Each [`Finding`](crate::Finding) has a severity and a
+    /// one-line fix.
     ///
     /// Never fails: a node that cannot be reached is itself a finding. Every node is
     /// probed at once on a fresh connection of its own (1 s to connect, 1 s per request,

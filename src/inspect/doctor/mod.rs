@@ -1,6 +1,8 @@
-//! The deployment check behind [`Redlock::check_deployment`](crate::Redlock::check_deployment) (and the CLI's `doctor`): what
-//! every node is (server kind and version, role, persistence, cluster mode, clock) and what
-//! about the set of them weakens the lock, each finding with a severity and a one-line fix.
+//! The deployment check behind
+//! [`Redlock::check_deployment`](crate::Redlock::check_deployment) (and the CLI's
+//! `doctor`): what every node is (server kind and version, role, persistence, cluster
+//! mode, clock) and what about the set of them weakens the lock, each finding with a
+//! severity and a one-line fix.
 //!
 //! - `probe`: the only part that talks to Redis: what is asked of each node, and how the
 //!   answers (parsed by `crate::protocol::info`) fill a [`NodeInfo`].
@@ -154,7 +156,8 @@ impl fmt::Display for FindingKind {
     }
 }
 
-/// One problem (or notable fact) found by [`Redlock::check_deployment`](crate::Redlock::check_deployment).
+/// One problem (or notable fact) found by
+/// [`Redlock::check_deployment`](crate::Redlock::check_deployment).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Finding {
@@ -268,8 +271,8 @@ impl NodeInfo {
     }
 }
 
-/// The result of [`Redlock::check_deployment`](crate::Redlock::check_deployment): every node, and the findings sorted from
-/// most to least severe. [`Display`](fmt::Display) renders a table for people,
+/// The result of [`Redlock::check_deployment`](crate::Redlock::check_deployment): every
+/// node, and the findings sorted from most to least severe. [`Display`](fmt::Display) renders a table for people,
 /// [`to_json`](Self::to_json) a JSON document for scripts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
