@@ -14,12 +14,11 @@
 //! the quorum.
 
 use hashbrown::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use std::pin::Pin;
-
-use tokio::sync::futures::{Notified, OwnedNotified};
+use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
@@ -31,14 +30,17 @@ struct Shared {
     /// stay first-come first-served.
     turn: Semaphore,
     /// Signalled when a local guard's release of the key completed.
-    freed: Arc<Notify>,
+    freed: Notify,
+    /// How many such releases there were (see [`LocalReleases`]).
+    releases: AtomicU64,
 }
 
 impl Shared {
     fn new() -> Arc<Shared> {
         Arc::new(Shared {
             turn: Semaphore::new(1),
-            freed: Arc::new(Notify::new()),
+            freed: Notify::new(),
+            releases: AtomicU64::new(0),
         })
     }
 }
@@ -147,36 +149,44 @@ pub(crate) struct LocalHold {
     keys: Arc<[String]>,
 }
 
-/// The release signals of the locks a guard of this client held when they were taken
-/// ([`LocalQueue::watch_releases`]): armed then, so a release that completes afterwards,
-/// before [`LocalReleases::first_or`] is awaited, still counts.
+/// The locks a guard of this client held when they were watched
+/// ([`LocalQueue::watch_releases`]), each with its count of releases then: a release that
+/// completes afterwards, also before [`LocalReleases::first_or`] is awaited, counts.
 pub(crate) struct LocalReleases {
-    /// The index of each watched key among the keys given, and its signal.
-    armed: Vec<(usize, Pin<Box<OwnedNotified>>)>,
+    /// The index of each watched key among the keys given, its shared state, and how
+    /// many releases it had seen when watched.
+    watched: Vec<(usize, Arc<Shared>, u64)>,
 }
 
 impl LocalReleases {
-    /// These signals and those of `other`.
+    /// These locks and those of `other`.
     pub(crate) fn and(mut self, other: LocalReleases) -> LocalReleases {
-        self.armed.extend(other.armed);
+        self.watched.extend(other.watched);
         self
     }
 
     /// Waits until one of the watched locks is released by this client, or `delay` passed.
     /// Returns the index of the released key, `None` when the delay ran out first.
     pub(crate) async fn first_or(self, delay: Duration) -> Option<usize> {
-        if self.armed.is_empty() {
+        let mut armed = Vec::with_capacity(self.watched.len());
+        for (i, shared, seen) in &self.watched {
+            // Registered before the count is read: a release after the read wakes it.
+            let mut notified = Box::pin(shared.freed.notified());
+            notified.as_mut().enable();
+            if shared.releases.load(Ordering::SeqCst) != *seen {
+                return Some(*i);
+            }
+            armed.push(Box::pin(async move {
+                notified.await;
+                *i
+            }));
+        }
+        if armed.is_empty() {
             tokio::time::sleep(delay).await;
             return None;
         }
-        let released = self.armed.into_iter().map(|(i, notified)| {
-            Box::pin(async move {
-                notified.await;
-                i
-            })
-        });
         tokio::select! {
-            (i, _, _) = futures::future::select_all(released) => Some(i),
+            (i, _, _) = futures::future::select_all(armed) => Some(i),
             () = tokio::time::sleep(delay) => None,
         }
     }
@@ -185,7 +195,7 @@ impl LocalReleases {
 impl std::fmt::Debug for LocalReleases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalReleases")
-            .field("watched", &self.armed.len())
+            .field("watched", &self.watched.len())
             .finish()
     }
 }
@@ -278,19 +288,18 @@ impl LocalQueue {
         }
     }
 
-    /// The release signals of whichever of `keys` (each a lock of its own) a guard of this
-    /// client holds now, armed at once: see [`LocalReleases`].
+    /// Whichever of `keys` (each a lock of its own) a guard of this client holds now, to
+    /// wait for the release of one of them: see [`LocalReleases`].
     pub(crate) fn watch_releases(&self, keys: &[String]) -> LocalReleases {
         let keys_in_use = self.lock();
-        let armed = (keys.iter().enumerate())
+        let watched = (keys.iter().enumerate())
             .filter_map(|(i, k)| Some((i, keys_in_use.map.get(k).filter(|e| e.held > 0)?)))
             .map(|(i, e)| {
-                let mut notified = Box::pin(Arc::clone(&e.shared.freed).notified_owned());
-                notified.as_mut().enable();
-                (i, notified)
+                let seen = e.shared.releases.load(Ordering::SeqCst);
+                (i, Arc::clone(&e.shared), seen)
             })
             .collect();
-        LocalReleases { armed }
+        LocalReleases { watched }
     }
 
     /// Records that a guard of this client now holds `keys`.
@@ -368,6 +377,7 @@ impl Drop for LocalHold {
         for key in self.keys.iter() {
             keys_in_use.update(key, |entry| {
                 entry.held = entry.held.saturating_sub(1);
+                entry.shared.releases.fetch_add(1, Ordering::SeqCst);
                 entry.shared.freed.notify_waiters();
             });
         }
