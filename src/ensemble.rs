@@ -14,6 +14,7 @@ use crate::net::background::Background;
 use crate::net::fanout::RoundScope;
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
+use crate::protocol::rw_scripts::Access;
 
 use crate::rules::safety::{self, Persistence};
 use crate::wait::Context;
@@ -96,8 +97,17 @@ impl Registry {
 /// A lock held by this client, as shutdown sees it (implemented by the lease).
 pub(crate) trait Held: Send + Sync + std::fmt::Debug {
     /// Marks the lock lost because the client shuts down, stops its extender, and returns
-    /// what its release needs: keys, token and send gate.
-    fn shut_down(&self) -> (Arc<[String]>, Arc<str>, Arc<SendGate>);
+    /// what its release needs.
+    fn shut_down(&self) -> ShutDownLock;
+}
+
+/// What the release of a lock the client's shutdown takes over needs.
+#[derive(Debug)]
+pub(crate) struct ShutDownLock {
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) token: Arc<str>,
+    pub(crate) gate: Arc<SendGate>,
+    pub(crate) access: Access,
 }
 
 impl Ensemble {
@@ -374,12 +384,13 @@ mod tests {
     struct Lock;
 
     impl Held for Lock {
-        fn shut_down(&self) -> (Arc<[String]>, Arc<str>, Arc<SendGate>) {
-            (
-                Arc::from(Vec::new()),
-                Arc::from(""),
-                Arc::new(SendGate::new()),
-            )
+        fn shut_down(&self) -> ShutDownLock {
+            ShutDownLock {
+                keys: Arc::from(Vec::new()),
+                token: Arc::from(""),
+                gate: Arc::new(SendGate::new()),
+                access: Access::Mutex,
+            }
         }
     }
 

@@ -104,6 +104,18 @@ pub enum Error {
         second: String,
     },
 
+    /// A task that holds a read lock asked for the write lock of the same name: it would
+    /// wait for its own reader. Release the read lock first (upgrading in place deadlocks
+    /// as soon as two readers try it at once).
+    #[error(
+        "this task holds a read lock on {name:?} and asked for its write lock: release the \
+         read lock first (a read lock cannot be upgraded)"
+    )]
+    Upgrade {
+        /// The read-write lock's resource.
+        name: String,
+    },
+
     /// Invalid configuration or argument; the message says what to fix.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -120,9 +132,11 @@ impl Error {
             | Error::NotHeld { report }
             | Error::Permission { report } => Some(report),
             Error::Timeout { last, .. } => last.report(),
-            Error::Lost { .. } | Error::ShutDown | Error::Config(_) | Error::SameServer { .. } => {
-                None
-            }
+            Error::Lost { .. }
+            | Error::ShutDown
+            | Error::Config(_)
+            | Error::SameServer { .. }
+            | Error::Upgrade { .. } => None,
         }
     }
 

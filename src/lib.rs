@@ -9,6 +9,7 @@
 //   acquire/   lock(): the retry loop, one attempt, its ballot, first contact, healing
 //   held/      a held lock: guard, lease (validity, lost signal), extension, release
 //   wait/      waiting for a held lock: local turns, waiting lists, release wake-ups
+//   rwlock/    the read-write lock: a writer's lock key, readers each with an expiry
 //   semaphore/ the counting semaphore: K slot locks, each a quorum mutex
 //   inspect/   read-only: status of a lock, the deployment check (doctor), JSON
 //   ensemble   the shared state: nodes, configuration, majority, queue, notifier
@@ -30,6 +31,7 @@ mod net;
 mod protocol;
 mod report;
 mod rules;
+mod rwlock;
 mod semaphore;
 mod wait;
 
@@ -58,5 +60,7 @@ pub use protocol::holder::HolderInfo;
 pub use redis;
 pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
 pub use rules::retry::RetryPolicy;
+pub use rwlock::RwLock;
+pub use rwlock::read::{ReadGuard, ReadRequest};
 pub use semaphore::permit::Permit;
 pub use semaphore::{PermitRequest, Semaphore};

@@ -105,7 +105,8 @@ async fn attempt_inner(this: Attempt<'_>) -> Result<LockGuard> {
     // Armed before the first await: if this future is dropped at any point, whatever it may
     // have set is released on every node in the background.
     let token = new_token(&ensemble.config.holder);
-    let holding = Holding::new(Arc::clone(ensemble), Arc::clone(&plan.keys), token);
+    let keys = Arc::clone(&plan.keys);
+    let holding = Holding::new(Arc::clone(ensemble), keys, token, plan.access);
     let start = Instant::now();
     let (requests, lives) = acquire_round(this, &holding);
     let (mut collected, reads, mut round) = collect_votes(ensemble, plan, requests, &lives).await;

@@ -36,6 +36,7 @@ use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
 use crate::metrics;
+use crate::protocol::rw_scripts::Access;
 use crate::report::NodeReport;
 use crate::rules::retry::RetryPolicy;
 use crate::wait::Waiting;
@@ -52,13 +53,17 @@ pub(crate) struct Request {
     pub(crate) max_attempts: Option<u32>,
     pub(crate) auto_extend: Option<AutoExtend>,
     pub(crate) fencing: bool,
+    /// A mutex, or a side of a read-write lock.
+    pub(crate) access: Access,
 }
 
 /// Runs a `LockRequest` on `ensemble`: see its `IntoFuture` docs in the client module.
 pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result<LockGuard> {
     let ensemble = &ensemble;
     let config = &ensemble.config;
-    let plan = Plan::new(ensemble, request.resources, request.ttl, request.fencing)?;
+    let plan = Plan::new(ensemble, request.resources, request.ttl, request.fencing)?
+        .with_access(request.access)?;
+    refuse_upgrade(ensemble, &plan)?;
     let max_attempts = request.max_attempts.or(config.max_attempts);
     if max_attempts == Some(0) {
         return Err(Error::Config("max attempts is zero; use at least 1".into()));
@@ -119,6 +124,18 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
         }
         let poll = |shift| backoff.next(shift);
         waiting.pause(&err, enqueue, remaining, poll).await;
+    }
+}
+
+/// Refuses a write lock asked for by a task that holds a read lock of the same name
+/// ([`Error::Upgrade`]): it would wait for itself.
+pub(crate) fn refuse_upgrade(ensemble: &Ensemble, plan: &Plan) -> Result<()> {
+    let reads = &ensemble.queue.reads;
+    match (plan.access, &plan.resources[..]) {
+        (Access::Write, [name]) if reads.held_by_this_task(name) => {
+            Err(Error::Upgrade { name: name.clone() })
+        }
+        _ => Ok(()),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::protocol::keys;
+use crate::protocol::rw_scripts::Access;
 use crate::wait::{Enqueue, Requeue};
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
@@ -18,6 +19,8 @@ pub(crate) struct Plan {
     pub(crate) keys: Arc<[String]>,
     pub(crate) ttl: Duration,
     pub(crate) fencing: bool,
+    /// What the lock holds: a mutex, or a side of a read-write lock.
+    pub(crate) access: Access,
     /// Read every node's answer (up to the node timeout), not only until the outcome is
     /// certain: a readmission probe reports every node's standing.
     pub(crate) every_answer: bool,
@@ -49,8 +52,17 @@ impl Plan {
             keys,
             ttl,
             fencing,
+            access: Access::Mutex,
             every_answer: false,
         })
+    }
+
+    /// The same plan for a side of a read-write lock, which has one resource.
+    pub(crate) fn with_access(self, access: Access) -> Result<Plan> {
+        if access != Access::Mutex && self.resources.len() != 1 {
+            return Err(Error::Config("a read-write lock has one name".into()));
+        }
+        Ok(Plan { access, ..self })
     }
 
     /// The same plan, reading every node's answer (see [`Plan::every_answer`]).

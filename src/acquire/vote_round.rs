@@ -15,6 +15,7 @@ use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
+use crate::protocol::rw_scripts::{self, Access};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use crate::rules::safety::Persistence;
@@ -48,7 +49,10 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
     } = this;
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
-    let lives = fast_nodes(ensemble, ttl_ms);
+    let lives = match plan.access {
+        Access::Mutex => fast_nodes(ensemble, ttl_ms),
+        Access::Read | Access::Write => vec![None; ensemble.nodes.len()],
+    };
     let any_fast = lives.iter().any(Option::is_some);
     let any_scripted = lives.iter().any(Option::is_none);
     let call =
@@ -66,14 +70,21 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
             }
             (keys, enqueue, fencing) => {
                 let enqueue = enqueue.unwrap_or_default();
-                Call::script(&scripts::ACQUIRE, &ensemble.config.key_prefix, keys)
+                let script = match plan.access.mode() {
+                    None => &scripts::ACQUIRE,
+                    Some(_) => &rw_scripts::RW_ACQUIRE,
+                };
+                let call = Call::script(script, &ensemble.config.key_prefix, keys)
                     .arg(token)
                     .arg(ttl_ms)
                     .arg(enqueue.client)
                     .arg(scripts::flag(enqueue.stay))
                     .arg(scripts::flag(fencing))
-                    .arg(scripts::flag(enqueue.front))
-                    .gated(holding.gate())
+                    .arg(scripts::flag(enqueue.front));
+                match plan.access.mode() {
+                    None => call.gated(holding.gate()),
+                    Some(mode) => call.arg(mode).gated(holding.gate()),
+                }
             }
         };
     let enqueue = enqueue.filter(|e| e.lists());

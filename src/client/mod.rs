@@ -38,9 +38,11 @@ use crate::inspect::status::{self, LockStatus};
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
+use crate::protocol::rw_scripts::Access;
 use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
+use crate::rwlock::RwLock;
 use crate::semaphore::Semaphore;
 use builder::RedlockBuilder;
 use fenced::FencedGuard;
@@ -163,6 +165,29 @@ impl Redlock {
     /// [`Semaphore::MAX_PERMITS`].
     pub fn semaphore(&self, name: &str, permits: u32) -> Result<Semaphore> {
         Semaphore::new(Arc::clone(&self.inner), name, permits)
+    }
+
+    /// A read-write lock on `name`: any number of readers or one writer at once, across
+    /// every client of these nodes (see [`RwLock`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// let schema = redlock.rwlock("schema")?;
+    /// let reading = schema.read(Duration::from_secs(10)).await?;
+    /// // ... readers of other clients may read too; writers wait ...
+    /// reading.release().await?;
+    /// let writing = schema.write(Duration::from_secs(10)).await?;
+    /// // ... alone: no reader, no other writer ...
+    /// writing.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty name.
+    pub fn rwlock(&self, name: &str) -> Result<RwLock> {
+        RwLock::new(self.clone(), name)
     }
 
     /// Makes exactly one attempt. Returns `Ok(None)` when another owner holds the resource.
@@ -415,7 +440,7 @@ pub struct LockRequest {
 }
 
 impl LockRequest {
-    fn new(client: Redlock, resources: Vec<String>, ttl: Duration) -> Self {
+    pub(crate) fn new(client: Redlock, resources: Vec<String>, ttl: Duration) -> Self {
         LockRequest {
             client,
             request: Request {
@@ -425,6 +450,7 @@ impl LockRequest {
                 max_attempts: None,
                 auto_extend: None,
                 fencing: false,
+                access: Access::Mutex,
             },
         }
     }

@@ -62,15 +62,7 @@ impl LockGuard {
         votes: Vec<(NodeOutcome, Duration)>,
         fencing_token: Option<FencingToken>,
     ) -> Self {
-        let lease = Arc::new(Lease::new(
-            Arc::clone(holding.ensemble()),
-            Arc::clone(holding.keys()),
-            resources,
-            Arc::clone(holding.token()),
-            Arc::clone(holding.gate()),
-            deadline,
-            ttl,
-        ));
+        let lease = Arc::new(Lease::new(&holding, resources, deadline, ttl));
         let held: Weak<dyn Held> = Arc::downgrade(&lease) as Weak<dyn Held>;
         holding.ensemble().register(held);
         // Registered: a shutdown from now on releases it.

@@ -10,13 +10,15 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::config::whole_ms;
-use crate::ensemble::{Ensemble, Held};
+use crate::ensemble::{Ensemble, Held, ShutDownLock};
 use crate::error::{Error, LostReason, Result};
+use crate::held::release::Holding;
 use crate::metrics;
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::send_gate::SendGate;
+use crate::protocol::rw_scripts::{self, Access};
 use crate::protocol::{native, reply, scripts};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
@@ -67,6 +69,8 @@ pub(crate) struct Lease {
     pub(crate) keys: Arc<[String]>,
     pub(crate) resources: Arc<[String]>,
     pub(crate) token: Arc<str>,
+    /// What the token holds, which says how it is extended.
+    access: Access,
     /// The send gate of the lock's token, closed by every release (see `SendGate`).
     gate: Arc<SendGate>,
     /// The auto-extender, aborted when the client shuts down.
@@ -80,11 +84,8 @@ pub(crate) struct Lease {
 
 impl Lease {
     pub(crate) fn new(
-        ensemble: Arc<Ensemble>,
-        keys: Arc<[String]>,
+        holding: &Holding,
         resources: Arc<[String]>,
-        token: Arc<str>,
-        gate: Arc<SendGate>,
         deadline: Instant,
         ttl: Duration,
     ) -> Self {
@@ -98,11 +99,12 @@ impl Lease {
             changed: Notify::new(),
         });
         Lease {
-            ensemble,
-            keys,
+            ensemble: Arc::clone(holding.ensemble()),
+            keys: Arc::clone(holding.keys()),
             resources,
-            token,
-            gate,
+            token: Arc::clone(holding.token()),
+            access: holding.access(),
+            gate: Arc::clone(holding.gate()),
             extender: std::sync::Mutex::new(None),
             acquired_ttl: ttl,
             status,
@@ -203,7 +205,11 @@ impl Lease {
             ttl,
             start,
         };
-        let call = Call::script(&scripts::EXTEND, &ensemble.config.key_prefix, &self.keys)
+        let script = match self.access {
+            Access::Read => &rw_scripts::READ_EXTEND,
+            Access::Mutex | Access::Write => &scripts::EXTEND,
+        };
+        let call = Call::script(script, &ensemble.config.key_prefix, &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
         // One key: `SET ... IFEQ ... PX` on the nodes that have it, the same effect as the
@@ -211,7 +217,11 @@ impl Lease {
         // TTL up to the acquisition's, see `acquired_ttl`); several keys need the script's
         // all or nothing, and a longer TTL the script's record raise (restart quarantine).
         let call = match &*self.keys {
-            [key] if ensemble.config.native_commands && ttl <= self.acquired_ttl => {
+            [key]
+                if ensemble.config.native_commands
+                    && ttl <= self.acquired_ttl
+                    && self.access != Access::Read =>
+            {
                 call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
             }
             _ => call,
@@ -323,7 +333,7 @@ impl Drop for Lease {
 }
 
 impl Held for Lease {
-    fn shut_down(&self) -> (Arc<[String]>, Arc<str>, Arc<SendGate>) {
+    fn shut_down(&self) -> ShutDownLock {
         if let Some(extender) = self
             .extender
             .lock()
@@ -333,11 +343,12 @@ impl Held for Lease {
             extender.abort();
         }
         self.mark_lost(LostReason::ShutDown);
-        (
-            Arc::clone(&self.keys),
-            Arc::clone(&self.token),
-            Arc::clone(&self.gate),
-        )
+        ShutDownLock {
+            keys: Arc::clone(&self.keys),
+            token: Arc::clone(&self.token),
+            gate: Arc::clone(&self.gate),
+            access: self.access,
+        }
     }
 }
 

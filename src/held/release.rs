@@ -7,6 +7,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use crate::config::whole_ms;
+use crate::ensemble::ShutDownLock;
 use crate::ensemble::{Ensemble, InFlight};
 use crate::error::{Error, Result};
 use crate::metrics;
@@ -15,6 +16,7 @@ use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
+use crate::protocol::rw_scripts::{self, Access};
 use crate::protocol::{keys, native, reply, scripts};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
@@ -30,6 +32,8 @@ pub(crate) struct Holding {
     ensemble: Arc<Ensemble>,
     keys: Arc<[String]>,
     token: Arc<str>,
+    /// What the token holds, which says how it is removed.
+    access: Access,
     /// Closed by every release of this token before it sends (see [`SendGate`]).
     gate: Arc<SendGate>,
     armed: bool,
@@ -41,12 +45,18 @@ pub(crate) struct Holding {
 }
 
 impl Holding {
-    pub(crate) fn new(ensemble: Arc<Ensemble>, keys: Arc<[String]>, token: Arc<str>) -> Self {
+    pub(crate) fn new(
+        ensemble: Arc<Ensemble>,
+        keys: Arc<[String]>,
+        token: Arc<str>,
+        access: Access,
+    ) -> Self {
         let in_flight = Some(ensemble.in_flight());
         Holding {
             ensemble,
             keys,
             token,
+            access,
             gate: Arc::new(SendGate::new()),
             armed: true,
             local: None,
@@ -61,16 +71,18 @@ impl Holding {
 
     /// The duty of a lock whose release someone else answers for (client shutdown): the
     /// same keys, token and gate, unarmed.
-    pub(crate) fn adopt(
-        ensemble: Arc<Ensemble>,
-        keys: Arc<[String]>,
-        token: Arc<str>,
-        gate: Arc<SendGate>,
-    ) -> Self {
+    pub(crate) fn adopt(ensemble: Arc<Ensemble>, held: ShutDownLock) -> Self {
+        let ShutDownLock {
+            keys,
+            token,
+            gate,
+            access,
+        } = held;
         Holding {
             ensemble,
             keys,
             token,
+            access,
             gate,
             armed: false,
             local: None,
@@ -110,6 +122,10 @@ impl Holding {
 
     pub(crate) fn token(&self) -> &Arc<str> {
         &self.token
+    }
+
+    pub(crate) fn access(&self) -> Access {
+        self.access
     }
 
     /// The gate of the requests that may set this token's keys.
@@ -155,6 +171,9 @@ impl Holding {
     fn release_call(&self, announce: bool) -> Call {
         let wakes = announce && self.ensemble.notifier.is_some();
         let config = &self.ensemble.config;
+        if self.access == Access::Read {
+            return self.read_release_call(wakes);
+        }
         match &*self.keys {
             [_] if wakes => Call::script(&scripts::RELEASE_ONE, &config.key_prefix, &self.keys)
                 .arg(&*self.token)
@@ -173,6 +192,19 @@ impl Holding {
             }
             _ => self.release_script(wakes),
         }
+    }
+
+    /// A reader's release: its token out of the readers, waking the next waiter when
+    /// `wakes` and no live reader is left.
+    fn read_release_call(&self, wakes: bool) -> Call {
+        let prefix = &self.ensemble.config.key_prefix;
+        let call = Call::script(&rw_scripts::READ_RELEASE, prefix, &self.keys).arg(&*self.token);
+        let call = if wakes {
+            call.arg(self.turn_ms())
+        } else {
+            call.arg("0")
+        };
+        call.arg(keys::wake_channel_prefix(prefix)).delivered()
     }
 
     /// The lifetime of the turn a waking release gives the client it wakes: two node

@@ -20,6 +20,12 @@ pub(crate) enum Kind {
     Waiters,
     /// The client whose turn it is after a release woke it (short expiry).
     Turn,
+    /// The readers of a read-write lock: a sorted set of reader tokens, each scored by its
+    /// own expiry in the server's milliseconds (expires with the last reader).
+    Readers,
+    /// A writer waits for readers to leave: while it exists no new reader enters (it
+    /// expires after the waiting writer's TTL).
+    Intent,
 }
 
 /// The one rule for every name other than a lock key: `<prefix>quorum-lock:<what>:<rest>`.
@@ -81,6 +87,8 @@ pub(crate) fn derived_name<'a>(kind: Kind, prefix: &'a str, lock: &'a str) -> Na
         Kind::Fence => internal_name(prefix, "fence", resource),
         Kind::Waiters => internal_name(prefix, "waiters", resource),
         Kind::Turn => internal_name(prefix, "turn", resource),
+        Kind::Readers => internal_name(prefix, "readers", resource),
+        Kind::Intent => internal_name(prefix, "intent", resource),
     }
 }
 
@@ -121,6 +129,13 @@ pub(crate) fn probe_resource(id: &str) -> String {
 /// namespace; the key prefix is added to it as to any resource.
 pub(crate) fn permit_resource(name: &str, slot: u32) -> String {
     internal("", "permit", &format!("{name}:{slot}"))
+}
+
+/// The resource name of read-write lock `name`: its writer's lock key (with the key
+/// prefix added, as to any resource), and the name its readers and writer intent are
+/// derived from.
+pub(crate) fn rw_resource(name: &str) -> String {
+    internal("", "rw", name)
 }
 
 /// The lock key of `resource` under `prefix`.
@@ -216,10 +231,23 @@ mod tests {
             }
             assert!(global(prefix, g).starts_with(prefix), "{g:?}");
         }
-        for kind in [Kind::Lock, Kind::Fence, Kind::Waiters, Kind::Turn] {
+        let kinds = [
+            Kind::Lock,
+            Kind::Fence,
+            Kind::Waiters,
+            Kind::Turn,
+            Kind::Readers,
+            Kind::Intent,
+        ];
+        for kind in kinds {
             // Exhaustive on purpose: a new kind must be added to the list above.
             match kind {
-                Kind::Lock | Kind::Fence | Kind::Waiters | Kind::Turn => {}
+                Kind::Lock
+                | Kind::Fence
+                | Kind::Waiters
+                | Kind::Turn
+                | Kind::Readers
+                | Kind::Intent => {}
             }
             assert!(
                 derived(kind, prefix, &lock_key).starts_with(prefix),

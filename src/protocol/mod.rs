@@ -12,4 +12,5 @@ pub(crate) mod info;
 pub(crate) mod keys;
 pub(crate) mod native;
 pub(crate) mod reply;
+pub(crate) mod rw_scripts;
 pub(crate) mod scripts;

@@ -33,11 +33,11 @@ pub(crate) struct Lua {
 }
 
 impl Lua {
-    const fn new(layout: &'static [Kind], source: &'static str) -> Self {
+    pub(super) const fn new(layout: &'static [Kind], source: &'static str) -> Self {
         Lua::with_globals(layout, &[], source)
     }
 
-    const fn with_globals(
+    pub(super) const fn with_globals(
         layout: &'static [Kind],
         globals: &'static [Global],
         source: &'static str,
@@ -52,7 +52,7 @@ impl Lua {
     }
 
     /// Marks the script safe to send again (see the field).
-    const fn repeatable(mut self) -> Self {
+    pub(super) const fn repeatable(mut self) -> Self {
         self.repeatable = true;
         self
     }
@@ -116,6 +116,7 @@ end
 "
     };
 }
+pub(super) use lua_enqueue;
 
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
 /// bookkeeping of release notifications, the fencing counter read and the node-side data of
@@ -470,7 +471,7 @@ pub(crate) static EXTEND: Lua =
     Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl], EXTEND_SRC).repeatable();
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 11] = [
+pub(crate) const SOURCES: [&str; 14] = [
     ACQUIRE_SRC,
     MARK_SRC,
     GATE_SRC,
@@ -482,4 +483,7 @@ pub(crate) const SOURCES: [&str; 11] = [
     INSPECT_SRC,
     FENCE_SRC,
     FENCED_SET_SRC,
+    super::rw_scripts::RW_ACQUIRE_SRC,
+    super::rw_scripts::READ_RELEASE_SRC,
+    super::rw_scripts::READ_EXTEND_SRC,
 ];

@@ -5,6 +5,8 @@
 //!   and what a failure leads to, table-tested;
 //! - [`queue`]: the local first-come first-served queue of this client's tasks, and the
 //!   local hand-off;
+//! - [`read_holds`]: which of this client's tasks hold read locks (a task may not ask
+//!   for the write lock of a name it reads);
 //! - [`notify`]: release notifications (one pub/sub subscription per node) and the
 //!   waiting lists on the nodes.
 //!
@@ -15,6 +17,7 @@
 
 pub(crate) mod notify;
 pub(crate) mod queue;
+pub(crate) mod read_holds;
 pub(crate) mod state;
 
 use std::sync::Arc;

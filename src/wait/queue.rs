@@ -22,6 +22,8 @@ use tokio::sync::futures::Notified;
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 
+use crate::wait::read_holds::ReadHolds;
+
 /// What the tasks of this client using one key share: one allocation per key in use.
 #[derive(Debug)]
 struct Shared {
@@ -97,6 +99,8 @@ impl Keys {
 
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueue {
+    /// The read locks this client's tasks hold.
+    pub(crate) reads: Arc<ReadHolds>,
     keys: Mutex<Keys>,
     /// Keys whose last release by this client woke another client, with the end of the
     /// head start that client gets before this one tries the key again.

@@ -1,0 +1,190 @@
+//! The scripts of the read-write lock: one acquire script for both sides, and the
+//! release and extension of a reader (a writer's lock key is a mutex's, released and
+//! extended by the mutex's scripts).
+//!
+//! A writer holds the lock key itself, a string with its token, as a mutex does. The
+//! readers are a sorted set beside it ([`Kind::Readers`]): each reader's token, scored by
+//! its own expiry in the server's milliseconds (`TIME`), so one reader's grant or release
+//! never moves another reader's expiry. A writer that finds live readers leaves an intent
+//! ([`Kind::Intent`]) that keeps new readers out for its TTL: readers drain, and the writer
+//! gets in.
+
+use super::keys::{Global, Kind};
+use super::scripts::{Lua, lua_enqueue};
+
+/// Acquisition of a read-write lock's read or write side on one node, with the same
+/// waiting-list bookkeeping, fencing counter read and restart quarantine data as the
+/// mutex's acquire script, and the same reply.
+///
+/// KEYS: the lock key, its fencing counter, its waiting list, its readers, its writer
+/// intent, then the ensemble record and the node's marker ([`Global`]).
+/// ARGV[1..6]: as the mutex's acquire script (token, TTL in ms, client id or `''`, stay,
+/// read the fencing counter, rejoin at the head). ARGV[7]: `'r'` to read, `'w'` to write.
+///
+/// Raises the ensemble record first, as the mutex's script does. Then, with the server's
+/// clock, drops the readers whose expiry passed. A reader enters when no writer holds the
+/// key and no writer intent exists: its token is added with the expiry now + TTL, and the
+/// set's own expiry is raised to at least the TTL. A writer enters when no writer holds the
+/// key and no live reader is left: the key is set to its token with the TTL and the intent
+/// deleted; finding readers, it sets the intent for its TTL instead.
+///
+/// Returns `{acquired, fence, marker, record}` as the mutex's script: `acquired` is 1 on
+/// entry, 0 when refused, -1 when the lock key or the readers key holds another type
+/// (foreign data).
+pub(crate) const RW_ACQUIRE_SRC: &str = concat!(
+    lua_enqueue!(),
+    r"
+local record = redis.call('GET', KEYS[6])
+if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
+    redis.call('SET', KEYS[6], ARGV[2])
+end
+local marker = redis.call('GET', KEYS[7])
+local fence = false
+if ARGV[5] == '1' then
+    fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+end
+local function refused(code)
+    if ARGV[3] ~= '' then
+        enqueue(KEYS[3], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
+    end
+    return {code, fence, marker, record}
+end
+local writer = redis.call('TYPE', KEYS[1]).ok
+local readers = redis.call('TYPE', KEYS[4]).ok
+if (writer ~= 'none' and writer ~= 'string') or (readers ~= 'none' and readers ~= 'zset') then
+    return refused(-1)
+end
+if writer ~= 'none' then
+    return refused(0)
+end
+local ttl = tonumber(ARGV[2])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
+if ARGV[7] == 'r' then
+    if redis.call('EXISTS', KEYS[5]) == 1 then
+        return refused(0)
+    end
+    redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
+    if redis.call('PTTL', KEYS[4]) < ttl then
+        redis.call('PEXPIRE', KEYS[4], ttl)
+    end
+else
+    if redis.call('ZCARD', KEYS[4]) > 0 then
+        redis.call('SET', KEYS[5], '1', 'PX', ttl)
+        return refused(0)
+    end
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+    redis.call('DEL', KEYS[5])
+end
+if ARGV[3] ~= '' then
+    if ARGV[4] == '1' then
+        enqueue(KEYS[3], ARGV[3], ARGV[6], 2 * ttl)
+    else
+        redis.call('LREM', KEYS[3], 0, ARGV[3])
+    end
+end
+return {1, fence, marker, record}
+"
+);
+pub(crate) static RW_ACQUIRE: Lua = Lua::with_globals(
+    &[
+        Kind::Lock,
+        Kind::Fence,
+        Kind::Waiters,
+        Kind::Readers,
+        Kind::Intent,
+    ],
+    &[Global::MaxTtl, Global::Marker],
+    RW_ACQUIRE_SRC,
+);
+
+/// A reader leaves, and when it was the last live reader, wakes the next waiting client
+/// (a writer), as the mutex's release does.
+///
+/// KEYS: the lock key, its readers, its waiting list, its turn. ARGV[1]: the reader's
+/// token. ARGV[2]: `'0'`, or to wake a waiter, the lifetime in milliseconds of the turn it
+/// gives the woken client. ARGV[3]: the prefix of the clients' wake-up channels.
+///
+/// Returns 0 when the token is not among the readers (nothing changed), 1 after removing
+/// it when nobody was woken, 2 after removing it and waking one client, which is published
+/// `<token>:<lock key>` as the mutex's release publishes it. Readers whose expiry passed
+/// do not count as live.
+pub(crate) const READ_RELEASE_SRC: &str = r"
+if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then
+    return 0
+end
+if ARGV[2] == '0' then
+    return 1
+end
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0 then
+    return 1
+end
+while true do
+    local id = redis.call('LPOP', KEYS[3])
+    if not id then
+        return 1
+    end
+    if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[1]) > 0 then
+        redis.call('SET', KEYS[4], id, 'PX', ARGV[2])
+        return 2
+    end
+end
+";
+pub(crate) static READ_RELEASE: Lua = Lua::new(
+    &[Kind::Lock, Kind::Readers, Kind::Waiters, Kind::Turn],
+    READ_RELEASE_SRC,
+)
+.repeatable();
+
+/// Extends a reader: its expiry becomes now + the new TTL, if it is still a live reader.
+///
+/// KEYS: the readers, then the ensemble record ([`Global::MaxTtl`]). ARGV[1]: the reader's
+/// token. ARGV[2]: the new TTL in milliseconds. Returns 1 after raising the record to the
+/// TTL (never lowering it), setting the reader's expiry and raising the set's own expiry
+/// to at least the TTL; 0, changing nothing, when the reader is absent or expired.
+pub(crate) const READ_EXTEND_SRC: &str = r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+if expiry <= now then
+    return 0
+end
+local ttl = tonumber(ARGV[2])
+if (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) < ttl then
+    redis.call('SET', KEYS[2], ARGV[2])
+end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return 1
+";
+pub(crate) static READ_EXTEND: Lua =
+    Lua::with_globals(&[Kind::Readers], &[Global::MaxTtl], READ_EXTEND_SRC).repeatable();
+
+/// What a lock's holder holds: a mutex (or a semaphore's slot), or one side of a
+/// read-write lock. It chooses the acquire, release and extension scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Access {
+    /// The lock key alone, exclusively.
+    #[default]
+    Mutex,
+    /// A read-write lock's read side: the token among the readers.
+    Read,
+    /// A read-write lock's write side: the lock key, once no reader is left.
+    Write,
+}
+
+impl Access {
+    /// The acquire script's mode argument, for the read-write lock's sides.
+    pub(crate) fn mode(self) -> Option<&'static str> {
+        match self {
+            Access::Mutex => None,
+            Access::Read => Some("r"),
+            Access::Write => Some("w"),
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The read-write lock: many readers or one writer of a name at once, over the same
+//! quorum.
+//!
+//! Each side needs a majority, so a writer's majority and any reader's majority share a
+//! node, whose script refused the second while the first's entry lived (DESIGN.md section
+//! 11, checked in `tests/model_kinds.rs`). A writer holds the lock key as a mutex does,
+//! once no reader is left; each reader is an entry of its own, with its own expiry by the
+//! server's clock, beside it (`protocol::rw_scripts`). Both sides go through the mutex's
+//! attempt: the same ballot, restart quarantine, first contact, clean-up and guard.
+//!
+//! - this file: [`RwLock`], the handle of one name, and the write side, which is the
+//!   mutex's [`LockRequest`] on the lock key with the write script;
+//! - [`read`]: the read side: [`ReadRequest`] and [`ReadGuard`].
+//!
+//! Writers come first: a writer that finds readers keeps new readers out for its TTL
+//! while the readers it found leave, and then enters; writers among themselves wait as
+//! mutex waiters do (local turns, waiting lists, release notifications, also from the
+//! last reader's release). Readers wait by polling, woken early by this client's own
+//! writer's release.
+
+pub(crate) mod read;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::acquire::attempt;
+use crate::acquire::heal;
+use crate::acquire::plan::Plan;
+use crate::acquire::refuse_upgrade;
+use crate::client::{LockRequest, Redlock};
+use crate::error::{Error, Result};
+use crate::held::guard::LockGuard;
+use crate::protocol::keys;
+use crate::protocol::rw_scripts::Access;
+use read::{ReadGuard, ReadRequest};
+
+/// A read-write lock: any number of readers, or one writer, of its name at once, across
+/// every client of the same nodes. Made by [`Redlock::rwlock`]; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RwLock {
+    client: Redlock,
+    name: Arc<str>,
+}
+
+impl RwLock {
+    /// Checks the name.
+    pub(crate) fn new(client: Redlock, name: &str) -> Result<RwLock> {
+        if name.is_empty() {
+            return Err(Error::Config("empty read-write lock name".into()));
+        }
+        Ok(RwLock {
+            client,
+            name: Arc::from(name),
+        })
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The resource its lock key is named after (under the client's key prefix):
+    /// `quorum-lock:rw:<name>`.
+    fn resource(&self) -> String {
+        keys::rw_resource(&self.name)
+    }
+
+    /// Acquires a read lock for `ttl`, shared with other readers, waiting (up to the
+    /// client's wait budget, or the request's [`wait`](ReadRequest::wait)) while a writer
+    /// holds the lock or waits for it. Await the returned request for a [`ReadGuard`].
+    ///
+    /// # Errors
+    ///
+    /// Awaiting the request returns [`Error::Timeout`] when the wait budget ran out (its
+    /// `last` says why the last attempt failed), and [`Error::Config`] at once for an
+    /// unusable TTL.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future at any point leaves no reader behind: whatever an attempt in
+    /// progress may have added is removed on every node in the background.
+    pub fn read(&self, ttl: Duration) -> ReadRequest {
+        ReadRequest::new(self.clone(), ttl)
+    }
+
+    /// Acquires the write lock for `ttl`, excluding readers and other writers: the mutex's
+    /// [`LockRequest`] (wait budget, attempt cap, fencing tokens, auto-extension, `run`),
+    /// entering once no reader is left. A writer that finds readers keeps new readers out
+    /// for its TTL, so that it is not starved.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`], and [`Error::Upgrade`] when the awaiting task holds a read
+    /// lock of this name.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Redlock::lock`].
+    pub fn write(&self, ttl: Duration) -> LockRequest {
+        let mut request = LockRequest::new(self.client.clone(), vec![self.resource()], ttl);
+        request.request.access = Access::Write;
+        request
+    }
+
+    /// Makes one attempt at a read lock. Returns `Ok(None)` when a writer holds the lock
+    /// or waits for it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::try_lock`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Redlock::try_lock`].
+    pub async fn try_read(&self, ttl: Duration) -> Result<Option<ReadGuard>> {
+        match self.try_access(ttl, Access::Read).await? {
+            Some(guard) => Ok(Some(ReadGuard::new(guard, self))),
+            None => Ok(None),
+        }
+    }
+
+    /// Makes one attempt at the write lock. Returns `Ok(None)` when a writer or a live
+    /// reader holds the lock (readers found are then kept from entering anew for `ttl`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::try_lock`], and [`Error::Upgrade`] when this task holds a read lock of
+    /// this name.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Redlock::try_lock`].
+    pub async fn try_write(&self, ttl: Duration) -> Result<Option<LockGuard>> {
+        self.try_access(ttl, Access::Write).await
+    }
+
+    /// One attempt at `access`; `None` when refused for a holder.
+    async fn try_access(&self, ttl: Duration, access: Access) -> Result<Option<LockGuard>> {
+        let ensemble = self.client.inner();
+        let plan = Plan::new(ensemble, vec![self.resource()], ttl, false)?.with_access(access)?;
+        refuse_upgrade(ensemble, &plan)?;
+        heal::start_healer(ensemble);
+        match attempt::attempt(ensemble, &plan, None).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(Error::Contended { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The read-write lock against real `redis-server` processes: writers exclude everyone
+//! and readers share, with exact counts across clients; per-reader expiry; writers first;
+//! upgrade refused; a minority of nodes down; bad input; and no key left behind.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Cluster, builder, client, unique};
+use quorum_lock::{Error, Redlock, RwLock};
+
+const TTL: Duration = Duration::from_secs(5);
+
+/// Every key of every read-write lock on every node (fencing counters aside: they never
+/// expire, by design).
+fn rw_keys(cluster: &Cluster) -> Vec<(usize, String)> {
+    let mut keys = cluster.keys_everywhere("*quorum-lock:rw:*");
+    keys.retain(|(_, k)| !k.starts_with("quorum-lock:fence:"));
+    keys
+}
+
+/// A client with a short retry delay, as a separate process would have.
+fn fast_client(cluster: &Cluster) -> Redlock {
+    builder(&cluster.urls())
+        .retry_delay(Duration::from_millis(2))
+        .max_retry_delay(Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
+/// The shared data: a writer sets both halves, one after the other, with a pause between.
+#[derive(Default)]
+struct Data {
+    first: AtomicU64,
+    second: AtomicU64,
+    writers_inside: AtomicI64,
+    readers_inside: AtomicI64,
+    most_readers: AtomicI64,
+    reads: AtomicUsize,
+}
+
+async fn write_once(rwlock: &RwLock, data: &Data) {
+    let guard = rwlock.write(TTL).wait(Duration::from_secs(60)).await;
+    let guard = guard.expect("the write lock within the wait budget");
+    assert_eq!(
+        data.writers_inside.fetch_add(1, Ordering::SeqCst),
+        0,
+        "two writers"
+    );
+    assert_eq!(
+        data.readers_inside.load(Ordering::SeqCst),
+        0,
+        "a writer beside readers"
+    );
+    let next = data.first.load(Ordering::SeqCst) + 1;
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    data.first.store(next, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    data.second.store(next, Ordering::SeqCst);
+    data.writers_inside.fetch_sub(1, Ordering::SeqCst);
+    guard.release().await.expect("released on every node");
+}
+
+async fn read_once(rwlock: &RwLock, data: &Data) {
+    let guard = rwlock.read(TTL).wait(Duration::from_secs(60)).await;
+    let guard = guard.expect("a read lock within the wait budget");
+    let now = data.readers_inside.fetch_add(1, Ordering::SeqCst) + 1;
+    data.most_readers.fetch_max(now, Ordering::SeqCst);
+    assert_eq!(
+        data.writers_inside.load(Ordering::SeqCst),
+        0,
+        "a reader beside a writer"
+    );
+    let first = data.first.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(3)).await;
+    assert_eq!(data.second.load(Ordering::SeqCst), first, "a torn snapshot");
+    data.readers_inside.fetch_sub(1, Ordering::SeqCst);
+    data.reads.fetch_add(1, Ordering::SeqCst);
+    guard.release().await.expect("released on every node");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_exclude_everyone_with_exact_counts_while_readers_read() {
+    const WRITERS: usize = 4;
+    const ROUNDS: usize = 10;
+    const READERS: usize = 3;
+    let cluster = Cluster::start(3);
+    let name = unique("cache");
+    let data = Arc::new(Data::default());
+    let writers_done = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for _ in 0..WRITERS {
+        let rwlock = fast_client(&cluster).rwlock(&name).unwrap();
+        let data = data.clone();
+        writers.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                write_once(&rwlock, &data).await;
+            }
+        }));
+    }
+    let mut readers = Vec::new();
+    for _ in 0..READERS {
+        let rwlock = fast_client(&cluster).rwlock(&name).unwrap();
+        let (data, done) = (data.clone(), writers_done.clone());
+        readers.push(tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                read_once(&rwlock, &data).await;
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    writers_done.store(true, Ordering::SeqCst);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    let total = (WRITERS * ROUNDS) as u64;
+    assert_eq!(
+        data.first.load(Ordering::SeqCst),
+        total,
+        "every increment, once"
+    );
+    assert_eq!(data.second.load(Ordering::SeqCst), total);
+    assert!(
+        data.reads.load(Ordering::SeqCst) > 0,
+        "readers read meanwhile"
+    );
+    common::eventually(Duration::from_secs(10), "no key left", || {
+        rw_keys(&cluster).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn readers_share_and_a_waiting_writer_keeps_new_readers_out() {
+    let cluster = Cluster::start(3);
+    let name = unique("schema");
+    let (a, b, c) = (
+        client(&cluster.urls()),
+        client(&cluster.urls()),
+        client(&cluster.urls()),
+    );
+    let (a, b, c) = (
+        a.rwlock(&name).unwrap(),
+        b.rwlock(&name).unwrap(),
+        c.rwlock(&name).unwrap(),
+    );
+    let first = a.try_read(TTL).await.unwrap().expect("a reader");
+    let second = b
+        .try_read(TTL)
+        .await
+        .unwrap()
+        .expect("a second reader beside it");
+    assert!(c.try_write(TTL).await.unwrap().is_none(), "readers hold");
+    assert!(
+        c.try_read(TTL).await.unwrap().is_none(),
+        "a writer waits: no new reader"
+    );
+    let writer = {
+        let c = c.clone();
+        tokio::spawn(async move { c.write(TTL).wait(Duration::from_secs(10)).await })
+    };
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let writing = writer
+        .await
+        .unwrap()
+        .expect("the writer, once the readers left");
+    assert!(a.try_read(TTL).await.unwrap().is_none(), "a writer holds");
+    assert!(b.try_write(TTL).await.unwrap().is_none(), "one writer");
+    writing.release().await.unwrap();
+    let reading = a.try_read(TTL).await.unwrap().expect("readers again");
+    reading.release().await.unwrap();
+    assert_eq!(rw_keys(&cluster), vec![]);
+}
+
+#[tokio::test]
+async fn a_dead_reader_delays_a_writer_by_its_own_ttl_only() {
+    let cluster = Cluster::start(3);
+    let name = unique("report");
+    let reader = client(&cluster.urls()).rwlock(&name).unwrap();
+    // A long reader, released, and a short one that dies: no release, no extension.
+    let long = reader.try_read(Duration::from_secs(60)).await.unwrap();
+    let short = reader.try_read(Duration::from_millis(800)).await.unwrap();
+    long.expect("the long reader").release().await.unwrap();
+    std::mem::forget(short.expect("the short reader"));
+    let writer = client(&cluster.urls()).rwlock(&name).unwrap();
+    assert!(
+        writer.try_write(TTL).await.unwrap().is_none(),
+        "the short reader holds"
+    );
+    // Within a few seconds, not the long reader's minute: each reader expires on its own.
+    let writing = writer.write(TTL).wait(Duration::from_secs(5)).await;
+    writing
+        .expect("free once the dead reader's TTL ran out")
+        .release()
+        .await
+        .unwrap();
+    assert_eq!(rw_keys(&cluster), vec![]);
+}
+
+#[tokio::test]
+async fn a_reader_that_asks_to_write_is_refused_other_tasks_wait() {
+    let cluster = Cluster::start(1);
+    let redlock = client(&cluster.urls());
+    let rwlock = redlock.rwlock(&unique("upgrade")).unwrap();
+    let reading = rwlock.read(TTL).await.unwrap();
+    let upgrade = rwlock.write(TTL).await;
+    assert!(matches!(upgrade, Err(Error::Upgrade { .. })), "{upgrade:?}");
+    let upgrade = rwlock.try_write(TTL).await;
+    assert!(matches!(upgrade, Err(Error::Upgrade { .. })), "{upgrade:?}");
+    // Another task of the same client waits for the reader instead.
+    let other = {
+        let rwlock = rwlock.clone();
+        tokio::spawn(async move { rwlock.write(TTL).wait(Duration::from_secs(10)).await })
+    };
+    reading.release().await.unwrap();
+    let writing = other.await.unwrap().expect("the other task writes");
+    writing.release().await.unwrap();
+    let writing = rwlock
+        .write(TTL)
+        .await
+        .expect("no reader left in this task");
+    writing.release().await.unwrap();
+    assert_eq!(rw_keys(&cluster), vec![]);
+}
+
+/// `rwlock.try_write(ttl)` from a task of its own: refused (`true`) while readers or a
+/// writer hold. A task holding a read lock may not ask for the write lock itself.
+async fn write_refused_elsewhere(rwlock: &RwLock) -> bool {
+    let rwlock = rwlock.clone();
+    let tried = tokio::spawn(async move { rwlock.try_write(TTL).await });
+    tried.await.unwrap().unwrap().is_none()
+}
+
+#[tokio::test]
+async fn a_minority_down_still_reads_and_writes() {
+    let mut cluster = Cluster::start(3);
+    cluster.nodes[1].kill();
+    let rwlock = client(&cluster.urls()).rwlock(&unique("minority")).unwrap();
+    let one = rwlock.try_read(TTL).await.unwrap().expect("a reader");
+    let two = rwlock.try_read(TTL).await.unwrap().expect("another reader");
+    assert!(write_refused_elsewhere(&rwlock).await, "readers hold");
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+    let writing = rwlock.write(TTL).wait(Duration::from_secs(5)).await;
+    let writing = writing.expect("the writer, with one node down");
+    assert!(
+        rwlock.try_read(TTL).await.unwrap().is_none(),
+        "a writer holds"
+    );
+    writing.release().await.unwrap();
+    assert_eq!(rw_keys(&cluster), vec![]);
+}
+
+#[tokio::test]
+async fn writers_fencing_tokens_increase_and_readers_extend_alone() {
+    let cluster = Cluster::start(3);
+    let redlock = builder(&cluster.urls()).restart_quarantine(true).build();
+    let rwlock = redlock.unwrap().rwlock(&unique("fenced")).unwrap();
+    let first = rwlock.write(TTL).fenced().await.unwrap();
+    let token = first.fencing_token();
+    first.release().await.unwrap();
+    let second = rwlock.write(TTL).fenced().await.unwrap();
+    assert!(second.fencing_token() > token, "tokens strictly increase");
+    second.release().await.unwrap();
+    let reading = rwlock.read(Duration::from_millis(1500)).await.unwrap();
+    let other = rwlock.read(Duration::from_millis(1500)).await.unwrap();
+    let extended = reading.extend(Duration::from_secs(30)).await;
+    extended.expect("the reader extended");
+    other.release().await.unwrap();
+    assert!(
+        write_refused_elsewhere(&rwlock).await,
+        "the extended reader holds"
+    );
+    reading.release().await.unwrap();
+    rwlock.write(TTL).await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cancelled_or_timed_out_acquisition_leaves_nothing_behind() {
+    let cluster = Cluster::start(3);
+    let rwlock = client(&cluster.urls()).rwlock(&unique("busy")).unwrap();
+    let writing = rwlock.write(TTL).await.unwrap();
+    let reading = rwlock.read(TTL).wait(Duration::from_millis(200)).await;
+    assert!(matches!(reading, Err(Error::Timeout { .. })), "{reading:?}");
+    let cancelled = tokio::time::timeout(Duration::from_millis(50), rwlock.read(TTL).into_future());
+    assert!(cancelled.await.is_err(), "still waiting when dropped");
+    writing.release().await.unwrap();
+    let reading = rwlock.read(TTL).await.unwrap();
+    let writer = {
+        let rwlock = rwlock.clone();
+        let short = Duration::from_millis(1500);
+        tokio::spawn(async move { rwlock.write(short).wait(Duration::from_millis(100)).await })
+    };
+    let writer = writer.await.unwrap();
+    assert!(matches!(writer, Err(Error::Timeout { .. })), "{writer:?}");
+    reading.release().await.unwrap();
+    // The writer that gave up left its intent, which expires with its TTL.
+    common::eventually(Duration::from_secs(5), "no key left", || {
+        rw_keys(&cluster).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bad_input_is_a_config_error() {
+    let cluster = Cluster::start(1);
+    let redlock = client(&cluster.urls());
+    assert!(matches!(redlock.rwlock(""), Err(Error::Config(_))));
+    let rwlock = redlock.rwlock("r").unwrap();
+    let zero = rwlock.read(Duration::ZERO).await;
+    assert!(matches!(zero, Err(Error::Config(_))), "{zero:?}");
+    let zero = rwlock.write(Duration::ZERO).await;
+    assert!(matches!(zero, Err(Error::Config(_))), "{zero:?}");
+    let huge = rwlock.try_read(Duration::MAX).await;
+    assert!(matches!(huge, Err(Error::Config(_))), "{huge:?}");
+    assert_eq!(rw_keys(&cluster), vec![]);
+}
