@@ -23,6 +23,7 @@ use crate::held::release::Holding;
 use crate::metrics;
 use crate::net::answers::Collected;
 use crate::net::fanout::Round;
+use crate::protocol::rw_scripts::Access;
 use crate::report::{NodeOutcome, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
@@ -226,7 +227,10 @@ impl Won<'_> {
         if let Some(marks) = self.marks {
             marks.detach(ensemble);
         }
-        self.holding.hold_locally();
+        if plan.access != Access::Read {
+            // Readers share: a reader of this client is no reason for another to wait.
+            self.holding.hold_locally();
+        }
         if let (Some((node, reply)), Some(notifier)) = (self.list_reply, &ensemble.notifier) {
             // Acquired before the waiting-list node answered: whether that node's list still
             // holds us is known only from its answer.

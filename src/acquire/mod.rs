@@ -11,7 +11,9 @@
 //! - [`ballot`]: what each node's answer says for restart quarantine and fencing;
 //! - [`first_contact`]: reaching every node, and letting a new ensemble's nodes reach a
 //!   second of age before a client that knows none of them admitted sends its keys;
-//! - [`heal`]: readmission of restarted nodes without lock traffic.
+//! - [`heal`]: readmission of restarted nodes without lock traffic;
+//! - [`intent`]: a read-write lock's writer intent, cleared once the writer is done
+//!   waiting.
 //!
 //! The rest of the crate calls [`acquire`] with a [`Request`] (or [`plan::Plan`] and
 //! [`attempt::attempt`] for a single attempt) and gets a held lock back.
@@ -21,6 +23,7 @@ pub mod ballot;
 mod fence_commit;
 pub(crate) mod first_contact;
 pub(crate) mod heal;
+pub(crate) mod intent;
 mod markers;
 pub(crate) mod plan;
 mod refusal;
@@ -109,6 +112,7 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
         let err = match result {
             Ok(mut guard) => {
                 waiting.acquired(enqueue, enqueue.and_then(|e| guard.vote(e.node)));
+                intent::clear_after_write(ensemble, &plan, |i| guard.voted_yes(i));
                 metrics::acquired(started.elapsed());
                 if let Some(policy) = request.auto_extend {
                     guard.auto_extend(policy);
@@ -116,10 +120,14 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
                 return Ok(guard);
             }
             Err(e) if e.is_retryable() => e,
-            Err(e) => return Err(e),
+            Err(e) => {
+                intent::clear_after_write(ensemble, &plan, |_| false);
+                return Err(e);
+            }
         };
         let remaining = wait.saturating_sub(started.elapsed());
         if remaining.is_zero() || max_attempts.is_some_and(|m| attempts >= m) {
+            intent::clear_after_write(ensemble, &plan, |_| false);
             return Err(gave_up(attempts, started, err));
         }
         let poll = |shift| backoff.next(shift);

@@ -178,6 +178,11 @@ impl LockGuard {
         self.votes.get(index).map(|(outcome, _)| outcome)
     }
 
+    /// Whether node `index` voted yes for this lock.
+    pub(crate) fn voted_yes(&self, index: usize) -> bool {
+        self.vote(index) == Some(&NodeOutcome::Acquired)
+    }
+
     /// A signal that fires when this lock can no longer be assumed held.
     pub fn lost_signal(&self) -> LostSignal {
         self.lease.signal()

@@ -195,7 +195,8 @@ impl Holding {
     }
 
     /// A reader's release: its token out of the readers, waking the next waiter when
-    /// `wakes` and no live reader is left.
+    /// `wakes` and no live reader is left; more arguments may follow (the requeue of
+    /// [`release_on`](Self::release_on)).
     fn read_release_call(&self, wakes: bool) -> Call {
         let prefix = &self.ensemble.config.key_prefix;
         let call = Call::script(&rw_scripts::READ_RELEASE, prefix, &self.keys).arg(&*self.token);
@@ -217,6 +218,9 @@ impl Holding {
     /// follow (the requeue of [`release_on`](Self::release_on), which no other script or
     /// native command does).
     fn release_script(&self, wakes: bool) -> Call {
+        if self.access == Access::Read {
+            return self.read_release_call(wakes);
+        }
         let call = Call::script(
             &scripts::RELEASE,
             &self.ensemble.config.key_prefix,

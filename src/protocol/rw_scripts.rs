@@ -9,7 +9,7 @@
 //! ([`Kind::Intent`]) that keeps new readers out for its TTL: readers drain, and the writer
 //! gets in.
 
-use super::keys::{Global, Kind};
+use super::keys::{self, Global, Kind};
 use super::scripts::{Lua, lua_enqueue};
 
 /// Acquisition of a read-write lock's read or write side on one node, with the same
@@ -17,16 +17,20 @@ use super::scripts::{Lua, lua_enqueue};
 /// mutex's acquire script, and the same reply.
 ///
 /// KEYS: the lock key, its fencing counter, its waiting list, its readers, its writer
-/// intent, then the ensemble record and the node's marker ([`Global`]).
+/// intent, its turn, then the ensemble record and the node's marker ([`Global`]).
 /// ARGV[1..6]: as the mutex's acquire script (token, TTL in ms, client id or `''`, stay,
 /// read the fencing counter, rejoin at the head). ARGV[7]: `'r'` to read, `'w'` to write.
 ///
 /// Raises the ensemble record first, as the mutex's script does. Then, with the server's
 /// clock, drops the readers whose expiry passed. A reader enters when no writer holds the
-/// key and no writer intent exists: its token is added with the expiry now + TTL, and the
-/// set's own expiry is raised to at least the TTL. A writer enters when no writer holds the
+/// key and no writer intent exists, or it is its client's turn (a release woke it, ahead
+/// of the writer that left the intent): its token is added with the expiry now + TTL, and
+/// the set's own expiry is raised to at least the TTL. A writer enters when no writer holds the
 /// key and no live reader is left: the key is set to its token with the TTL and the intent
-/// deleted; finding readers, it sets the intent for its TTL instead.
+/// deleted; finding readers, it sets the intent for its TTL instead. A reader that enters
+/// in its client's turn (a release woke it) ends the turn, so that the other waiting
+/// readers pass the gate and share the lock with it, and waiting writers find the readers
+/// and leave their intent.
 ///
 /// Returns `{acquired, fence, marker, record}` as the mutex's script: `acquired` is 1 on
 /// entry, 0 when refused, -1 when the lock key or the readers key holds another type
@@ -34,11 +38,11 @@ use super::scripts::{Lua, lua_enqueue};
 pub(crate) const RW_ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
     r"
-local record = redis.call('GET', KEYS[6])
+local record = redis.call('GET', KEYS[7])
 if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[6], ARGV[2])
+    redis.call('SET', KEYS[7], ARGV[2])
 end
-local marker = redis.call('GET', KEYS[7])
+local marker = redis.call('GET', KEYS[8])
 local fence = false
 if ARGV[5] == '1' then
     fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
@@ -62,12 +66,16 @@ local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 if ARGV[7] == 'r' then
-    if redis.call('EXISTS', KEYS[5]) == 1 then
+    local our_turn = ARGV[3] ~= '' and redis.call('GET', KEYS[6]) == ARGV[3]
+    if not our_turn and redis.call('EXISTS', KEYS[5]) == 1 then
         return refused(0)
     end
     redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
     if redis.call('PTTL', KEYS[4]) < ttl then
         redis.call('PEXPIRE', KEYS[4], ttl)
+    end
+    if our_turn then
+        redis.call('DEL', KEYS[6])
     end
 else
     if redis.call('ZCARD', KEYS[4]) > 0 then
@@ -94,45 +102,57 @@ pub(crate) static RW_ACQUIRE: Lua = Lua::with_globals(
         Kind::Waiters,
         Kind::Readers,
         Kind::Intent,
+        Kind::Turn,
     ],
     &[Global::MaxTtl, Global::Marker],
     RW_ACQUIRE_SRC,
 );
 
-/// A reader leaves, and when it was the last live reader, wakes the next waiting client
-/// (a writer), as the mutex's release does.
+/// A reader leaves, and when it was the last live reader, wakes the next waiting client,
+/// as the mutex's release does; optionally puts a client back in the waiting list.
 ///
 /// KEYS: the lock key, its readers, its waiting list, its turn. ARGV[1]: the reader's
 /// token. ARGV[2]: `'0'`, or to wake a waiter, the lifetime in milliseconds of the turn it
 /// gives the woken client. ARGV[3]: the prefix of the clients' wake-up channels.
+/// ARGV[4..6] (optional, for the clean-up of a failed attempt): our client id, `'1'` to
+/// queue at the head of the waiting list instead of its tail, and the list's expiry in
+/// milliseconds.
 ///
-/// Returns 0 when the token is not among the readers (nothing changed), 1 after removing
+/// Returns 0 when the token is not among the readers (nothing removed), 1 after removing
 /// it when nobody was woken, 2 after removing it and waking one client, which is published
 /// `<token>:<lock key>` as the mutex's release publishes it. Readers whose expiry passed
-/// do not count as live.
-pub(crate) const READ_RELEASE_SRC: &str = r"
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then
-    return 0
-end
-if ARGV[2] == '0' then
-    return 1
-end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0 then
-    return 1
-end
-while true do
-    local id = redis.call('LPOP', KEYS[3])
-    if not id then
+/// do not count as live. With ARGV[4], the client is put back in the waiting list (once)
+/// whatever else happened: the attempt failed on the whole, and the client still waits.
+pub(crate) const READ_RELEASE_SRC: &str = concat!(
+    lua_enqueue!(),
+    r"
+local function wake()
+    local time = redis.call('TIME')
+    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    if redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0 then
         return 1
     end
-    if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[1]) > 0 then
-        redis.call('SET', KEYS[4], id, 'PX', ARGV[2])
-        return 2
+    while true do
+        local id = redis.call('LPOP', KEYS[3])
+        if not id then
+            return 1
+        end
+        if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[1]) > 0 then
+            redis.call('SET', KEYS[4], id, 'PX', ARGV[2])
+            return 2
+        end
     end
 end
-";
+local result = redis.call('ZREM', KEYS[2], ARGV[1])
+if result == 1 and ARGV[2] ~= '0' then
+    result = wake()
+end
+if ARGV[4] then
+    enqueue(KEYS[3], ARGV[4], ARGV[5], ARGV[6])
+end
+return result
+"
+);
 pub(crate) static READ_RELEASE: Lua = Lua::new(
     &[Kind::Lock, Kind::Readers, Kind::Waiters, Kind::Turn],
     READ_RELEASE_SRC,
@@ -187,4 +207,12 @@ impl Access {
             Access::Write => Some("w"),
         }
     }
+}
+
+/// `DEL` of the writer intent of lock key `lock` under `prefix`: sent where a writer that
+/// won, or gave up, may have left it (a node that refused the writer for its readers).
+pub(crate) fn clear_intent(prefix: &str, lock: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("DEL");
+    cmd.arg(keys::derived_name(Kind::Intent, prefix, lock));
+    cmd
 }

@@ -12,11 +12,11 @@
 //!   mutex's [`LockRequest`] on the lock key with the write script;
 //! - [`read`]: the read side: [`ReadRequest`] and [`ReadGuard`].
 //!
-//! Writers come first: a writer that finds readers keeps new readers out for its TTL
-//! while the readers it found leave, and then enters; writers among themselves wait as
-//! mutex waiters do (local turns, waiting lists, release notifications, also from the
-//! last reader's release). Readers wait by polling, woken early by this client's own
-//! writer's release.
+//! Both sides wait as mutex waiters do: local turns, one waiting list of readers and
+//! writers in arrival order, woken by a writer's release and by the last reader's.
+//! A writer that finds readers keeps new readers out for its TTL while the readers it
+//! found leave, and then enters; a reader woken in its turn lets the other waiting
+//! readers in with it.
 
 pub(crate) mod read;
 
@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use crate::acquire::attempt;
 use crate::acquire::heal;
+use crate::acquire::intent;
 use crate::acquire::plan::Plan;
 use crate::acquire::refuse_upgrade;
 use crate::client::{LockRequest, Redlock};
@@ -120,7 +121,8 @@ impl RwLock {
     }
 
     /// Makes one attempt at the write lock. Returns `Ok(None)` when a writer or a live
-    /// reader holds the lock (readers found are then kept from entering anew for `ttl`).
+    /// reader holds the lock. A refused try leaves no intent: it does not keep readers
+    /// out, as a waiting [`write`](Self::write) does.
     ///
     /// # Errors
     ///
@@ -140,7 +142,13 @@ impl RwLock {
         let plan = Plan::new(ensemble, vec![self.resource()], ttl, false)?.with_access(access)?;
         refuse_upgrade(ensemble, &plan)?;
         heal::start_healer(ensemble);
-        match attempt::attempt(ensemble, &plan, None).await {
+        let tried = attempt::attempt(ensemble, &plan, None).await;
+        // A single try does not wait: it leaves no intent behind to keep readers out.
+        match &tried {
+            Ok(guard) => intent::clear_after_write(ensemble, &plan, |i| guard.voted_yes(i)),
+            Err(_) => intent::clear_after_write(ensemble, &plan, |_| false),
+        }
+        match tried {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Contended { .. }) => Ok(None),
             Err(e) => Err(e),

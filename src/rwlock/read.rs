@@ -1,21 +1,17 @@
-//! The read side of a [`RwLock`]: [`ReadRequest`], the loop that acquires a read lock, and
-//! [`ReadGuard`], a held one.
+//! The read side of a [`RwLock`]: [`ReadRequest`], which runs the mutex's acquire loop with
+//! the read script, and [`ReadGuard`], a held read lock.
 
 use std::future::IntoFuture;
 use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tokio::time::Instant;
 
-use crate::acquire::attempt;
-use crate::acquire::gave_up;
-use crate::acquire::heal;
-use crate::acquire::plan::Plan;
+use crate::acquire::{self, Request};
 use crate::error::Result;
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
-use crate::metrics;
 use crate::protocol::rw_scripts::Access;
 use crate::report::NodeReport;
 use crate::rwlock::RwLock;
@@ -28,6 +24,7 @@ pub struct ReadRequest {
     rwlock: RwLock,
     ttl: Duration,
     wait: Option<Duration>,
+    max_attempts: Option<u32>,
     auto_extend: Option<AutoExtend>,
 }
 
@@ -37,6 +34,7 @@ impl ReadRequest {
             rwlock,
             ttl,
             wait: None,
+            max_attempts: None,
             auto_extend: None,
         }
     }
@@ -44,6 +42,12 @@ impl ReadRequest {
     /// How long to wait for the read lock, instead of the client's wait budget.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
+        self
+    }
+
+    /// Caps the attempts (at least 1), instead of the client's attempt cap.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts);
         self
     }
 
@@ -61,48 +65,19 @@ impl IntoFuture for ReadRequest {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let ensemble = self.rwlock.client.inner();
-            let wait = (self.wait).unwrap_or(ensemble.config.wait);
-            let mut guard = acquire_read(&self.rwlock, self.ttl, wait).await?;
-            if let Some(policy) = self.auto_extend {
-                guard.auto_extend(policy);
-            }
-            Ok(guard)
+            let request = Request {
+                resources: vec![self.rwlock.resource()],
+                ttl: self.ttl,
+                wait: self.wait,
+                max_attempts: self.max_attempts,
+                auto_extend: self.auto_extend,
+                fencing: false,
+                access: Access::Read,
+            };
+            let ensemble = Arc::clone(self.rwlock.client.inner());
+            let guard = acquire::acquire(ensemble, request).await?;
+            Ok(ReadGuard::new(guard, &self.rwlock))
         })
-    }
-}
-
-/// Attempts a read lock until one wins, for at most `wait`: after each refusal, a pause
-/// (the client's retry policy, jittered), cut short when a write lock of this client on
-/// the name is released. Writers of other clients are found gone by the next attempt.
-async fn acquire_read(rwlock: &RwLock, ttl: Duration, wait: Duration) -> Result<ReadGuard> {
-    let started = Instant::now();
-    let ensemble = rwlock.client.inner();
-    let plan =
-        Plan::new(ensemble, vec![rwlock.resource()], ttl, false)?.with_access(Access::Read)?;
-    heal::start_healer(ensemble);
-    let (retry, queue) = (&ensemble.config.retry, &ensemble.queue);
-    let (mut attempts, mut polls) = (0u32, 0u32);
-    loop {
-        let local_release = queue.watch_releases(&plan.keys);
-        attempts = attempts.saturating_add(1);
-        let err = match attempt::attempt(ensemble, &plan, None).await {
-            Ok(guard) => {
-                metrics::acquired(started.elapsed());
-                return Ok(ReadGuard::new(guard, rwlock));
-            }
-            Err(e) if e.is_retryable() => e,
-            Err(e) => return Err(e),
-        };
-        let remaining = wait.saturating_sub(started.elapsed());
-        if remaining.is_zero() {
-            return Err(gave_up(attempts, started, err));
-        }
-        let local_release = local_release.and(queue.watch_releases(&plan.keys));
-        let delay = retry.delay(polls, rand::random::<f64>());
-        if local_release.first_or(delay.min(remaining)).await.is_none() {
-            polls = polls.saturating_add(1);
-        }
     }
 }
 
