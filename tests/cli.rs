@@ -590,6 +590,82 @@ fn runs_with_permits_never_exceed_k_and_all_run() {
 }
 
 #[test]
+fn shared_runs_run_together_and_exclusive_runs_alone() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "rw");
+    // Each program enters a directory of its own, then logs its side, how many programs
+    // are inside and how many of them write.
+    fs::create_dir(scratch.path("inside")).unwrap();
+    let script = |side: &str, hold: &str| {
+        format!(
+            "mkdir {d}/{side}$$ && echo {side} $(ls {d} | wc -l) $(ls {d} | grep -c w) >> {log}; \
+             sleep {hold}; rmdir {d}/{side}$$",
+            d = scratch.sh("inside"),
+            log = scratch.sh("log")
+        )
+    };
+    let (read, write) = (script("r", "1"), script("w", "0.2"));
+    let opts = |side| ["--ttl", TTL_ARG, "--wait", "30s", side];
+    let mut runs: Vec<Running> = Vec::new();
+    for _ in 0..3 {
+        let program = ["sh", "-c", read.as_str()];
+        runs.push(start(
+            run_cmd(&urls, &opts("--shared"), &name, &program),
+            &scratch,
+        ));
+    }
+    for _ in 0..2 {
+        let program = ["sh", "-c", write.as_str()];
+        runs.push(start(
+            run_cmd(&urls, &opts("--exclusive"), &name, &program),
+            &scratch,
+        ));
+    }
+    for run in runs {
+        run.wait(LIMIT).expect(0);
+    }
+    let log = fs::read_to_string(scratch.path("log")).unwrap();
+    let lines: Vec<Vec<&str>> = log
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 5, "every run ran once: {log}");
+    for line in &lines {
+        match line[..] {
+            ["w", inside, writers] => assert_eq!((inside, writers), ("1", "1"), "{log}"),
+            ["r", _, writers] => assert_eq!(writers, "0", "a reader beside a writer: {log}"),
+            _ => panic!("unexpected line in {log}"),
+        }
+    }
+    let both = ["--shared", "--exclusive"];
+    (output(run_cmd(&urls, &both, &name, &["true"])).expect(64)).stderr_has("cannot be used");
+}
+
+#[test]
+fn a_killed_shared_run_delays_an_exclusive_run_by_its_ttl_only() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "killed-reader");
+    let ready = scratch.path("ready");
+    let _group = KillGroup(ready.clone());
+    let reader = hold_sleeping(
+        &urls,
+        &scratch,
+        &["--ttl", TTL_ARG, "--shared"],
+        &name,
+        &ready,
+    );
+    // Killed outright: no release, no extension; its program goes with it.
+    reader.signal(Signal::SIGKILL);
+    drop(_group);
+    let started = Instant::now();
+    let opts = ["--ttl", TTL_ARG, "--wait", "30s", "--exclusive"];
+    output(run_cmd(&urls, &opts, &name, &["true"])).expect(0);
+    let waited = started.elapsed();
+    assert!(
+        waited < TTL + Duration::from_secs(4),
+        "waited {waited:?}, TTL {TTL:?}"
+    );
+}
+
+#[test]
 fn no_wait_against_a_held_lock_exits_75_at_once() {
     let (_cluster, urls, scratch, resource) = setup(TTL, "held");
     let ready = scratch.path("ready");

@@ -23,7 +23,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand};
 use quorum_lock::{Error, NodeOutcome, Redlock, RedlockBuilder, Severity, Verdict};
 
-use crate::run::{RunOptions, Signals};
+use crate::run::{HeldKind, RunOptions, Signals};
 
 /// Usage or configuration error (sysexits `EX_USAGE`).
 pub(crate) const EX_USAGE: u8 = 64;
@@ -80,7 +80,10 @@ on stderr who holds the lock and when its key expires.
 
 With --permits K, RESOURCE names a counting semaphore: the program runs under one of its K
 permits (each a lock of its own, extended and watched as a lock is), so at most K programs
-run at once. Every run of one RESOURCE must give the same K.
+run at once. Every run of one RESOURCE must give the same K. With --shared, RESOURCE names a
+read-write lock and the program runs under one of its read locks, beside other --shared
+runs; with --exclusive, under its write lock, alone. A waiting --exclusive run keeps new
+--shared runs out until it has run.
 Other exits: 64 usage, 69 no majority of nodes reachable, 75 held elsewhere, 77 permission
 denied by a node's ACL (also when the release after the program was refused), 78 one server
 listed twice.";
@@ -165,6 +168,15 @@ struct RunArgs {
     /// programs run at once (every run of RESOURCE must give the same K)
     #[arg(long, value_name = "K", conflicts_with = "fencing")]
     permits: Option<u32>,
+
+    /// Take a read lock of the read-write lock RESOURCE: programs run with --shared run
+    /// at once, never beside one run with --exclusive
+    #[arg(long, conflicts_with_all = ["fencing", "permits", "exclusive"])]
+    shared: bool,
+
+    /// Take the write lock of the read-write lock RESOURCE: alone, beside no --shared run
+    #[arg(long, conflicts_with = "permits")]
+    exclusive: bool,
 
     /// How long the program has between SIGTERM and SIGKILL when the lock is lost or at
     /// risk; taken out of the lock's validity [default: 10s, or a third of --ttl if less]
@@ -480,7 +492,12 @@ fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Fail
         ttl: args.ttl,
         wait: (!args.no_wait).then_some(args.wait),
         fencing: args.fencing,
-        permits: args.permits,
+        kind: match (args.permits, args.shared, args.exclusive) {
+            (Some(k), _, _) => HeldKind::Permit(k),
+            (None, true, _) => HeldKind::Read,
+            (None, false, true) => HeldKind::Write,
+            (None, false, false) => HeldKind::Lock,
+        },
         plan,
         node_timeout,
         program: name,

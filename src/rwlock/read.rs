@@ -117,6 +117,14 @@ impl ReadGuard {
     }
 }
 
+impl ReadGuard {
+    /// The reader's guard. This task no longer counts as a reader of the name for
+    /// [`Error::Upgrade`](crate::Error::Upgrade): the guard still holds the read lock.
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+}
+
 impl Deref for ReadGuard {
     type Target = LockGuard;
 

@@ -27,14 +27,27 @@ pub(crate) struct RunOptions {
     /// `None`: `--no-wait`, one attempt.
     pub(crate) wait: Option<Duration>,
     pub(crate) fencing: bool,
-    /// `--permits K`: a permit of the semaphore of that name, not its lock.
-    pub(crate) permits: Option<u32>,
+    /// What is held while the program runs.
+    pub(crate) kind: HeldKind,
     /// When to extend, SIGTERM and SIGKILL (grace period included).
     pub(crate) plan: Plan,
     /// The client's per-node timeout: the pause between failed extensions.
     pub(crate) node_timeout: Duration,
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
+}
+
+/// What `run` holds while the program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HeldKind {
+    /// The lock of the resource.
+    Lock,
+    /// `--permits K`: a permit of the semaphore of that name.
+    Permit(u32),
+    /// `--shared`: a read lock of the read-write lock of that name.
+    Read,
+    /// `--exclusive`: the write lock of the read-write lock of that name.
+    Write,
 }
 
 /// Environment variable naming the resource, for the program.
@@ -172,9 +185,11 @@ fn acquire_failure(err: &Error, opts: &RunOptions, redlock: &Redlock) -> Failure
             format!("cannot lock {:?}: {err}{report}", opts.resource),
         )
     } else if err.is_contended() {
-        let held = match opts.permits {
-            Some(k) => format!("all {k} permits of {:?} are", opts.resource),
-            None => format!("{:?} is", opts.resource),
+        let held = match opts.kind {
+            HeldKind::Permit(k) => format!("all {k} permits of {:?} are", opts.resource),
+            HeldKind::Read => format!("{:?} is written", opts.resource),
+            HeldKind::Write => format!("{:?} is read or written", opts.resource),
+            HeldKind::Lock => format!("{:?} is", opts.resource),
         };
         Failure::new(
             EX_TEMPFAIL,
@@ -260,12 +275,20 @@ async fn acquire(
         // Connecting counts against the wait; `--no-wait` is one attempt (one pass over
         // the permits).
         let wait = opts.wait.map(|w| w.saturating_sub(started.elapsed()));
-        if let Some(permits) = opts.permits {
-            let semaphore = redlock.semaphore(&opts.resource, permits)?;
-            let request = semaphore.acquire(opts.ttl).wait(wait.unwrap_or_default());
-            return Ok((request.await?.into_guard(), None));
-        }
-        let request = redlock.lock(opts.resource.clone(), opts.ttl);
+        let request = match opts.kind {
+            HeldKind::Permit(permits) => {
+                let semaphore = redlock.semaphore(&opts.resource, permits)?;
+                let request = semaphore.acquire(opts.ttl).wait(wait.unwrap_or_default());
+                return Ok((request.await?.into_guard(), None));
+            }
+            HeldKind::Read => {
+                let rwlock = redlock.rwlock(&opts.resource)?;
+                let request = rwlock.read(opts.ttl).wait(wait.unwrap_or_default());
+                return Ok((request.await?.into_guard(), None));
+            }
+            HeldKind::Write => redlock.rwlock(&opts.resource)?.write(opts.ttl),
+            HeldKind::Lock => redlock.lock(opts.resource.clone(), opts.ttl),
+        };
         let request = match wait {
             Some(wait) => request.wait(wait),
             None => request.wait(Duration::ZERO).max_attempts(1),
@@ -277,8 +300,8 @@ async fn acquire(
             Ok((request.await?, None))
         }
     };
-    // Who holds a semaphore's permits is not shown while waiting.
-    let show_progress = io::stderr().is_terminal() && opts.permits.is_none();
+    // Who holds a semaphore's permits or a read-write lock is not shown while waiting.
+    let show_progress = io::stderr().is_terminal() && opts.kind == HeldKind::Lock;
     tokio::select! {
         acquired = acquire => acquired.map_err(|e| acquire_failure(&e, opts, redlock)),
         never = progress::report(redlock, &opts.resource), if show_progress => {
