@@ -55,6 +55,7 @@ pub use held::lease::{LockContext, LostSignal};
 pub use inspect::doctor::{
     ClockOffset, DeploymentReport, Finding, FindingKind, NodeInfo, ServerKind, Severity,
 };
+pub use inspect::readers::{Reader, RwLockStatus};
 pub use inspect::status::{Holder, KeptOut, KeyState, LockStatus, Verdict};
 pub use protocol::holder::HolderInfo;
 pub use redis;

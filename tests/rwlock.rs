@@ -316,6 +316,40 @@ async fn a_cancelled_or_timed_out_acquisition_leaves_nothing_behind() {
 }
 
 #[tokio::test]
+async fn status_shows_the_writer_or_every_reader_with_holder_info() {
+    let cluster = Cluster::start(3);
+    let name = unique("status");
+    let (a, b) = (client(&cluster.urls()), client(&cluster.urls()));
+    let (a, b) = (a.rwlock(&name).unwrap(), b.rwlock(&name).unwrap());
+    let first = a.read(TTL).await.unwrap();
+    let second = b.read(Duration::from_secs(10)).await.unwrap();
+    let status = a.status().await.unwrap();
+    assert_eq!(status.writer.verdict, quorum_lock::Verdict::Free);
+    let readers: Vec<(&str, usize)> = (status.readers.iter())
+        .map(|r| (r.holder.token.as_str(), r.nodes))
+        .collect();
+    let token =
+        |guard: &quorum_lock::ReadGuard| guard.token().split(';').next().unwrap().to_owned();
+    assert_eq!(
+        readers,
+        vec![(token(&first).as_str(), 3), (token(&second).as_str(), 3)]
+    );
+    assert_eq!(status.readers[0].holder.pid, Some(std::process::id()));
+    assert!(status.readers[1].remaining <= Duration::from_secs(10));
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let writing = b.write(TTL).await.unwrap();
+    let status = a.status().await.unwrap();
+    assert!(status.readers.is_empty(), "{status:?}");
+    let holder = status.writer.holder.expect("the writer");
+    assert_eq!(
+        writing.token().split(';').next(),
+        Some(holder.token.as_str())
+    );
+    writing.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn bad_input_is_a_config_error() {
     let cluster = Cluster::start(1);
     let redlock = client(&cluster.urls());

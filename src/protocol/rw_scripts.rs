@@ -216,3 +216,15 @@ pub(crate) fn clear_intent(prefix: &str, lock: &str) -> redis::Cmd {
     cmd.arg(keys::derived_name(Kind::Intent, prefix, lock));
     cmd
 }
+
+/// Lists a read-write lock's live readers, for `status`; writes nothing.
+///
+/// KEYS[1]: the readers. Returns `{now, {token, expiry, token, expiry, ...}}`: the
+/// server's time in milliseconds and each reader whose expiry (in the same clock) is
+/// later, in expiry order.
+pub(crate) const READERS_SRC: &str = r"
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')}
+";
+pub(crate) static READERS: Lua = Lua::new(&[Kind::Readers], READERS_SRC).repeatable();

@@ -471,7 +471,7 @@ pub(crate) static EXTEND: Lua =
     Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl], EXTEND_SRC).repeatable();
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 14] = [
+pub(crate) const SOURCES: [&str; 15] = [
     ACQUIRE_SRC,
     MARK_SRC,
     GATE_SRC,
@@ -486,4 +486,5 @@ pub(crate) const SOURCES: [&str; 14] = [
     super::rw_scripts::RW_ACQUIRE_SRC,
     super::rw_scripts::READ_RELEASE_SRC,
     super::rw_scripts::READ_EXTEND_SRC,
+    super::rw_scripts::READERS_SRC,
 ];

@@ -31,6 +31,7 @@ use crate::acquire::refuse_upgrade;
 use crate::client::{LockRequest, Redlock};
 use crate::error::{Error, Result};
 use crate::held::guard::LockGuard;
+use crate::inspect::readers::{self, RwLockStatus};
 use crate::protocol::keys;
 use crate::protocol::rw_scripts::Access;
 use read::{ReadGuard, ReadRequest};
@@ -134,6 +135,20 @@ impl RwLock {
     /// As [`Redlock::try_lock`].
     pub async fn try_write(&self, ttl: Duration) -> Result<Option<LockGuard>> {
         self.try_access(ttl, Access::Write).await
+    }
+
+    /// Reads the writer and the readers of this lock on every node: who holds it, and for
+    /// how long. Writes nothing.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::status`](crate::Redlock::status).
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing.
+    pub async fn status(&self) -> Result<RwLockStatus> {
+        readers::read_rw_status(self.client.inner(), &self.resource()).await
     }
 
     /// One attempt at `access`; `None` when refused for a holder.

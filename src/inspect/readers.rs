@@ -1,0 +1,140 @@
+//! Read-only inspection of a read-write lock: its writer, as [`status`](super::status)
+//! reads a lock, and its readers on every node.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hashbrown::HashMap;
+use redis::Value;
+
+use crate::ensemble::Ensemble;
+use crate::error::{Error, Result};
+use crate::inspect::status::{self, LockStatus};
+use crate::net::answers::{self, Stop};
+use crate::net::call::Call;
+use crate::net::fanout::Round;
+use crate::protocol::holder::HolderInfo;
+use crate::protocol::reply;
+use crate::protocol::rw_scripts;
+use crate::report::NodeOutcome;
+
+/// Who holds a [`RwLock`](crate::RwLock): its writer, read as
+/// [`Redlock::status`](crate::Redlock::status) reads a lock, and its live readers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RwLockStatus {
+    /// The write side: the lock key, held or free.
+    pub writer: LockStatus,
+    /// Every live reader that a node lists, the longest-lived first.
+    pub readers: Vec<Reader>,
+}
+
+/// One reader of a read-write lock, as the nodes list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Reader {
+    /// Who it is (its stored value, decoded).
+    pub holder: HolderInfo,
+    /// How many nodes list it: it holds the read lock when a majority do.
+    pub nodes: usize,
+    /// Its time left on the node that expires it last, by that node's clock.
+    pub remaining: Duration,
+}
+
+/// Reads the writer and the readers of read-write lock resource `resource` on every node.
+pub(crate) async fn read_rw_status(
+    ensemble: &Arc<Ensemble>,
+    resource: &str,
+) -> Result<RwLockStatus> {
+    let writer = status::read_status(ensemble, resource).await?;
+    let prefix = &ensemble.config.key_prefix;
+    let keys = [writer.key.clone()];
+    let call = Call::script(&rw_scripts::READERS, prefix, &keys);
+    let mut round = Round::everywhere(ensemble.round_scope(), call);
+    let mut listed: Vec<Vec<(String, u64)>> = Vec::new();
+    let collected = answers::collect(
+        &ensemble.nodes,
+        &mut round,
+        |_, answer| match live_readers(answer) {
+            Ok(readers) => {
+                listed.push(readers);
+                NodeOutcome::Reachable
+            }
+            Err(failed) => failed,
+        },
+        |_| false,
+        Stop::AtEnd,
+    )
+    .await;
+    let report = collected.report(&ensemble.nodes);
+    if report.denials() > 0 {
+        return Err(Error::Permission { report });
+    }
+    Ok(RwLockStatus {
+        writer,
+        readers: merged(listed),
+    })
+}
+
+/// The readers script's reply: each live reader's value and milliseconds left.
+fn live_readers(answer: Value) -> std::result::Result<Vec<(String, u64)>, NodeOutcome> {
+    let (now, readers) = reply::decode::<(i64, Vec<(String, i64)>)>(answer)?;
+    let left = |expiry: i64| u64::try_from(expiry.saturating_sub(now)).unwrap_or(0);
+    Ok(readers.into_iter().map(|(v, e)| (v, left(e))).collect())
+}
+
+/// The readers of every node, each once: on how many nodes, and its longest time left.
+fn merged(listed: Vec<Vec<(String, u64)>>) -> Vec<Reader> {
+    let mut by_value: HashMap<String, (usize, u64)> = HashMap::new();
+    for (value, left) in listed.into_iter().flatten() {
+        let entry = by_value.entry(value).or_insert((0, 0));
+        *entry = (entry.0 + 1, entry.1.max(left));
+    }
+    let mut readers: Vec<Reader> = (by_value.into_iter())
+        .map(|(value, (nodes, left))| Reader {
+            holder: HolderInfo::parse(&value),
+            nodes,
+            remaining: Duration::from_millis(left),
+        })
+        .collect();
+    readers.sort_by_key(|r| std::cmp::Reverse(r.remaining));
+    readers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readers_are_merged_across_nodes_longest_first() {
+        let node = |r: &[(&str, u64)]| r.iter().map(|(v, l)| ((*v).to_owned(), *l)).collect();
+        let merged = merged(vec![
+            node(&[("a", 100), ("b", 900)]),
+            node(&[("a", 300)]),
+            node(&[]),
+        ]);
+        let seen: Vec<(&str, usize, u64)> = (merged.iter())
+            .map(|r| {
+                (
+                    r.holder.token.as_str(),
+                    r.nodes,
+                    r.remaining.as_millis() as u64,
+                )
+            })
+            .collect();
+        assert_eq!(seen, vec![("b", 1, 900), ("a", 2, 300)]);
+    }
+
+    #[test]
+    fn a_reply_that_is_not_a_readers_list_is_a_failure() {
+        assert!(live_readers(Value::Nil).is_err());
+        let ok = Value::Array(vec![
+            Value::Int(1000),
+            Value::Array(vec![
+                Value::BulkString(b"r".to_vec()),
+                Value::BulkString(b"1500".to_vec()),
+            ]),
+        ]);
+        assert_eq!(live_readers(ok), Ok(vec![("r".to_owned(), 500)]));
+    }
+}
