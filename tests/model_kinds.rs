@@ -70,6 +70,8 @@ struct Node {
     /// shared expiry (`SharedTtl`: the expiry in `shared`).
     readers: [Option<u8>; CLIENTS],
     shared: u8,
+    /// Read-write lock: a waiting writer's intent, until this tick (0: none).
+    intent: u8,
     /// Semaphore: per slot, its holder and expiry (`Slots`); per client, its entry in the
     /// node's holder set (`Count`, in `readers`).
     slots: [Option<(u8, u8)>; PERMITS],
@@ -79,6 +81,9 @@ impl Node {
     fn expire(&mut self, now: u8, rule: Rule) {
         if self.writer.is_some_and(|(_, until)| until <= now) {
             self.writer = None;
+        }
+        if self.intent <= now {
+            self.intent = 0;
         }
         for r in &mut self.readers {
             let until = match rule {
@@ -101,19 +106,34 @@ impl Node {
     }
 
     /// The node's script: whether it grants `c` what it asks (`slot` for the semaphore's
-    /// slots), writing the entry, which lives until `until`.
-    fn grant(&mut self, c: usize, kind: Kind, slot: usize, until: u8, rule: Rule) -> bool {
+    /// slots) at tick `now`, writing the entry, which lives until `until`.
+    fn grant(
+        &mut self,
+        c: usize,
+        kind: Kind,
+        slot: usize,
+        (now, until): (u8, u8),
+        rule: Rule,
+    ) -> bool {
         let client = c as u8;
         match kind {
             Kind::Write => {
-                let free = self.writer.is_none_or(|(w, _)| w == client);
-                if !free || self.readers_other_than(c) {
+                if self.writer.is_some_and(|(w, _)| w != client) {
+                    return false;
+                }
+                if self.readers_other_than(c) {
+                    // A writer found readers: new readers stay out while its intent lives.
+                    self.intent = until;
                     return false;
                 }
                 self.writer = Some((client, until));
+                self.intent = 0;
             }
             Kind::Read => {
                 if self.writer.is_some_and(|(w, _)| w != client) {
+                    return false;
+                }
+                if rule != Rule::IgnoreIntent && self.intent > now {
                     return false;
                 }
                 self.readers[c] = Some(until);
@@ -173,6 +193,8 @@ enum Rule {
     PerReader,
     /// Read-write lock as peers build it: one expiry for all readers, reset by each grant.
     SharedTtl,
+    /// Read-write lock whose readers ignore a waiting writer's intent.
+    IgnoreIntent,
     /// Semaphore: K slots, each an ordinary quorum lock.
     Slots,
     /// Semaphore as peers build it: each node counts its holders, a plain majority wins.
@@ -187,6 +209,8 @@ struct State {
     holds: [Option<u8>; CLIENTS],
     attempts_left: [u8; CLIENTS],
     restarted: bool,
+    /// A reader won while a writer's intent lived on a majority of nodes.
+    reader_past_intent: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -195,6 +219,13 @@ enum Action {
     Release(usize, u8),
     Tick,
     Restart(usize),
+}
+
+impl State {
+    /// How many nodes hold a live writer intent.
+    fn intents(&self) -> usize {
+        self.nodes.iter().filter(|n| n.intent > self.now).count()
+    }
 }
 
 struct Kinds {
@@ -232,6 +263,7 @@ impl Model for Kinds {
             holds: [None; CLIENTS],
             attempts_left: [self.attempts; CLIENTS],
             restarted: false,
+            reader_past_intent: false,
         }]
     }
 
@@ -270,15 +302,19 @@ impl Model for Kinds {
                 // The key lives its TTL less one tick: the node's clock may run fast.
                 let until = s.now + ttl - 1;
                 let now = s.now;
+                let intents = s.intents();
                 let granted = bits(reached)
                     .filter(|&i| {
                         let node = &mut s.nodes[i];
-                        node.votes_from <= now && node.grant(c, kind, slot, until, self.rule)
+                        node.votes_from <= now && node.grant(c, kind, slot, (now, until), self.rule)
                     })
                     .count();
                 let validity = validity_ticks(ttl);
                 if granted >= safety::majority(NODES) && validity > 0 {
                     s.holds[c] = Some(now + validity);
+                    if kind == Kind::Read && intents >= safety::majority(NODES) {
+                        s.reader_past_intent = true;
+                    }
                 }
             }
             Action::Release(c, reached) => {
@@ -327,6 +363,12 @@ impl Model for Kinds {
                     .count();
                 permits <= PERMITS
             }),
+            Property::always(NO_READER_PAST_INTENT, |_: &Kinds, s: &State| {
+                !s.reader_past_intent
+            }),
+            Property::sometimes(INTENT_STANDS, |_: &Kinds, s: &State| {
+                s.intents() >= safety::majority(NODES)
+            }),
             Property::sometimes(READERS_SHARE, |m: &Kinds, s: &State| {
                 (0..CLIENTS)
                     .filter(|&c| s.holds[c].is_some() && m.clients[c].0 == Kind::Read)
@@ -352,6 +394,8 @@ impl Model for Kinds {
 
 const WRITER_EXCLUDES: &str = "a writer excludes everyone";
 const AT_MOST_K: &str = "at most K permit holders";
+const NO_READER_PAST_INTENT: &str = "no reader enters past a waiting writer";
+const INTENT_STANDS: &str = "a waiting writer's intent stands on a majority";
 const READERS_SHARE: &str = "two readers hold at once";
 const WRITER_HOLDS: &str = "a writer holds";
 const K_HOLD: &str = "K permit holders hold at once";
@@ -377,7 +421,7 @@ fn check(name: &str, model: Kinds, stop_at: Option<&'static str>) -> impl Checke
 /// No counterexample to either safety property; each state in `reached` is reached.
 fn assert_safe(name: &str, model: Kinds, reached: &[&'static str]) {
     let checker = check(name, model, None);
-    for property in [WRITER_EXCLUDES, AT_MOST_K] {
+    for property in [WRITER_EXCLUDES, AT_MOST_K, NO_READER_PAST_INTENT] {
         if let Some(path) = checker.discovery(property) {
             panic!(
                 "{name}: counterexample to {property}: {:?}",
@@ -427,7 +471,7 @@ fn semaphore(rule: Rule, quarantine: bool, restarts: bool) -> Kinds {
 #[test]
 fn a_writer_excludes_readers_with_per_reader_expiry() {
     let model = read_write(Rule::PerReader, true, false, 2);
-    assert_safe("rw", model, &[READERS_SHARE, WRITER_HOLDS]);
+    assert_safe("rw", model, &[READERS_SHARE, WRITER_HOLDS, INTENT_STANDS]);
 }
 
 #[test]
@@ -446,6 +490,12 @@ fn readers_sharing_one_ttl_let_a_writer_in() {
 fn a_restart_without_quarantine_lets_a_writer_in() {
     let model = read_write(Rule::PerReader, false, true, 1);
     assert_caught("rw no quarantine", model, WRITER_EXCLUDES);
+}
+
+#[test]
+fn readers_that_ignore_a_waiting_writer_pass_it() {
+    let model = read_write(Rule::IgnoreIntent, true, false, 2);
+    assert_caught("rw ignoring intent", model, NO_READER_PAST_INTENT);
 }
 
 #[test]
