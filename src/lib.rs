@@ -44,9 +44,10 @@ pub use acquire::ballot;
 pub use rules::safety;
 
 pub use acquire::heal::{NodeReadiness, NodeState, Readiness};
+pub use acquire::request::LockRequest;
+pub use client::Redlock;
 pub use client::builder::RedlockBuilder;
 pub use client::fenced::{FencedContext, FencedGuard, FencedRequest};
-pub use client::{LockRequest, Redlock};
 pub use error::{Error, LostReason, Result};
 pub use fencing::FencingToken;
 pub use held::extend::AutoExtend;

@@ -3,6 +3,7 @@
 //! - this file: `lock()`'s loop, attempts retried with jittered backoff until the wait
 //!   budget or the attempt cap runs out, in this client's local turn for the keys, waiting
 //!   between attempts through the waiting protocol ([`Waiting`]);
+//! - [`request`]: [`LockRequest`](request::LockRequest), the public builder of a call;
 //! - [`plan`]: a validated acquisition (resources, keys, TTL);
 //! - [`attempt`]: one attempt (`try_lock`) from its token to its guard or its error, made
 //!   of the acquire round and its votes ([`vote_round`]), restart quarantine's markers
@@ -27,6 +28,7 @@ pub(crate) mod intent;
 mod markers;
 pub(crate) mod plan;
 mod refusal;
+pub(crate) mod request;
 pub(crate) mod vote_round;
 
 use std::sync::Arc;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::acquire;
-use crate::client::LockRequest;
+use crate::acquire::request::LockRequest;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::held::extend::AutoExtend;
@@ -84,7 +84,7 @@ impl IntoFuture for FencedRequest {
     type IntoFuture = BoxFuture<'static, Result<FencedGuard>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        let ensemble = Arc::clone(self.request.client.inner());
+        let ensemble = Arc::clone(&self.request.ensemble);
         Box::pin(async move {
             let guard = acquire::acquire(ensemble, self.request.request).await?;
             FencedGuard::new(guard)

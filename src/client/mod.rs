@@ -17,20 +17,16 @@ pub(crate) mod fenced;
 pub(crate) mod scoped;
 pub(crate) mod shutdown;
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
-
-use futures::future::BoxFuture;
 
 use crate::acquire::attempt;
 use crate::acquire::first_contact;
 use crate::acquire::heal::{self, Readiness};
 use crate::acquire::plan::Plan;
-use crate::acquire::{self, Request};
+use crate::acquire::request::LockRequest;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
-use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
 use crate::held::lease::LockContext;
 use crate::inspect::doctor::{self, DeploymentReport};
@@ -38,7 +34,6 @@ use crate::inspect::status::{self, LockStatus};
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
-use crate::protocol::rw_scripts::Access;
 use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
@@ -116,7 +111,7 @@ impl Redlock {
     /// progress may have set is released on every node in the background, the local turn
     /// passes to the next task, and the waiting lists that may hold this client are left.
     pub fn lock(&self, resource: impl Into<String>, ttl: Duration) -> LockRequest {
-        LockRequest::new(self.clone(), vec![resource.into()], ttl)
+        LockRequest::new(Arc::clone(&self.inner), vec![resource.into()], ttl)
     }
 
     /// Acquires several resources as one lock: on each node either all of them are set or
@@ -142,7 +137,7 @@ impl Redlock {
         S: Into<String>,
     {
         let resources = resources.into_iter().map(Into::into).collect();
-        LockRequest::new(self.clone(), resources, ttl)
+        LockRequest::new(Arc::clone(&self.inner), resources, ttl)
     }
 
     /// A counting semaphore of `permits` on `name`: at most that many holders at once
@@ -187,7 +182,7 @@ impl Redlock {
     ///
     /// [`Error::Config`] for an empty name.
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
-        RwLock::new(self.clone(), name)
+        RwLock::new(Arc::clone(&self.inner), name)
     }
 
     /// Makes exactly one attempt. Returns `Ok(None)` when another owner holds the resource.
@@ -425,86 +420,5 @@ impl Redlock {
     /// yet released then expire with their TTL.
     pub async fn shutdown(&self) -> usize {
         shutdown::shut_down(self.inner()).await
-    }
-}
-
-/// A pending [`Redlock::lock`] or [`Redlock::lock_many`] call; `.await` it.
-///
-/// Awaiting it runs the attempts (see [`Redlock::lock`] for its `# Errors` and
-/// `# Cancel safety`); [`LockRequest::run`] runs a closure under the lock instead.
-#[derive(Debug)]
-#[must_use = "a lock request does nothing until awaited"]
-pub struct LockRequest {
-    pub(crate) client: Redlock,
-    pub(crate) request: Request,
-}
-
-impl LockRequest {
-    pub(crate) fn new(client: Redlock, resources: Vec<String>, ttl: Duration) -> Self {
-        LockRequest {
-            client,
-            request: Request {
-                resources,
-                ttl,
-                wait: None,
-                max_attempts: None,
-                auto_extend: None,
-                fencing: false,
-                access: Access::Mutex,
-            },
-        }
-    }
-
-    /// How long to keep retrying, overriding
-    /// [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call. Zero makes a
-    /// single attempt; `Duration::MAX` waits for ever.
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.request.wait = Some(wait);
-        self
-    }
-
-    /// Caps the attempts of this call (at least 1), overriding
-    /// [`RedlockBuilder::max_attempts`](crate::RedlockBuilder::max_attempts).
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.request.max_attempts = Some(attempts);
-        self
-    }
-
-    /// Mints a fencing token with the lock: a number that strictly increases from one
-    /// holder of these resources to the next, read from and committed to a majority of
-    /// nodes (one more round trip). Prefer [`fenced`](Self::fenced), whose guard's token
-    /// cannot be absent; see the [`fencing`](crate::fencing) module.
-    pub fn fencing(mut self) -> Self {
-        self.request.fencing = true;
-        self
-    }
-
-    /// Keeps the lock extended in the background once acquired (see [`AutoExtend`]).
-    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.request.auto_extend = Some(policy);
-        self
-    }
-}
-
-/// Acquires the lock: attempts retried with jittered backoff (and, with notifications on,
-/// woken by releases) until the wait budget or the attempt cap runs out.
-///
-/// # Errors
-///
-/// As [`Redlock::lock`]: [`Error::Timeout`] when the budget ran out, [`Error::Config`] for
-/// an unusable request.
-///
-/// # Cancel safety
-///
-/// Dropping the future leaves no lock behind (see [`Redlock::lock`]).
-impl IntoFuture for LockRequest {
-    type Output = Result<LockGuard>;
-    type IntoFuture = BoxFuture<'static, Result<LockGuard>>;
-
-    fn into_future(self) -> Self::IntoFuture {
-        Box::pin(acquire::acquire(
-            Arc::clone(&self.client.inner),
-            self.request,
-        ))
     }
 }

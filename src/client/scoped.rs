@@ -5,7 +5,7 @@ use std::panic::AssertUnwindSafe;
 
 use futures::FutureExt;
 
-use crate::client::LockRequest;
+use crate::acquire::request::LockRequest;
 use crate::client::fenced::{FencedContext, FencedRequest};
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;

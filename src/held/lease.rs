@@ -187,6 +187,32 @@ impl Lease {
         result
     }
 
+    /// The extension's call for `ttl`: the script of the lock's kind; for a mutex's or a
+    /// writer's one key, `SET ... IFEQ ... PX` on the nodes that have it, the same effect
+    /// as the script (see `protocol::native`) as long as the ensemble record needs no raise
+    /// (a TTL up to the acquisition's, see `acquired_ttl`); several keys need the script's
+    /// all or nothing, and a longer TTL the script's record raise (restart quarantine).
+    fn extend_call(&self, ttl: Duration) -> Call {
+        let ensemble = &self.ensemble;
+        let script = match self.access {
+            Access::Read => &rw_scripts::READ_EXTEND,
+            Access::Mutex | Access::Write => &scripts::EXTEND,
+        };
+        let call = Call::script(script, &ensemble.config.key_prefix, &self.keys)
+            .arg(&*self.token)
+            .arg(whole_ms(ttl));
+        match &*self.keys {
+            [key]
+                if ensemble.config.native_commands
+                    && ttl <= self.acquired_ttl
+                    && self.access != Access::Read =>
+            {
+                call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
+            }
+            _ => call,
+        }
+    }
+
     async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
         let ensemble = &self.ensemble;
         let ttl = ensemble.accept_ttl(ttl)?;
@@ -205,27 +231,7 @@ impl Lease {
             ttl,
             start,
         };
-        let script = match self.access {
-            Access::Read => &rw_scripts::READ_EXTEND,
-            Access::Mutex | Access::Write => &scripts::EXTEND,
-        };
-        let call = Call::script(script, &ensemble.config.key_prefix, &self.keys)
-            .arg(&*self.token)
-            .arg(whole_ms(ttl));
-        // One key: `SET ... IFEQ ... PX` on the nodes that have it, the same effect as the
-        // script (see `protocol::native`) as long as the ensemble record needs no raise (a
-        // TTL up to the acquisition's, see `acquired_ttl`); several keys need the script's
-        // all or nothing, and a longer TTL the script's record raise (restart quarantine).
-        let call = match &*self.keys {
-            [key]
-                if ensemble.config.native_commands
-                    && ttl <= self.acquired_ttl
-                    && self.access != Access::Read =>
-            {
-                call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
-            }
-            _ => call,
-        };
+        let call = self.extend_call(ttl);
         let interpret = |_, r| reply::one_or(r, NodeOutcome::Extended, NodeOutcome::NotHeld);
         let is_yes = |o: &NodeOutcome| *o == NodeOutcome::Extended;
         let collected = if let [node] = &ensemble.nodes[..] {

@@ -28,7 +28,8 @@ use crate::acquire::heal;
 use crate::acquire::intent;
 use crate::acquire::plan::Plan;
 use crate::acquire::refuse_upgrade;
-use crate::client::{LockRequest, Redlock};
+use crate::acquire::request::LockRequest;
+use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::held::guard::LockGuard;
 use crate::inspect::readers::{self, RwLockStatus};
@@ -37,21 +38,22 @@ use crate::protocol::rw_scripts::Access;
 use read::{ReadGuard, ReadRequest};
 
 /// A read-write lock: any number of readers, or one writer, of its name at once, across
-/// every client of the same nodes. Made by [`Redlock::rwlock`]; cheap to clone.
+/// every client of the same nodes. Made by [`Redlock::rwlock`](crate::Redlock::rwlock); cheap to
+/// clone.
 #[derive(Debug, Clone)]
 pub struct RwLock {
-    client: Redlock,
+    ensemble: Arc<Ensemble>,
     name: Arc<str>,
 }
 
 impl RwLock {
     /// Checks the name.
-    pub(crate) fn new(client: Redlock, name: &str) -> Result<RwLock> {
+    pub(crate) fn new(ensemble: Arc<Ensemble>, name: &str) -> Result<RwLock> {
         if name.is_empty() {
             return Err(Error::Config("empty read-write lock name".into()));
         }
         Ok(RwLock {
-            client,
+            ensemble,
             name: Arc::from(name),
         })
     }
@@ -92,14 +94,15 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`Redlock::lock`], and [`Error::Upgrade`] when the awaiting task holds a read
-    /// lock of this name.
+    /// As [`Redlock::lock`](crate::Redlock::lock), and [`Error::Upgrade`] when the awaiting task
+    /// holds a read lock of this name.
     ///
     /// # Cancel safety
     ///
-    /// As [`Redlock::lock`].
+    /// As [`Redlock::lock`](crate::Redlock::lock).
     pub fn write(&self, ttl: Duration) -> LockRequest {
-        let mut request = LockRequest::new(self.client.clone(), vec![self.resource()], ttl);
+        let ensemble = Arc::clone(&self.ensemble);
+        let mut request = LockRequest::new(ensemble, vec![self.resource()], ttl);
         request.request.access = Access::Write;
         request
     }
@@ -109,11 +112,11 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`Redlock::try_lock`].
+    /// As [`Redlock::try_lock`](crate::Redlock::try_lock).
     ///
     /// # Cancel safety
     ///
-    /// As [`Redlock::try_lock`].
+    /// As [`Redlock::try_lock`](crate::Redlock::try_lock).
     pub async fn try_read(&self, ttl: Duration) -> Result<Option<ReadGuard>> {
         match self.try_access(ttl, Access::Read).await? {
             Some(guard) => Ok(Some(ReadGuard::new(guard, self))),
@@ -127,12 +130,12 @@ impl RwLock {
     ///
     /// # Errors
     ///
-    /// As [`Redlock::try_lock`], and [`Error::Upgrade`] when this task holds a read lock of
-    /// this name.
+    /// As [`Redlock::try_lock`](crate::Redlock::try_lock), and [`Error::Upgrade`] when this task
+    /// holds a read lock of this name.
     ///
     /// # Cancel safety
     ///
-    /// As [`Redlock::try_lock`].
+    /// As [`Redlock::try_lock`](crate::Redlock::try_lock).
     pub async fn try_write(&self, ttl: Duration) -> Result<Option<LockGuard>> {
         self.try_access(ttl, Access::Write).await
     }
@@ -148,12 +151,12 @@ impl RwLock {
     ///
     /// Cancel safe: it writes nothing.
     pub async fn status(&self) -> Result<RwLockStatus> {
-        readers::read_rw_status(self.client.inner(), &self.resource()).await
+        readers::read_rw_status(&self.ensemble, &self.resource()).await
     }
 
     /// One attempt at `access`; `None` when refused for a holder.
     async fn try_access(&self, ttl: Duration, access: Access) -> Result<Option<LockGuard>> {
-        let ensemble = self.client.inner();
+        let ensemble = &self.ensemble;
         let plan = Plan::new(ensemble, vec![self.resource()], ttl, false)?.with_access(access)?;
         refuse_upgrade(ensemble, &plan)?;
         heal::start_healer(ensemble);

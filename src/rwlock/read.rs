@@ -74,7 +74,7 @@ impl IntoFuture for ReadRequest {
                 fencing: false,
                 access: Access::Read,
             };
-            let ensemble = Arc::clone(self.rwlock.client.inner());
+            let ensemble = Arc::clone(&self.rwlock.ensemble);
             let guard = acquire::acquire(ensemble, request).await?;
             Ok(ReadGuard::new(guard, &self.rwlock))
         })
@@ -94,7 +94,7 @@ pub struct ReadGuard {
 
 impl ReadGuard {
     pub(super) fn new(guard: LockGuard, rwlock: &RwLock) -> ReadGuard {
-        let reads = &rwlock.client.inner().queue.reads;
+        let reads = &rwlock.ensemble.queue.reads;
         let reading = reads.hold(guard.resource());
         ReadGuard {
             guard,

@@ -19,7 +19,8 @@ impl ReadHolds {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records that the current task holds a read lock on `key` (a resource name), until the hold drops.
+    /// Records that the current task holds a read lock on `key` (a resource name), until the hold
+    /// drops.
     pub(crate) fn hold(self: &Arc<Self>, key: &str) -> ReadHold {
         let task = tokio::task::try_id();
         *self.lock().entry((key.to_owned(), task)).or_insert(0) += 1;
