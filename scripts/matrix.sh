@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore metrics faults cli doctor harness_selftest})
+TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock metrics faults cli doctor harness_selftest})
 # The mixed ensemble, by server name: node i of a test runs entry i mod 5.
 MIXED=(redis-6.2 redis-7.0 redis-7.4 valkey-9.1 valkey-9.1)
 ALL=(redis-6.2 redis-7.0 valkey-9.1 redis-7.4)

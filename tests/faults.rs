@@ -190,6 +190,38 @@ fn nemesis_semaphore_holds_at_most_k() {
     );
 }
 
+/// The read-write lock under the faults the mutex meets: three writers (read-modify-write,
+/// fenced in the restart run) and two readers. Safe with zero overlaps (a writer beside
+/// anyone) and strictly increasing writers' tokens; live.
+#[test]
+fn nemesis_rwlock_writers_exclude_everyone() {
+    let rw = |run: NemesisRun| run.read_write().workers(5);
+    let mut restarts = nemesis::minority_empty_restarts("rwlock: minority empty restarts");
+    restarts.run_for = nemesis::soak().unwrap_or(Duration::from_secs(7));
+    nemesis_table(
+        "portable: read-write lock, 3 writers and 2 readers (overlaps: a writer beside anyone)",
+        vec![
+            (
+                PLAIN,
+                rw(NemesisRun::new(
+                    "rwlock: minority partition (proxy cut)",
+                    Some(minority(vec![FaultGen::AnyCut])),
+                    Expect::SafeAndLive,
+                )),
+            ),
+            (
+                PLAIN,
+                rw(NemesisRun::new(
+                    "rwlock: minority pause (SIGSTOP)",
+                    Some(minority(vec![FaultGen::Fixed(Fault::Pause)])),
+                    Expect::SafeAndLive,
+                )),
+            ),
+            (PLAIN, rw(restarts)),
+        ],
+    );
+}
+
 /// Nodes without persistence restarted empty with restart quarantine on: random minority
 /// restarts and a rolling restart through every node, fencing on, workers with 1 s and 3 s
 /// TTLs. Safe with zero overlaps and strictly increasing tokens; progress may pause while
@@ -536,6 +568,22 @@ fn checker_judges_synthetic_histories() {
     assert_eq!(c.overlaps, vec![(0, 2, 10 * MS), (1, 2, 20 * MS)]);
     assert_eq!(c.verdict(false), Verdict::Unsafe);
     assert!(history::check_permits(&h, 0, 0, 3).overlaps.is_empty());
+
+    // Read-write lock (workers 2 and 4 read): readers share; a writer beside a reader, or
+    // a reader beside a writer, is an overlap.
+    let h = hist(vec![
+        hold(2, 0, 30 * MS, 100 * MS, None),
+        hold(4, 10 * MS, 40 * MS, 110 * MS, None),
+        hold(1, 40 * MS, 50 * MS, 120 * MS, None),
+    ]);
+    let rw = |h: &History| history::check_rw(h, 0, 0, |w| w % 2 == 0).overlaps;
+    assert!(rw(&h).is_empty());
+    let h = hist(vec![
+        hold(2, 0, 30 * MS, 100 * MS, None),
+        hold(1, 20 * MS, 40 * MS, 110 * MS, None),
+        hold(4, 35 * MS, 50 * MS, 120 * MS, None),
+    ]);
+    assert_eq!(rw(&h), vec![(0, 1, 10 * MS), (1, 2, 5 * MS)]);
 
     // Within the clocks' uncertainty (2 x 1 µs) an apparent overlap is not reported.
     let h = hist(vec![

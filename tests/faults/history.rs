@@ -240,6 +240,34 @@ pub fn check(history: &History, counter: i64, parent_err: u64) -> Check {
 /// [`check`] for holds of one of `permits` permits: an overlap is a hold acquired while
 /// `permits` others still held (with one permit, any two holds that intersect).
 pub fn check_permits(history: &History, counter: i64, parent_err: u64, permits: usize) -> Check {
+    check_with(history, counter, parent_err, |sharing: &[usize], _| {
+        sharing.len() >= permits
+    })
+}
+
+/// [`check`] for a read-write lock whose workers `is_reader` says read: an overlap is a
+/// hold that shares time with another where either of them writes.
+pub fn check_rw(
+    history: &History,
+    counter: i64,
+    parent_err: u64,
+    is_reader: impl Fn(u32) -> bool,
+) -> Check {
+    let writes = |h: &Hold| !is_reader(h.worker);
+    check_with(history, counter, parent_err, |sharing: &[usize], j| {
+        let holds = &history.holds;
+        (sharing.iter()).any(|&i| writes(&holds[i]) || writes(&holds[j]))
+    })
+}
+
+/// The checker: `conflict(sharing, j)` says whether hold `j`, acquired while the holds
+/// `sharing` still held (by more than the tolerance), overlaps them.
+fn check_with(
+    history: &History,
+    counter: i64,
+    parent_err: u64,
+    conflict: impl Fn(&[usize], usize) -> bool,
+) -> Check {
     let err_of: HashMap<u32, u64> = history
         .done
         .iter()
@@ -265,7 +293,8 @@ pub fn check_permits(history: &History, counter: i64, parent_err: u64, permits: 
             })
             .filter(|&(_, shared)| shared > tolerance)
             .collect();
-        if sharing.len() >= permits {
+        let sharing_holds: Vec<usize> = sharing.iter().map(|&(i, _)| i).collect();
+        if !sharing.is_empty() && conflict(&sharing_holds, j) {
             overlaps.extend(sharing.into_iter().map(|(i, shared)| (i, j, shared)));
         }
         open.push(j);

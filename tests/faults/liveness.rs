@@ -305,6 +305,7 @@ pub fn run(
         ttl_ceiling: Some(CEILING),
         use_lock: true,
         permits: 0,
+        rw: false,
         seed,
     };
     if run.prewarm {

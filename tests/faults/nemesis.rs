@@ -125,6 +125,9 @@ pub struct NemesisRun {
     /// Workers take one of this many permits of a semaphore instead of the lock (0: the
     /// lock); the checker then allows this many holders at once.
     pub permits: u32,
+    /// Workers use a read-write lock: odd-numbered ones write, even-numbered ones read
+    /// (see `WorkerSpec::rw`); the checker allows readers together.
+    pub rw: bool,
 }
 
 impl NemesisRun {
@@ -157,7 +160,14 @@ impl NemesisRun {
             use_lock: true,
             max_increments: 10_000,
             permits: 0,
+            rw: false,
         }
+    }
+
+    /// Workers use a read-write lock, writers and readers in turn.
+    pub fn read_write(mut self) -> Self {
+        self.rw = true;
+        self
     }
 
     pub fn workers(mut self, count: usize) -> Self {
@@ -339,6 +349,7 @@ fn run_once(
         ttl_ceiling: None,
         use_lock: run.use_lock,
         permits: run.permits,
+        rw: run.rw,
         seed,
     };
     if quarantine {
@@ -392,7 +403,11 @@ fn run_once(
         .query(&mut store.conn())
         .expect("GET counter");
     let holders = usize::try_from(run.permits.max(1)).unwrap_or(usize::MAX);
-    let check = history::check_permits(&history, value.unwrap_or(0), 0, holders);
+    let check = if run.rw {
+        history::check_rw(&history, value.unwrap_or(0), 0, super::worker::is_reader)
+    } else {
+        history::check_permits(&history, value.unwrap_or(0), 0, holders)
+    };
     let want = match run.expect {
         Expect::SafeAndLive | Expect::SafeAndBlocked | Expect::SafeAndRecovers => Verdict::Safe,
         Expect::Violation => Verdict::Unsafe,

@@ -58,7 +58,16 @@ pub struct WorkerSpec {
     /// the lock); the counter is then incremented with `INCR`, since up to this many
     /// holders write at once.
     pub permits: u32,
+    /// Use the read-write lock `resource`: odd-numbered workers (1, 3, ...) write under its
+    /// write lock (read-modify-write, fenced with `fencing`), even-numbered ones hold its
+    /// read lock and only read ([`is_reader`]).
+    pub rw: bool,
     pub seed: u64,
+}
+
+/// Whether worker `id` (from 1) of a read-write run is a reader.
+pub fn is_reader(id: u32) -> bool {
+    id.is_multiple_of(2)
 }
 
 const PREFIX: &str = "QLF_";
@@ -103,6 +112,7 @@ impl WorkerSpec {
             ),
             ("USE_LOCK", u8::from(self.use_lock).to_string()),
             ("PERMITS", self.permits.to_string()),
+            ("RW", u8::from(self.rw).to_string()),
             ("SEED", self.seed.to_string()),
         ]
         .into_iter()
@@ -140,6 +150,7 @@ impl WorkerSpec {
             ttl_ceiling: Some(ms("CEILING_MS")).filter(|d| !d.is_zero()),
             use_lock: n("USE_LOCK") == 1,
             permits: u32::try_from(n("PERMITS")).expect("PERMITS fits u32"),
+            rw: n("RW") == 1,
             seed: n("SEED"),
         }
     }
@@ -186,6 +197,21 @@ pub async fn acquire(
     } else {
         Ok((request.await?, None))
     }
+}
+
+/// The read lock (`reader`) or the write lock of the read-write lock `name`, as a guard.
+async fn take_side(
+    redlock: &Redlock,
+    name: &str,
+    reader: bool,
+    fenced: bool,
+    (ttl, wait): (Duration, Duration),
+) -> quorum_lock::Result<(LockGuard, Option<u64>)> {
+    let rwlock = redlock.rwlock(name)?;
+    if reader {
+        return Ok((rwlock.read(ttl).wait(wait).await?.into_guard(), None));
+    }
+    acquire(rwlock.write(ttl).wait(wait), fenced).await
 }
 
 /// One of `permits` permits of the semaphore `name`, as the guard of its slot lock.
@@ -376,9 +402,11 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         }
         let left = Duration::from_nanos(spec.stop_at.saturating_sub(start));
         let wait = spec.lock_wait.min(left);
-        let acquired = match spec.permits {
-            0 => acquire(redlock.lock(&spec.resource, ttl).wait(wait), fenced).await,
-            k => take_permit(&redlock, &spec.resource, k, ttl, wait).await,
+        let reader = spec.rw && is_reader(id);
+        let acquired = match (spec.permits, spec.rw) {
+            (0, false) => acquire(redlock.lock(&spec.resource, ttl).wait(wait), fenced).await,
+            (0, true) => take_side(&redlock, &spec.resource, reader, fenced, (ttl, wait)).await,
+            (k, _) => take_permit(&redlock, &spec.resource, k, ttl, wait).await,
         };
         let (guard, token) = match acquired {
             Ok(held) => held,
@@ -404,7 +432,12 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         };
         let mut read = None;
         let mut write = None;
-        if remaining() > margin && spec.permits > 0 {
+        if reader {
+            // A reader only reads: its hold is what the checker judges.
+            read = Some(clock::now());
+            read_counter(&mut store, &spec.counter).await;
+            tokio::time::sleep(Duration::from_millis(rng.between(1, 3))).await;
+        } else if remaining() > margin && spec.permits > 0 {
             write = Some(increment(&mut store, &spec.counter).await);
             increments += 1;
         } else if remaining() > margin {
