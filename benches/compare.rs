@@ -19,6 +19,8 @@
 //! 7. native commands: Valkey 9 only, N = 5, lock + extend + release with `DELIFEQ` /
 //!    `SET IFEQ` against the Lua scripts (skipped without a `valkey-server` build)
 //! 8. semaphore: K = 4 permits, 16 tasks, N = 1 and 3, against a floor of K slot locks
+//! 9. read-write lock: uncontended read lock + release and write lock + release, one task,
+//!    N = 1, 3, 5, against the mutex and the floor
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
@@ -55,6 +57,8 @@ const BUSY: Duration = Duration::from_micros(1);
 const QUORUM: &str = "quorum-lock";
 const QUORUM_NAGLE: &str = "quorum-lock, tcp_nodelay(false)";
 const QUORUM_QUIET: &str = "quorum-lock, notifications(false)";
+const QUORUM_READ: &str = "quorum-lock read lock";
+const QUORUM_WRITE: &str = "quorum-lock write lock";
 const RSLOCK: &str = "rslock 0.10";
 const REDLOCK: &str = "redlock 2.0 (sync)";
 
@@ -79,15 +83,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=8) => selected.push(n),
+            Ok(n @ 1..=9) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-8)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-9)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5, 6, 7, 8];
+        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -116,7 +120,8 @@ fn main() {
                 5 => scenarios::memory::run(cfg).await,
                 6 => scenarios::scale::run(cfg).await,
                 7 => scenarios::native::run(cfg).await,
-                _ => scenarios::semaphore::run(cfg).await,
+                8 => scenarios::semaphore::run(cfg).await,
+                _ => scenarios::rwlock::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

@@ -5,6 +5,7 @@ pub mod contention;
 pub mod latency;
 pub mod memory;
 pub mod native;
+pub mod rwlock;
 pub mod scale;
 pub mod semaphore;
 pub mod slow_node;

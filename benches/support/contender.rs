@@ -12,7 +12,7 @@ use redis::{AsyncConnectionConfig, IntoConnectionInfo, Value};
 use crate::support::stats::ms;
 use crate::{
     BUSY, FLOOR_1RTT, FLOOR_2ROUNDS, FLOOR_BUSY, NODE_TIMEOUT, QUORUM, QUORUM_NAGLE, QUORUM_QUIET,
-    REDLOCK, RSLOCK, TTL,
+    QUORUM_READ, QUORUM_WRITE, REDLOCK, RSLOCK, TTL,
 };
 
 /// One node as the floors see it: a multiplexed connection, or a node that never answers.
@@ -174,9 +174,18 @@ pub enum Contender {
         queue: Arc<tokio::sync::Mutex<()>>,
     },
     Quorum(quorum_lock::Redlock),
+    /// quorum-lock's read-write lock of the resource: its read lock, or its write lock.
+    QuorumRw(quorum_lock::Redlock, Side),
     /// quorum-lock, extending the lock once (to the same TTL) between lock and release.
     QuorumExtend(quorum_lock::Redlock),
     Rslock(rslock::LockManager),
+}
+
+/// A side of a read-write lock.
+#[derive(Clone, Copy)]
+pub enum Side {
+    Read,
+    Write,
 }
 
 pub enum Held {
@@ -242,6 +251,14 @@ impl Contender {
                 .await
                 .map(Held::Quorum)
                 .map_err(|e| format!("lock: {e}")),
+            Contender::QuorumRw(rl, side) => {
+                let rwlock = rl.rwlock(res).map_err(|e| format!("rwlock: {e}"))?;
+                let held = match side {
+                    Side::Read => rwlock.read(ttl).await.map(|g| g.into_guard()),
+                    Side::Write => rwlock.write(ttl).await,
+                };
+                held.map(Held::Quorum).map_err(|e| format!("lock: {e}"))
+            }
             Contender::QuorumExtend(rl) => {
                 let guard = rl.lock(res, TTL).await.map_err(|e| format!("lock: {e}"))?;
                 guard
@@ -319,6 +336,10 @@ pub enum Kind {
     /// quorum-lock with release notifications off (`notifications(false)`: a release is a
     /// plain compare-and-delete on every node), named [`QUORUM_QUIET`].
     QuorumQuiet,
+    /// quorum-lock's read lock, named [`QUORUM_READ`].
+    QuorumRead,
+    /// quorum-lock's write lock, named [`QUORUM_WRITE`].
+    QuorumWrite,
     /// An rslock `LockManager`, named [`RSLOCK`].
     Rslock,
     /// The sync redlock crate, named [`REDLOCK`].
@@ -334,6 +355,8 @@ impl Kind {
             Kind::Quorum => QUORUM,
             Kind::QuorumNagle => QUORUM_NAGLE,
             Kind::QuorumQuiet => QUORUM_QUIET,
+            Kind::QuorumRead => QUORUM_READ,
+            Kind::QuorumWrite => QUORUM_WRITE,
             Kind::Rslock => RSLOCK,
             Kind::Redlock => REDLOCK,
         }
@@ -378,6 +401,14 @@ pub async fn lock_contenders(urls: &[String], kinds: &[Kind]) -> Vec<(&'static s
             Kind::QuorumQuiet => {
                 Subject::Async(Contender::Quorum(quorum(urls, polling_only).await))
             }
+            Kind::QuorumRead => Subject::Async(Contender::QuorumRw(
+                quorum(urls, defaults).await,
+                Side::Read,
+            )),
+            Kind::QuorumWrite => Subject::Async(Contender::QuorumRw(
+                quorum(urls, defaults).await,
+                Side::Write,
+            )),
             Kind::Rslock => {
                 Subject::Async(Contender::Rslock(rslock::LockManager::new(urls.to_vec())))
             }

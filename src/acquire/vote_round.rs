@@ -30,6 +30,9 @@ type Lives = Vec<Option<Arc<str>>>;
 /// script for several keys, to keep the waiting list or to read fencing counters. The node
 /// whose waiting list this client joins gets the script.
 ///
+/// A read-write lock's side always gets its script, which has a fast path of its own with
+/// the same rule (its last argument), answering as `SET NX PX` does.
+///
 /// The plain `SET NX PX` is the fast path, per node: for a node whose ensemble record is
 /// known to cover this TTL in its current life and, with restart quarantine on, that was
 /// seen admitted in that life (returned: the life per such node, which its reply then
@@ -49,15 +52,12 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
     } = this;
     let ttl_ms = plan.ttl_ms();
     let token = &**holding.token();
-    let lives = match plan.access {
-        Access::Mutex => fast_nodes(ensemble, ttl_ms),
-        Access::Read | Access::Write => vec![None; ensemble.nodes.len()],
-    };
+    let lives = fast_nodes(ensemble, ttl_ms);
     let any_fast = lives.iter().any(Option::is_some);
     let any_scripted = lives.iter().any(Option::is_none);
     let call =
         |enqueue: Option<Enqueue<'_>>, plain: bool| match (&plan.keys[..], enqueue, plan.fencing) {
-            ([key], None, false) if plain => {
+            ([key], None, false) if plain && plan.access == Access::Mutex => {
                 // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
                 let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
                 cmd.arg("SET")
@@ -83,7 +83,10 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
                     .arg(scripts::flag(enqueue.front));
                 match plan.access.mode() {
                     None => call.gated(holding.gate()),
-                    Some(mode) => call.arg(mode).gated(holding.gate()),
+                    // The read-write script's own fast path: no fencing counter to return.
+                    Some(mode) => (call.arg(mode))
+                        .arg(scripts::flag(plain && !fencing))
+                        .gated(holding.gate()),
                 }
             }
         };

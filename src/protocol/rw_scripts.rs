@@ -14,61 +14,76 @@ use super::scripts::{Lua, lua_enqueue};
 
 /// Acquisition of a read-write lock's read or write side on one node, with the same
 /// waiting-list bookkeeping, fencing counter read and restart quarantine data as the
-/// mutex's acquire script, and the same reply.
+/// mutex's acquire script, and the same reply; or, on the fast path, the plain `SET NX
+/// PX`'s reply.
 ///
 /// KEYS: the lock key, its fencing counter, its waiting list, its readers, its writer
 /// intent, its turn, then the ensemble record and the node's marker ([`Global`]).
 /// ARGV[1..6]: as the mutex's acquire script (token, TTL in ms, client id or `''`, stay,
 /// read the fencing counter, rejoin at the head). ARGV[7]: `'r'` to read, `'w'` to write.
+/// ARGV[8]: `'1'` for the fast path: the client knows that this node's record covers the
+/// TTL in its current life (as for the mutex's plain `SET NX PX`), so the record is neither
+/// raised nor read, nor the marker.
 ///
-/// Raises the ensemble record first, as the mutex's script does. Then, with the server's
-/// clock, drops the readers whose expiry passed. A reader enters when no writer holds the
-/// key and no writer intent exists, or it is its client's turn (a release woke it, ahead
-/// of the writer that left the intent): its token is added with the expiry now + TTL, and
-/// the set's own expiry is raised to at least the TTL. A writer enters when no writer holds the
-/// key and no live reader is left: the key is set to its token with the TTL and the intent
-/// deleted; finding readers, it sets the intent for its TTL instead. A reader that enters
-/// in its client's turn (a release woke it) ends the turn, so that the other waiting
-/// readers pass the gate and share the lock with it, and waiting writers find the readers
-/// and leave their intent.
+/// Otherwise raises the ensemble record first, as the mutex's script does. A writer that holds the
+/// key refuses both sides. Then the readers whose expiry passed by the server's clock are dropped,
+/// and a reader enters when no writer intent exists, or it is its client's turn (a release woke it,
+/// ahead of the writer that left the intent): its token is added with the expiry now + TTL, the
+/// set's own expiry raised to at least the TTL, and the turn ended, so that the other waiting
+/// readers pass the gate and share the lock with it, and waiting writers find the readers and leave
+/// their intent. A writer enters when no live reader is left: the key is set to its token with the
+/// TTL and the intent deleted; finding readers, it sets the intent for its TTL instead.
 ///
 /// Returns `{acquired, fence, marker, record}` as the mutex's script: `acquired` is 1 on
-/// entry, 0 when refused, -1 when the lock key or the readers key holds another type
-/// (foreign data).
+/// entry, 0 when refused, -1 when the lock key holds another type (foreign data, whatever
+/// the path). On the fast path, a status `OK` on entry and nil when refused, as `SET NX PX`
+/// answers. A readers key of another type fails the script (`WRONGTYPE`).
 pub(crate) const RW_ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
     r"
-local record = redis.call('GET', KEYS[7])
-if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[7], ARGV[2])
+local fast = ARGV[8] == '1'
+local record, marker = false, false
+if not fast then
+    record = redis.call('GET', KEYS[7])
+    if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
+        redis.call('SET', KEYS[7], ARGV[2])
+    end
+    marker = redis.call('GET', KEYS[8])
 end
-local marker = redis.call('GET', KEYS[8])
 local fence = false
 if ARGV[5] == '1' then
     fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
-local function refused(code)
-    if ARGV[3] ~= '' then
-        enqueue(KEYS[3], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
-    end
-    return {code, fence, marker, record}
-end
-local writer = redis.call('TYPE', KEYS[1]).ok
-local readers = redis.call('TYPE', KEYS[4]).ok
-if (writer ~= 'none' and writer ~= 'string') or (readers ~= 'none' and readers ~= 'zset') then
-    return refused(-1)
-end
-if writer ~= 'none' then
-    return refused(0)
-end
 local ttl = tonumber(ARGV[2])
+local function answer(acquired)
+    if ARGV[3] ~= '' then
+        if acquired == 1 and ARGV[4] ~= '1' then
+            redis.call('LREM', KEYS[3], 0, ARGV[3])
+        elseif acquired ~= -1 then
+            enqueue(KEYS[3], ARGV[3], ARGV[6], 2 * ttl)
+        end
+    end
+    if fast and acquired ~= -1 then
+        if acquired == 1 then
+            return redis.status_reply('OK')
+        end
+        return false
+    end
+    return {acquired, fence, marker, record}
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+        return answer(-1)
+    end
+    return answer(0)
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 if ARGV[7] == 'r' then
     local our_turn = ARGV[3] ~= '' and redis.call('GET', KEYS[6]) == ARGV[3]
     if not our_turn and redis.call('EXISTS', KEYS[5]) == 1 then
-        return refused(0)
+        return answer(0)
     end
     redis.call('ZADD', KEYS[4], now + ttl, ARGV[1])
     if redis.call('PTTL', KEYS[4]) < ttl then
@@ -77,22 +92,15 @@ if ARGV[7] == 'r' then
     if our_turn then
         redis.call('DEL', KEYS[6])
     end
-else
-    if redis.call('ZCARD', KEYS[4]) > 0 then
-        redis.call('SET', KEYS[5], '1', 'PX', ttl)
-        return refused(0)
-    end
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
-    redis.call('DEL', KEYS[5])
+    return answer(1)
 end
-if ARGV[3] ~= '' then
-    if ARGV[4] == '1' then
-        enqueue(KEYS[3], ARGV[3], ARGV[6], 2 * ttl)
-    else
-        redis.call('LREM', KEYS[3], 0, ARGV[3])
-    end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+    redis.call('SET', KEYS[5], '1', 'PX', ttl)
+    return answer(0)
 end
-return {1, fence, marker, record}
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+redis.call('DEL', KEYS[5])
+return answer(1)
 "
 );
 pub(crate) static RW_ACQUIRE: Lua = Lua::with_globals(
@@ -144,7 +152,7 @@ local function wake()
     end
 end
 local result = redis.call('ZREM', KEYS[2], ARGV[1])
-if result == 1 and ARGV[2] ~= '0' then
+if result == 1 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[3]) == 1 then
     result = wake()
 end
 if ARGV[4] then
