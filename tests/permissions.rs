@@ -75,6 +75,48 @@ fn all_keys(cluster: &Cluster) -> Vec<(usize, String)> {
 }
 
 #[tokio::test]
+async fn least_privilege_user_runs_the_read_write_lock() {
+    let cluster = Cluster::start(3);
+    create_user(&cluster, &[]);
+    let (readers, writer) = (client_as_user(&cluster), client_as_user(&cluster));
+    let name = unique("least-rw");
+    let rwlock = readers.rwlock(&name).expect("a name");
+    let reading = rwlock.read(TTL).await.expect("read as the user");
+    reading
+        .extend(TTL)
+        .await
+        .expect("extend a reader as the user");
+    let status = rwlock.status().await.expect("status as the user");
+    assert_eq!(status.readers.len(), 1, "{status:?}");
+    let writing = tokio::spawn(async move {
+        let rwlock = writer.rwlock(&name).expect("a name");
+        let guard = rwlock
+            .write(TTL)
+            .fenced()
+            .wait(Duration::from_secs(20))
+            .await;
+        guard
+            .expect("write as the user, after the reader")
+            .release()
+            .await
+    });
+    reading
+        .release()
+        .await
+        .expect("release a reader as the user");
+    writing
+        .await
+        .unwrap()
+        .expect("release the writer as the user");
+    eventually(
+        Duration::from_secs(10),
+        "nothing left but the counter",
+        || (all_keys(&cluster).iter()).all(|(_, k)| k.contains("quorum-lock:fence:")),
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn least_privilege_user_runs_the_core_scenarios() {
     let cluster = Cluster::start(3);
     create_user(&cluster, &[]);

@@ -15,8 +15,8 @@ use crate::net::call::{Call, SendError};
 use crate::net::coalesce::Yield;
 use crate::net::failure::{NodeFailure, classify};
 use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
+use crate::protocol;
 use crate::protocol::native::Capabilities;
-use crate::protocol::scripts;
 
 type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
 
@@ -456,7 +456,7 @@ impl Node {
 /// retries (see [`Call`]).
 async fn preload_scripts(conn: &mut MultiplexedConnection) -> RedisResult<()> {
     let mut pipe = redis::pipe();
-    for source in scripts::SOURCES {
+    for source in protocol::every_source() {
         pipe.cmd("SCRIPT").arg("LOAD").arg(source);
     }
     match pipe.query_async::<Vec<String>>(conn).await {

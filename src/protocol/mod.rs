@@ -14,3 +14,46 @@ pub(crate) mod native;
 pub(crate) mod reply;
 pub(crate) mod rw_scripts;
 pub(crate) mod scripts;
+
+/// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
+pub(crate) fn every_source() -> impl Iterator<Item = &'static str> {
+    (scripts::SOURCES.iter())
+        .chain(rw_scripts::SOURCES.iter())
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_script_is_preloaded_once() {
+        use rw_scripts::{READ_EXTEND, READ_RELEASE, READERS, RW_ACQUIRE};
+        use scripts::{
+            ACQUIRE, EXTEND, FENCE, FENCED_SET, GATE, INSPECT, LEAVE, MARK, RELEASE, RELEASE_ONE,
+            UNLOCK,
+        };
+        let every = [
+            &ACQUIRE,
+            &MARK,
+            &GATE,
+            &RELEASE,
+            &UNLOCK,
+            &RELEASE_ONE,
+            &EXTEND,
+            &LEAVE,
+            &INSPECT,
+            &FENCE,
+            &FENCED_SET,
+            &RW_ACQUIRE,
+            &READ_RELEASE,
+            &READ_EXTEND,
+            &READERS,
+        ];
+        let loaded: Vec<&str> = every_source().collect();
+        assert_eq!(loaded.len(), every.len());
+        for lua in every {
+            assert!(loaded.contains(&lua.source), "{}", lua.source);
+        }
+    }
+}

@@ -193,6 +193,14 @@ return 1
 pub(crate) static READ_EXTEND: Lua =
     Lua::with_globals(&[Kind::Readers], &[Global::MaxTtl], READ_EXTEND_SRC).repeatable();
 
+/// The read-write lock's scripts' sources, loaded on each new connection with the others.
+pub(crate) const SOURCES: [&str; 4] = [
+    RW_ACQUIRE_SRC,
+    READ_RELEASE_SRC,
+    READ_EXTEND_SRC,
+    READERS_SRC,
+];
+
 /// What a lock's holder holds: a mutex (or a semaphore's slot), or one side of a
 /// read-write lock. It chooses the acquire, release and extension scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

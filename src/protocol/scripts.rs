@@ -3,7 +3,8 @@
 //! Scripts are sent as `EVALSHA` with their precomputed hash (one command built per round
 //! and shared by every node, see `net::call::Call::script`); a node that
 //! answers `NOSCRIPT` (after `SCRIPT FLUSH`) gets the source with `SCRIPT LOAD` and the call
-//! once more. Every new connection also loads all of them first ([`SOURCES`]): a release
+//! once more. Every new connection also loads all of them first ([`SOURCES`], with the
+//! read-write lock's, `protocol::every_source`): a release
 //! queued behind a `SET` on a node that is paused must run when the node resumes, when
 //! nobody waits for a `NOSCRIPT` answer any more to retry it.
 //! All keys of one lock share one token, so the same scripts serve single and multi-resource
@@ -471,7 +472,7 @@ pub(crate) static EXTEND: Lua =
     Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl], EXTEND_SRC).repeatable();
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 15] = [
+pub(crate) const SOURCES: [&str; 11] = [
     ACQUIRE_SRC,
     MARK_SRC,
     GATE_SRC,
@@ -483,8 +484,4 @@ pub(crate) const SOURCES: [&str; 15] = [
     INSPECT_SRC,
     FENCE_SRC,
     FENCED_SET_SRC,
-    super::rw_scripts::RW_ACQUIRE_SRC,
-    super::rw_scripts::READ_RELEASE_SRC,
-    super::rw_scripts::READ_EXTEND_SRC,
-    super::rw_scripts::READERS_SRC,
 ];
