@@ -2,10 +2,8 @@
 
 use crate::common::Cluster;
 use crate::support::contender::{Kind, Subject, lock_contenders};
-use crate::support::measure::{cpu_cells, interleaved, servers_of};
+use crate::support::measure::{interleaved, latency_table, servers_of};
 use crate::support::probe::probe_all;
-use crate::support::stats::summarize;
-use crate::support::table::{Cell, Table, Unit};
 use crate::{Cfg, FLOOR_2ROUNDS, REDLOCK, ROUNDS, RSLOCK};
 
 pub async fn run(cfg: Cfg) {
@@ -30,30 +28,12 @@ pub async fn run(cfg: Cfg) {
         let list: Vec<Subject> = subjects.iter().map(|(_, s)| s.clone()).collect();
         let runs = interleaved(&list, warm, iters, &servers_of(&cluster)).await;
 
-        let mut t = Table::new(
-            format!(
-                "Scenario 1: uncontended lock + unlock, one task, N = {n} ({iters} timed cycles \
+        let title = format!(
+            "Scenario 1: uncontended lock + unlock, one task, N = {n} ({iters} timed cycles \
                  each in {ROUNDS} interleaved rounds, after {warm} warm-up; same resource every \
                  cycle)"
-            ),
-            &[
-                ("p50", Unit::Time),
-                ("p99", Unit::Time),
-                ("cpu/cycle", Unit::Time),
-                ("server cpu", Unit::Time),
-            ],
         );
-        for ((name, _), run) in subjects.iter().zip(&runs) {
-            let s = summarize(run.samples.clone());
-            if let Some(note) = run.error_note(name) {
-                t.note(note);
-            }
-            let [cpu, server_cpu] = cpu_cells(run.cpu_per_cycle());
-            t.row(
-                *name,
-                vec![Cell::time(s.p50), Cell::time(s.p99), cpu, server_cpu],
-            );
-        }
+        let mut t = latency_table(title, &subjects, &runs);
         t.ratios(&[
             (0, FLOOR_2ROUNDS, "p50/floor"),
             (0, RSLOCK, "p50/rslock"),

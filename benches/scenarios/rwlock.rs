@@ -4,9 +4,7 @@
 
 use crate::common::Cluster;
 use crate::support::contender::{Kind, Subject, lock_contenders};
-use crate::support::measure::{cpu_cells, interleaved, servers_of};
-use crate::support::stats::summarize;
-use crate::support::table::{Cell, Table, Unit};
+use crate::support::measure::{interleaved, latency_table, servers_of};
 use crate::{Cfg, FLOOR_2ROUNDS, QUORUM, ROUNDS};
 
 pub async fn run(cfg: Cfg) {
@@ -24,29 +22,11 @@ pub async fn run(cfg: Cfg) {
         let subjects = lock_contenders(&urls, &kinds).await;
         let list: Vec<Subject> = subjects.iter().map(|(_, s)| s.clone()).collect();
         let runs = interleaved(&list, warm, iters, &servers_of(&cluster)).await;
-        let mut t = Table::new(
-            format!(
-                "Scenario 9: read-write lock, uncontended, one task, N = {n} ({iters} timed \
+        let title = format!(
+            "Scenario 9: read-write lock, uncontended, one task, N = {n} ({iters} timed \
                  cycles each in {ROUNDS} interleaved rounds, after {warm} warm-up)"
-            ),
-            &[
-                ("p50", Unit::Time),
-                ("p99", Unit::Time),
-                ("cpu/cycle", Unit::Time),
-                ("server cpu", Unit::Time),
-            ],
         );
-        for ((name, _), run) in subjects.iter().zip(&runs) {
-            let s = summarize(run.samples.clone());
-            if let Some(note) = run.error_note(name) {
-                t.note(note);
-            }
-            let [cpu, server_cpu] = cpu_cells(run.cpu_per_cycle());
-            t.row(
-                *name,
-                vec![Cell::time(s.p50), Cell::time(s.p99), cpu, server_cpu],
-            );
-        }
+        let mut t = latency_table(title, &subjects, &runs);
         t.ratios(&[
             (0, QUORUM, "p50/mutex"),
             (0, FLOOR_2ROUNDS, "p50/floor"),

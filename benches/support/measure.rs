@@ -10,8 +10,8 @@ use tokio::time::Instant;
 use crate::ROUNDS;
 use crate::common::{Cluster, RedisServer, unique};
 use crate::support::contender::{Contender, Subject, redlock_cycle};
-use crate::support::stats::{cpu_time, pids_cpu_time};
-use crate::support::table::Cell;
+use crate::support::stats::{cpu_time, pids_cpu_time, summarize};
+use crate::support::table::{Cell, Table, Unit};
 
 /// CPU time of this process (the client) and of the Redis servers under test.
 #[derive(Clone, Copy, Default)]
@@ -466,4 +466,30 @@ pub fn cpu_cells(per: Option<(Duration, Duration)>) -> [Cell; 2] {
         Some((client, servers)) => [Cell::time(client), Cell::time(servers)],
         None => [Cell::Empty, Cell::Empty],
     }
+}
+
+/// The table of an uncontended latency run: per subject its p50, p99, client and server CPU
+/// per cycle (with a note for a subject whose cycles failed), titled `title`.
+pub fn latency_table(title: String, subjects: &[(&'static str, Subject)], runs: &[Run]) -> Table {
+    let mut t = Table::new(
+        title,
+        &[
+            ("p50", Unit::Time),
+            ("p99", Unit::Time),
+            ("cpu/cycle", Unit::Time),
+            ("server cpu", Unit::Time),
+        ],
+    );
+    for ((name, _), run) in subjects.iter().zip(runs) {
+        let s = summarize(run.samples.clone());
+        if let Some(note) = run.error_note(name) {
+            t.note(note);
+        }
+        let [cpu, server_cpu] = cpu_cells(run.cpu_per_cycle());
+        t.row(
+            *name,
+            vec![Cell::time(s.p50), Cell::time(s.p99), cpu, server_cpu],
+        );
+    }
+    t
 }

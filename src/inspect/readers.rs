@@ -8,9 +8,9 @@ use hashbrown::HashMap;
 use redis::Value;
 
 use crate::ensemble::Ensemble;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::inspect::status::{self, LockStatus};
-use crate::net::answers::{self, Stop};
+use crate::net::answers;
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::holder::HolderInfo;
@@ -52,7 +52,7 @@ pub(crate) async fn read_rw_status(
     let call = Call::script(&rw_scripts::READERS, prefix, &keys);
     let mut round = Round::everywhere(ensemble.round_scope(), call);
     let mut listed: Vec<Vec<(String, u64)>> = Vec::new();
-    let collected = answers::collect(
+    answers::report_every_answer(
         &ensemble.nodes,
         &mut round,
         |_, answer| match live_readers(answer) {
@@ -62,14 +62,8 @@ pub(crate) async fn read_rw_status(
             }
             Err(failed) => failed,
         },
-        |_| false,
-        Stop::AtEnd,
     )
-    .await;
-    let report = collected.report(&ensemble.nodes);
-    if report.denials() > 0 {
-        return Err(Error::Permission { report });
-    }
+    .await?;
     Ok(RwLockStatus {
         writer,
         readers: merged(listed),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::time::Instant;
 
+use crate::error::{Error, Result};
 use crate::net::failure::{NodeFailure, failed};
 use crate::net::fanout::Round;
 use crate::net::node::Node;
@@ -93,6 +94,22 @@ pub(crate) async fn collect(
         }
     })
     .await
+}
+
+/// Every node's answer to `round` (bounded by its timeout), each turned into an outcome by
+/// `interpret`, as a report: the reads and administrative rounds, where no answer decides
+/// early. A node's ACL refusal makes it [`Error::Permission`].
+pub(crate) async fn report_every_answer(
+    nodes: &[Arc<Node>],
+    round: &mut Round,
+    interpret: impl FnMut(usize, Value) -> NodeOutcome,
+) -> Result<NodeReport> {
+    let collected = collect(nodes, round, interpret, |_| false, Stop::AtEnd).await;
+    let report = collected.report(nodes);
+    if report.denials() > 0 {
+        return Err(Error::Permission { report });
+    }
+    Ok(report)
 }
 
 /// [`collect`] with its own stopping rule: `done` sees the outcomes so far (unanswered

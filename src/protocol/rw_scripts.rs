@@ -126,6 +126,9 @@ pub(crate) static RW_ACQUIRE: Lua = Lua::with_globals(
 /// queue at the head of the waiting list instead of its tail, and the list's expiry in
 /// milliseconds.
 ///
+/// The set's own expiry becomes its longest-lived reader's: a reader that left no longer
+/// keeps the others' expired entries stored.
+///
 /// Returns 0 when the token is not among the readers (nothing removed), 1 after removing
 /// it when nobody was woken, 2 after removing it and waking one client, which is published
 /// `<token>:<lock key>` as the mutex's release publishes it. Readers whose expiry passed
@@ -152,6 +155,12 @@ local function wake()
     end
 end
 local result = redis.call('ZREM', KEYS[2], ARGV[1])
+if result == 1 then
+    local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    if last[2] then
+        redis.call('PEXPIREAT', KEYS[2], last[2])
+    end
+end
 if result == 1 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[3]) == 1 then
     result = wake()
 end
