@@ -14,7 +14,7 @@ use crate::net::background::Background;
 use crate::net::fanout::RoundScope;
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
-use crate::protocol::rw_scripts::Access;
+use crate::protocol::access::Access;
 
 use crate::rules::safety::{self, Persistence};
 use crate::wait::Context;

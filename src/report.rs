@@ -15,6 +15,13 @@ pub enum NodeOutcome {
     /// The key holds a value of another type (a list, a hash, ...): a foreign lock or foreign
     /// data. Counted as held by someone else; never overwritten.
     WrongType,
+    /// A semaphore's permit was refused: the node records that this semaphore's holders
+    /// use another permit count (`None`: a record that is not a count). Every client of a
+    /// semaphore must use the same count.
+    CountMismatch {
+        /// The count the node records.
+        recorded: Option<u32>,
+    },
     /// Our token was found and its expiry reset (extend).
     Extended,
     /// Our token was found and deleted (release).
@@ -147,6 +154,12 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::Acquired => f.write_str("voted yes"),
             NodeOutcome::HeldByOther => f.write_str("held by another owner"),
             NodeOutcome::WrongType => f.write_str("wrong type (foreign key)"),
+            NodeOutcome::CountMismatch { recorded: Some(n) } => {
+                write!(f, "semaphore in use with {n} permits")
+            }
+            NodeOutcome::CountMismatch { recorded: None } => {
+                f.write_str("semaphore in use with another permit count")
+            }
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::NotHeld => f.write_str("not held"),

@@ -641,6 +641,28 @@ fn shared_runs_run_together_and_exclusive_runs_alone() {
 }
 
 #[test]
+fn status_shared_shows_the_readers_of_a_read_write_lock() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "rw-status");
+    let ready = scratch.path("ready");
+    let _group = KillGroup(ready.clone());
+    let _reader = hold_sleeping(
+        &urls,
+        &scratch,
+        &["--ttl", TTL_ARG, "--shared"],
+        &name,
+        &ready,
+    );
+    (output(cli(&urls, ["status", "--shared", &name])).expect(0))
+        .stdout_has("readers: 1 on a majority")
+        .stdout_has("on 3 of 3 nodes")
+        .stdout_has(&format!("{name}: free"));
+    (output(cli(&urls, ["status", "--shared", "--json", &name])).expect(0))
+        .stdout_has(r#""readers":[{"holder":{"#)
+        .stdout_has(r#""nodes":3"#);
+    (output(cli(&urls, ["status", &name])).expect(0)).stdout_has(&format!("{name}: free"));
+}
+
+#[test]
 fn a_killed_shared_run_delays_an_exclusive_run_by_its_ttl_only() {
     let (_cluster, urls, scratch, name) = setup(TTL, "killed-reader");
     let ready = scratch.path("ready");
@@ -663,6 +685,17 @@ fn a_killed_shared_run_delays_an_exclusive_run_by_its_ttl_only() {
         waited < TTL + Duration::from_secs(4),
         "waited {waited:?}, TTL {TTL:?}"
     );
+}
+
+#[test]
+fn a_run_with_another_permit_count_is_refused_while_one_holds() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "permit-counts");
+    let ready = scratch.path("ready");
+    let _group = KillGroup(ready.clone());
+    let two = ["--ttl", TTL_ARG, "--permits", "2"];
+    let _holder = hold_sleeping(&urls, &scratch, &two, &name, &ready);
+    let three = ["--ttl", TTL_ARG, "--wait", "5s", "--permits", "3"];
+    (output(run_cmd(&urls, &three, &name, &["true"])).expect(64)).stderr_has("record 2 permits");
 }
 
 #[test]

@@ -448,6 +448,19 @@ fn docker_tier() {
         &mut ens,
         &store,
         WORKER_TEST,
+        &NemesisRun::new(
+            "read-write lock (3 writers, 2 readers): docker pause minority",
+            Some(minority(FaultGen::Fixed(Fault::Pause))),
+            Expect::SafeAndLive,
+        )
+        .read_write()
+        .workers(5),
+        next_seed(),
+    ));
+    rows.push(nemesis::run(
+        &mut ens,
+        &store,
+        WORKER_TEST,
         &silent(
             NemesisRun::new(
                 "network disconnect minority",

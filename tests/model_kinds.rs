@@ -24,6 +24,8 @@
 //! most K holders*. Each design is checked safe, and the designs that peers use are found
 //! unsafe: readers that share one TTL (a reader's grant resets the expiry of all), and a
 //! semaphore that counts holders per node and takes a plain majority (Lua `ZCARD < K`).
+//! Clients of one semaphore that use different counts are refused by the count record each
+//! node keeps beside the slots; without it they exceed the smaller count.
 //! `sometimes` properties guard against vacuity: two readers share, a writer holds, K
 //! holders hold at once.
 
@@ -75,6 +77,8 @@ struct Node {
     /// Semaphore: per slot, its holder and expiry (`Slots`); per client, its entry in the
     /// node's holder set (`Count`, in `readers`).
     slots: [Option<(u8, u8)>; PERMITS],
+    /// Semaphore: the permit count its holders use and until when (`Slots` only).
+    count: Option<(u8, u8)>,
 }
 
 impl Node {
@@ -99,6 +103,9 @@ impl Node {
                 *s = None;
             }
         }
+        if self.count.is_some_and(|(_, until)| until <= now) {
+            self.count = None;
+        }
     }
 
     fn readers_other_than(&self, c: usize) -> bool {
@@ -110,7 +117,7 @@ impl Node {
     fn grant(
         &mut self,
         c: usize,
-        kind: Kind,
+        (kind, count): (Kind, u8),
         slot: usize,
         (now, until): (u8, u8),
         rule: Rule,
@@ -154,7 +161,15 @@ impl Node {
                     if self.slots[slot].is_some_and(|(h, _)| h != client) {
                         return false;
                     }
+                    if rule == Rule::Slots && self.count.is_some_and(|(k, _)| k != count) {
+                        // Another count is recorded while its holders may hold.
+                        return false;
+                    }
                     self.slots[slot] = Some((client, until));
+                    if rule == Rule::Slots {
+                        let kept = self.count.map_or(until, |(_, t)| t.max(until));
+                        self.count = Some((count, kept));
+                    }
                 }
             },
         }
@@ -195,8 +210,10 @@ enum Rule {
     SharedTtl,
     /// Read-write lock whose readers ignore a waiting writer's intent.
     IgnoreIntent,
-    /// Semaphore: K slots, each an ordinary quorum lock.
+    /// Semaphore: K slots, each an ordinary quorum lock, with the count record.
     Slots,
+    /// Semaphore: K slots without the count record (clients may use different counts).
+    SlotsNoCount,
     /// Semaphore as peers build it: each node counts its holders, a plain majority wins.
     Count,
 }
@@ -232,6 +249,8 @@ struct Kinds {
     rule: Rule,
     /// Per client: what it asks for and its TTL in ticks.
     clients: [(Kind, u8); CLIENTS],
+    /// Per client: the permit count it uses (semaphores).
+    counts: [u8; CLIENTS],
     /// Restart quarantine on (the rule as written) or off.
     quarantine: bool,
     restarts: bool,
@@ -240,9 +259,10 @@ struct Kinds {
 }
 
 impl Kinds {
-    fn slots(&self) -> usize {
+    /// The slots client `c` tries: as many as its count, one for the other kinds.
+    fn slots(&self, c: usize) -> usize {
         match self.rule {
-            Rule::Slots => PERMITS,
+            Rule::Slots | Rule::SlotsNoCount => usize::from(self.counts[c]),
             _ => 1,
         }
     }
@@ -271,7 +291,7 @@ impl Model for Kinds {
         for c in 0..CLIENTS {
             match s.holds[c] {
                 None if s.attempts_left[c] > 0 => {
-                    for slot in 0..self.slots() {
+                    for slot in 0..self.slots(c) {
                         for reached in 1..(1u8 << NODES) {
                             actions.push(Action::Acquire(c, slot, reached));
                         }
@@ -306,7 +326,8 @@ impl Model for Kinds {
                 let granted = bits(reached)
                     .filter(|&i| {
                         let node = &mut s.nodes[i];
-                        node.votes_from <= now && node.grant(c, kind, slot, (now, until), self.rule)
+                        node.votes_from <= now
+                            && node.grant(c, (kind, self.counts[c]), slot, (now, until), self.rule)
                     })
                     .count();
                 let validity = validity_ticks(ttl);
@@ -358,10 +379,11 @@ impl Model for Kinds {
                     .all(|w| (0..CLIENTS).all(|o| o == w || !holding(o)))
             }),
             Property::always(AT_MOST_K, |m: &Kinds, s: &State| {
-                let permits = (0..CLIENTS)
+                // Every holder was promised at most its own count of holders.
+                let holders: Vec<usize> = (0..CLIENTS)
                     .filter(|&c| s.holds[c].is_some() && m.clients[c].0 == Kind::Permit)
-                    .count();
-                permits <= PERMITS
+                    .collect();
+                (holders.iter()).all(|&c| holders.len() <= usize::from(m.counts[c]))
             }),
             Property::always(NO_READER_PAST_INTENT, |_: &Kinds, s: &State| {
                 !s.reader_past_intent
@@ -449,6 +471,7 @@ fn read_write(rule: Rule, quarantine: bool, restarts: bool, attempts: u8) -> Kin
     Kinds {
         rule,
         clients: [(Kind::Read, 5), (Kind::Read, 3), (Kind::Write, 3)],
+        counts: [1; CLIENTS],
         quarantine,
         restarts,
         attempts,
@@ -461,6 +484,7 @@ fn semaphore(rule: Rule, quarantine: bool, restarts: bool) -> Kinds {
     Kinds {
         rule,
         clients: [(Kind::Permit, 3); CLIENTS],
+        counts: [PERMITS as u8; CLIENTS],
         quarantine,
         restarts,
         attempts: 1,
@@ -502,6 +526,30 @@ fn readers_that_ignore_a_waiting_writer_pass_it() {
 fn slot_locks_hold_at_most_k() {
     let model = semaphore(Rule::Slots, true, true);
     assert_safe("semaphore slots", model, &[K_HOLD]);
+}
+
+/// Clients that use different counts of one semaphore: one with a single permit, two with
+/// two; with a minority restart when `restarts`.
+fn mixed_counts(rule: Rule, restarts: bool) -> Kinds {
+    Kinds {
+        counts: [1, 2, 2],
+        ..semaphore(rule, true, restarts)
+    }
+}
+
+#[test]
+fn a_count_record_refuses_clients_of_another_count() {
+    assert_safe(
+        "semaphore mixed counts",
+        mixed_counts(Rule::Slots, true),
+        &[K_HOLD],
+    );
+}
+
+#[test]
+fn slots_without_a_count_record_exceed_the_smaller_count() {
+    let model = mixed_counts(Rule::SlotsNoCount, false);
+    assert_caught("semaphore mixed counts, no record", model, AT_MOST_K);
 }
 
 #[test]

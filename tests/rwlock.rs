@@ -364,6 +364,29 @@ async fn status_shows_the_writer_or_every_reader_with_holder_info() {
 }
 
 #[tokio::test]
+async fn a_reader_runs_its_work_under_the_read_lock_and_releases() {
+    let cluster = Cluster::start(3);
+    let rwlock = client(&cluster.urls()).rwlock(&unique("run")).unwrap();
+    let elsewhere = rwlock.clone();
+    let (validity, refused) = rwlock
+        .read(TTL)
+        .run(|ctx| async move {
+            let refused = write_refused_elsewhere(&elsewhere).await;
+            (ctx.validity(), refused)
+        })
+        .await
+        .expect("the work's output");
+    assert!(validity > Duration::ZERO);
+    assert!(refused, "no writer while the work ran");
+    let upgrade = rwlock.read(TTL).run(|_| rwlock.try_write(TTL)).await;
+    assert!(
+        matches!(upgrade, Ok(Err(Error::Upgrade { .. }))),
+        "{upgrade:?}"
+    );
+    no_key_left(&cluster).await;
+}
+
+#[tokio::test]
 async fn bad_input_is_a_config_error() {
     let cluster = Cluster::start(1);
     let redlock = client(&cluster.urls());

@@ -231,6 +231,40 @@ async fn a_cancelled_or_timed_out_acquisition_leaves_nothing_behind() {
 }
 
 #[tokio::test]
+async fn a_client_with_another_count_is_refused_while_holders_hold() {
+    let cluster = Cluster::start(3);
+    let name = unique("counts");
+    let one = client(&cluster.urls()).semaphore(&name, 1).unwrap();
+    let two = client(&cluster.urls()).semaphore(&name, 2).unwrap();
+    let held = one.acquire(Duration::from_millis(1500)).await.unwrap();
+    let refused = two.try_acquire(TTL).await;
+    match refused {
+        Err(Error::Config(msg)) => assert!(msg.contains("record 1 permits"), "{msg}"),
+        other => panic!("refused for its count, not {other:?}"),
+    }
+    let waiting = two.acquire(TTL).wait(Duration::from_secs(2)).await;
+    assert!(
+        matches!(waiting, Err(Error::Config(_))),
+        "no wait: {waiting:?}"
+    );
+    // The holder dies: its count goes with its slot's TTL, then the other count may start.
+    std::mem::forget(held);
+    let mut started = None;
+    for _ in 0..100 {
+        match two.try_acquire(TTL).await {
+            Ok(Some(permit)) => {
+                started = Some(permit);
+                break;
+            }
+            Err(Error::Config(_)) => tokio::time::sleep(Duration::from_millis(50)).await,
+            other => panic!("{other:?}"),
+        }
+    }
+    let permit = started.expect("the other count, once the first one's holder expired");
+    permit.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn bad_input_is_a_config_error() {
     let cluster = Cluster::start(1);
     let redlock = builder(&cluster.urls()).build().unwrap();

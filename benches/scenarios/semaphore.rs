@@ -151,14 +151,16 @@ async fn measure(sem: &Sem, dur: Duration) -> Slice {
 /// A permit held: the floor's key and token, or quorum-lock's permit.
 enum Held {
     Floor(String, String),
-    Quorum(quorum_lock::Permit),
+    Quorum(Box<quorum_lock::Permit>),
 }
 
 async fn take(sem: &Sem) -> Held {
     match sem {
         Sem::Quorum(s) => {
             let permit = s.acquire(Duration::from_millis(TTL_MS));
-            Held::Quorum(permit.wait(Duration::from_secs(60)).await.expect("permit"))
+            Held::Quorum(Box::new(
+                permit.wait(Duration::from_secs(60)).await.expect("permit"),
+            ))
         }
         Sem::Floor(nodes, name) => loop {
             let first = rand::random::<u32>() % PERMITS;

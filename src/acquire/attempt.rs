@@ -23,7 +23,7 @@ use crate::held::release::Holding;
 use crate::metrics;
 use crate::net::answers::Collected;
 use crate::net::fanout::Round;
-use crate::protocol::rw_scripts::Access;
+use crate::protocol::access::Access;
 use crate::report::{NodeOutcome, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;

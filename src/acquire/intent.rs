@@ -7,7 +7,8 @@
 use crate::ensemble::Ensemble;
 use crate::net::call::Call;
 use crate::net::fanout::Round;
-use crate::protocol::rw_scripts::{self, Access};
+use crate::protocol::access::Access;
+use crate::protocol::rw_scripts;
 
 use super::plan::Plan;
 

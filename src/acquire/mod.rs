@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
 use crate::metrics;
-use crate::protocol::rw_scripts::Access;
+use crate::protocol::access::Access;
 use crate::report::NodeReport;
 use crate::rules::retry::RetryPolicy;
 use crate::wait::Waiting;

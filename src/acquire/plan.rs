@@ -8,8 +8,8 @@ use std::time::Duration;
 use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
+use crate::protocol::access::Access;
 use crate::protocol::keys;
-use crate::protocol::rw_scripts::Access;
 use crate::wait::{Enqueue, Requeue};
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
@@ -57,10 +57,13 @@ impl Plan {
         })
     }
 
-    /// The same plan for a side of a read-write lock, which has one resource.
+    /// The same plan for a side of a read-write lock or a semaphore's slot, which have one
+    /// resource each.
     pub(crate) fn with_access(self, access: Access) -> Result<Plan> {
         if access != Access::Mutex && self.resources.len() != 1 {
-            return Err(Error::Config("a read-write lock has one name".into()));
+            return Err(Error::Config(
+                "a read-write lock or a permit has one name".into(),
+            ));
         }
         Ok(Plan { access, ..self })
     }

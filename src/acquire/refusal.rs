@@ -13,6 +13,7 @@ use crate::metrics;
 use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
+use crate::protocol::access::Access;
 use crate::protocol::reply;
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
@@ -29,7 +30,7 @@ pub(super) async fn no_majority(
     // type" certainly do not have it; every other node might (a timed-out SET may still
     // have been applied).
     let maybe_ours: Vec<usize> = (collected.outcomes.iter().enumerate())
-        .filter(|(_, (o, _))| !matches!(o, NodeOutcome::HeldByOther | NodeOutcome::WrongType))
+        .filter(|(_, (o, _))| !certainly_not_set(o))
         .map(|(i, _)| i)
         .collect();
     let (ensemble, plan) = (this.ensemble, this.plan);
@@ -40,7 +41,35 @@ pub(super) async fn no_majority(
     );
     let decision = quorum::decide_acquire(votes, start.elapsed(), None);
     let err = refusal(ensemble, &collected, decision, start.elapsed());
+    let err = count_mismatch(plan, &collected).unwrap_or(err);
     attempt_error(&collected, refused, err)
+}
+
+/// Whether a node that answered `outcome` certainly did not set the token.
+fn certainly_not_set(outcome: &NodeOutcome) -> bool {
+    matches!(
+        outcome,
+        NodeOutcome::HeldByOther | NodeOutcome::WrongType | NodeOutcome::CountMismatch { .. }
+    )
+}
+
+/// The error of a semaphore's slot refused by a node that records another permit count:
+/// clients of one semaphore use different counts, which no retry mends.
+fn count_mismatch(plan: &Plan, collected: &Collected) -> Option<Error> {
+    let Access::Permit(count) = plan.access else {
+        return None;
+    };
+    let recorded = (collected.outcomes.iter()).find_map(|(o, _)| match o {
+        NodeOutcome::CountMismatch { recorded } => Some(*recorded),
+        _ => None,
+    })?;
+    let recorded = recorded.map_or_else(|| "another count of".to_owned(), |n| n.to_string());
+    Some(Error::Config(format!(
+        "semaphore slot {:?}: this client uses {count} permits, but the nodes record \
+         {recorded} permits for the semaphore while its holders may hold; every client of \
+         a semaphore must use the same count",
+        plan.resources[0]
+    )))
 }
 
 /// After a failed plain `SET NX`, which nodes that refused it hold a key of another type

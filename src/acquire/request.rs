@@ -12,7 +12,7 @@ use crate::ensemble::Ensemble;
 use crate::error::Result;
 use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
-use crate::protocol::rw_scripts::Access;
+use crate::protocol::access::Access;
 
 /// A pending [`Redlock::lock`](crate::Redlock::lock) or
 /// [`Redlock::lock_many`](crate::Redlock::lock_many) call; `.await` it.

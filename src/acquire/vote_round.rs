@@ -15,7 +15,8 @@ use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
-use crate::protocol::rw_scripts::{self, Access};
+use crate::protocol::access::Access;
+use crate::protocol::{permit_scripts, rw_scripts};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use crate::rules::safety::Persistence;
@@ -30,8 +31,9 @@ type Lives = Vec<Option<Arc<str>>>;
 /// script for several keys, to keep the waiting list or to read fencing counters. The node
 /// whose waiting list this client joins gets the script.
 ///
-/// A read-write lock's side always gets its script, which has a fast path of its own with
-/// the same rule (its last argument), answering as `SET NX PX` does.
+/// A read-write lock's side and a semaphore's slot always get their script, which has a
+/// fast path of its own with the same rule (its last argument), answering as `SET NX PX`
+/// does.
 ///
 /// The plain `SET NX PX` is the fast path, per node: for a node whose ensemble record is
 /// known to cover this TTL in its current life and, with restart quarantine on, that was
@@ -55,41 +57,18 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
     let lives = fast_nodes(ensemble, ttl_ms);
     let any_fast = lives.iter().any(Option::is_some);
     let any_scripted = lives.iter().any(Option::is_none);
-    let call =
-        |enqueue: Option<Enqueue<'_>>, plain: bool| match (&plan.keys[..], enqueue, plan.fencing) {
-            ([key], None, false) if plain && plan.access == Access::Mutex => {
-                // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
-                let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
-                cmd.arg("SET")
-                    .arg(key)
-                    .arg(token)
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(ttl_ms);
-                Call::new(cmd).gated(holding.gate())
-            }
-            (keys, enqueue, fencing) => {
-                let enqueue = enqueue.unwrap_or_default();
-                let script = match plan.access.mode() {
-                    None => &scripts::ACQUIRE,
-                    Some(_) => &rw_scripts::RW_ACQUIRE,
-                };
-                let call = Call::script(script, &ensemble.config.key_prefix, keys)
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .arg(enqueue.client)
-                    .arg(scripts::flag(enqueue.stay))
-                    .arg(scripts::flag(fencing))
-                    .arg(scripts::flag(enqueue.front));
-                match plan.access.mode() {
-                    None => call.gated(holding.gate()),
-                    // The read-write script's own fast path: no fencing counter to return.
-                    Some(mode) => (call.arg(mode))
-                        .arg(scripts::flag(plain && !fencing))
-                        .gated(holding.gate()),
-                }
-            }
-        };
+    let call = |enqueue: Option<Enqueue<'_>>, plain: bool| match plan.access {
+        Access::Permit(count) => {
+            let prefix = &ensemble.config.key_prefix;
+            Call::script(&permit_scripts::PERMIT_ACQUIRE, prefix, &plan.keys)
+                .arg(token)
+                .arg(ttl_ms)
+                .arg(count)
+                .arg(scripts::flag(plain))
+                .gated(holding.gate())
+        }
+        _ => lock_call(this, holding, enqueue, plain),
+    };
     let enqueue = enqueue.filter(|e| e.lists());
     if let [node] = &ensemble.nodes[..] {
         // The direct path: the one node's call, whichever it is, awaited in place.
@@ -107,6 +86,53 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
         _ => &common,
     });
     (Requests::Round(round), lives)
+}
+
+/// The acquire request of a mutex or a read-write lock's side for one node: the plain `SET
+/// NX PX` where `plain` allows it (one key, not listed, no fencing), else the acquire
+/// script, with the read-write lock's mode and its own fast path for a side.
+fn lock_call(
+    this: Attempt<'_>,
+    holding: &Holding,
+    enqueue: Option<Enqueue<'_>>,
+    plain: bool,
+) -> Call {
+    let (ensemble, plan) = (this.ensemble, this.plan);
+    let (ttl_ms, token) = (plan.ttl_ms(), &**holding.token());
+    match (&plan.keys[..], enqueue, plan.fencing) {
+        ([key], None, false) if plain && plan.access == Access::Mutex => {
+            // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
+            let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
+            cmd.arg("SET")
+                .arg(key)
+                .arg(token)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms);
+            Call::new(cmd).gated(holding.gate())
+        }
+        (keys, enqueue, fencing) => {
+            let enqueue = enqueue.unwrap_or_default();
+            let script = match plan.access.mode() {
+                None => &scripts::ACQUIRE,
+                Some(_) => &rw_scripts::RW_ACQUIRE,
+            };
+            let call = Call::script(script, &ensemble.config.key_prefix, keys)
+                .arg(token)
+                .arg(ttl_ms)
+                .arg(enqueue.client)
+                .arg(scripts::flag(enqueue.stay))
+                .arg(scripts::flag(fencing))
+                .arg(scripts::flag(enqueue.front));
+            match plan.access.mode() {
+                None => call.gated(holding.gate()),
+                // The read-write script's own fast path: no fencing counter to return.
+                Some(mode) => (call.arg(mode))
+                    .arg(scripts::flag(plain && !fencing))
+                    .gated(holding.gate()),
+            }
+        }
+    }
 }
 
 /// Per node, the life it takes the plain `SET NX PX` in (see [`acquire_round`]), or

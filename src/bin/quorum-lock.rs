@@ -80,7 +80,8 @@ on stderr who holds the lock and when its key expires.
 
 With --permits K, RESOURCE names a counting semaphore: the program runs under one of its K
 permits (each a lock of its own, extended and watched as a lock is), so at most K programs
-run at once. Every run of one RESOURCE must give the same K. With --shared, RESOURCE names a
+run at once. Every run of one RESOURCE must give the same K (another K is refused while
+runs of the first hold). With --shared, RESOURCE names a
 read-write lock and the program runs under one of its read locks, beside other --shared
 runs; with --exclusive, under its write lock, alone. A waiting --exclusive run keeps new
 --shared runs out until it has run.
@@ -197,6 +198,11 @@ struct StatusArgs {
     /// Name of the lock
     #[arg(value_name = "RESOURCE")]
     resource: String,
+
+    /// RESOURCE names a read-write lock (as for `run --shared`): show its writer and its
+    /// readers
+    #[arg(long)]
+    shared: bool,
 
     /// Print one line of JSON instead of a table
     #[arg(long)]
@@ -509,6 +515,9 @@ async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
     // Connect within the connect timeout first (see `run`): the read itself has only the
     // node timeout.
     let _ = redlock.connect().await;
+    if args.shared {
+        return rw_status(redlock, args).await;
+    }
     let status = redlock
         .status(&args.resource)
         .await
@@ -531,6 +540,23 @@ async fn status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
                 redlock.quorum()
             ),
         ));
+    }
+    Ok(0)
+}
+
+/// `status --shared`: the writer and the readers of the read-write lock RESOURCE.
+async fn rw_status(redlock: &Redlock, args: &StatusArgs) -> Result<u8, Failure> {
+    let rwlock = redlock
+        .rwlock(&args.resource)
+        .map_err(|e| Failure::from_error(&e))?;
+    let status = rwlock.status().await.map_err(|e| Failure::from_error(&e))?;
+    let (nodes, quorum) = (status.writer.nodes.len(), redlock.quorum());
+    if args.json {
+        say(&status.to_json());
+    } else {
+        let mut text = show::status_text(&status.writer, quorum);
+        text.push_str(&show::readers_text(&status.readers, nodes, quorum));
+        write_to(std::io::stdout(), &text);
     }
     Ok(0)
 }

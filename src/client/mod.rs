@@ -142,7 +142,8 @@ impl Redlock {
 
     /// A counting semaphore of `permits` on `name`: at most that many holders at once
     /// across every client of these nodes, each permit an ordinary quorum lock of its own
-    /// (see [`Semaphore`]). Every client of one name must use the same count.
+    /// (see [`Semaphore`]). Every client of one name must use the same count: while holders
+    /// of one count may hold, acquiring with another is refused with [`Error::Config`].
     ///
     /// ```no_run
     /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {

@@ -1,15 +1,11 @@
 //! Scoped critical sections: run a future under a lock, the Rust form of the seeds'
 //! context manager and decorator.
 
-use std::panic::AssertUnwindSafe;
-
-use futures::FutureExt;
-
 use crate::acquire::request::LockRequest;
 use crate::client::fenced::{FencedContext, FencedRequest};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::held::extend::AutoExtend;
-use crate::held::guard::LockGuard;
+use crate::held::guard::run_under;
 use crate::held::lease::LockContext;
 
 impl LockRequest {
@@ -19,7 +15,7 @@ impl LockRequest {
     ///
     /// `f` receives a [`LockContext`] to read the remaining validity and the lost-lock
     /// signal. If the lock is lost while `f` runs, `f`'s future is dropped at its next
-    /// suspension point and the call returns [`Error::Lost`].
+    /// suspension point and the call returns [`Error::Lost`](crate::Error::Lost).
     ///
     /// ```no_run
     /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
@@ -36,7 +32,8 @@ impl LockRequest {
     ///
     /// # Errors
     ///
-    /// Acquisition errors as for [`Redlock::lock`](crate::Redlock::lock), or [`Error::Lost`].
+    /// Acquisition errors as for [`Redlock::lock`](crate::Redlock::lock), or
+    /// [`Error::Lost`](crate::Error::Lost).
     ///
     /// # Cancel safety
     ///
@@ -101,40 +98,5 @@ impl FencedRequest {
         let (guard, token) = self.await?.into_parts();
         let work = f(FencedContext::new(guard.context(), token));
         run_under(guard, work).await
-    }
-}
-
-/// Runs `work` under `guard`, raced against its lost signal; releases afterwards.
-async fn run_under<Fut, T>(guard: LockGuard, work: Fut) -> Result<T>
-where
-    Fut: Future<Output = T>,
-{
-    let signal = guard.lost_signal();
-    let work = AssertUnwindSafe(work).catch_unwind();
-    let outcome = tokio::select! {
-        // Finished work wins a tie with a loss noticed at the same moment: its effects
-        // already happened either way.
-        biased;
-        out = work => Ok(out),
-        reason = signal.lost() => Err(reason),
-    };
-    match outcome {
-        Ok(out) => {
-            // The work is done; a release that finds the lock already expired changes
-            // nothing for the caller, so its outcome is only logged.
-            if let Err(e) = guard.release().await {
-                tracing::debug!(error = %e, "release after scoped run");
-            }
-            match out {
-                Ok(value) => Ok(value),
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        }
-        Err(reason) => {
-            // Remove what may remain of ours (a lock that expired locally may still sit
-            // on some nodes); never another owner's.
-            let _ = guard.release().await;
-            Err(Error::Lost { reason })
-        }
     }
 }

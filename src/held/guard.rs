@@ -3,15 +3,16 @@
 //! [`release`](crate::held::release).
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::ensemble::Held;
-#[cfg(doc)]
 use crate::error::Error;
 use crate::error::LostReason;
 use crate::error::Result;
@@ -279,5 +280,40 @@ impl Drop for LockGuard {
         self.lease.mark_lost(LostReason::Released);
         metrics::held(self.acquired_at.elapsed());
         // Then `Holding` drops and releases if still armed.
+    }
+}
+
+/// Runs `work` under `guard`, raced against its lost signal; releases afterwards.
+pub(crate) async fn run_under<Fut, T>(guard: LockGuard, work: Fut) -> Result<T>
+where
+    Fut: Future<Output = T>,
+{
+    let signal = guard.lost_signal();
+    let work = AssertUnwindSafe(work).catch_unwind();
+    let outcome = tokio::select! {
+        // Finished work wins a tie with a loss noticed at the same moment: its effects
+        // already happened either way.
+        biased;
+        out = work => Ok(out),
+        reason = signal.lost() => Err(reason),
+    };
+    match outcome {
+        Ok(out) => {
+            // The work is done; a release that finds the lock already expired changes
+            // nothing for the caller, so its outcome is only logged.
+            if let Err(e) = guard.release().await {
+                tracing::debug!(error = %e, "release after scoped run");
+            }
+            match out {
+                Ok(value) => Ok(value),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Err(reason) => {
+            // Remove what may remain of ours (a lock that expired locally may still sit
+            // on some nodes); never another owner's.
+            let _ = guard.release().await;
+            Err(Error::Lost { reason })
+        }
     }
 }

@@ -18,8 +18,9 @@ use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::send_gate::SendGate;
-use crate::protocol::rw_scripts::{self, Access};
+use crate::protocol::access::Access;
 use crate::protocol::{native, reply, scripts};
+use crate::protocol::{permit_scripts, rw_scripts};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
@@ -187,7 +188,8 @@ impl Lease {
         result
     }
 
-    /// The extension's call for `ttl`: the script of the lock's kind; for a mutex's or a
+    /// The extension's call for `ttl`: the script of the lock's kind (a slot's also keeps its
+    /// semaphore's count record alive); for a mutex's or a
     /// writer's one key, `SET ... IFEQ ... PX` on the nodes that have it, the same effect
     /// as the script (see `protocol::native`) as long as the ensemble record needs no raise
     /// (a TTL up to the acquisition's, see `acquired_ttl`); several keys need the script's
@@ -196,11 +198,16 @@ impl Lease {
         let ensemble = &self.ensemble;
         let script = match self.access {
             Access::Read => &rw_scripts::READ_EXTEND,
+            Access::Permit(_) => &permit_scripts::PERMIT_EXTEND,
             Access::Mutex | Access::Write => &scripts::EXTEND,
         };
         let call = Call::script(script, &ensemble.config.key_prefix, &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
+        if let Access::Permit(count) = self.access {
+            // Keeps the count record alive as long as the slot.
+            return call.arg(count);
+        }
         match &*self.keys {
             [key]
                 if ensemble.config.native_commands

@@ -9,6 +9,7 @@ use redis::Value;
 
 use crate::ensemble::Ensemble;
 use crate::error::Result;
+use crate::inspect::json::JsonObject;
 use crate::inspect::status::{self, LockStatus};
 use crate::net::answers;
 use crate::net::call::Call;
@@ -39,6 +40,28 @@ pub struct Reader {
     pub nodes: usize,
     /// Its time left on the node that expires it last, by that node's clock.
     pub remaining: Duration,
+}
+
+impl RwLockStatus {
+    /// The status as one JSON object: `{"writer": <the writer's status, as
+    /// [`LockStatus::to_json`]>, "readers": [{"holder": {"token","host","pid","program",
+    /// "since_ms"}, "nodes", "remaining_ms"}]}`, readers the longest-lived first.
+    pub fn to_json(&self) -> String {
+        let mut out = String::with_capacity(256 + 128 * self.readers.len());
+        let mut o = JsonObject::new(&mut out);
+        o.key("writer");
+        o.out.push_str(&self.writer.to_json());
+        o.array("readers", &self.readers, |out, reader| {
+            let mut r = JsonObject::new(out);
+            r.key("holder");
+            status::holder_json(r.out, &reader.holder);
+            r.num("nodes", Some(reader.nodes as i128));
+            r.num("remaining_ms", Some(reader.remaining.as_millis() as i128));
+            r.end();
+        });
+        o.end();
+        out
+    }
 }
 
 /// Reads the writer and the readers of read-write lock resource `resource` on every node.

@@ -152,7 +152,7 @@ impl LockStatus {
 }
 
 /// `{"token","host","pid","program","since_ms"}`.
-fn holder_json(out: &mut String, h: &HolderInfo) {
+pub(crate) fn holder_json(out: &mut String, h: &HolderInfo) {
     let mut o = JsonObject::new(out);
     o.str("token", Some(&h.token));
     o.str("host", h.host.as_deref());

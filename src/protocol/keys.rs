@@ -26,6 +26,9 @@ pub(crate) enum Kind {
     /// A writer waits for readers to leave: while it exists no new reader enters (it
     /// expires after the waiting writer's TTL).
     Intent,
+    /// The permit count a semaphore's holders use, one per semaphore (its slot locks all
+    /// derive the same name), expiring after the longest-lived of them.
+    PermitCount,
 }
 
 /// The one rule for every name other than a lock key: `<prefix>quorum-lock:<what>:<rest>`.
@@ -89,6 +92,7 @@ pub(crate) fn derived_name<'a>(kind: Kind, prefix: &'a str, lock: &'a str) -> Na
         Kind::Turn => internal_name(prefix, "turn", resource),
         Kind::Readers => internal_name(prefix, "readers", resource),
         Kind::Intent => internal_name(prefix, "intent", resource),
+        Kind::PermitCount => internal_name(prefix, "permits", semaphore_of(resource)),
     }
 }
 
@@ -123,6 +127,17 @@ pub(crate) fn global_name(prefix: &str, global: Global) -> Name<'_> {
 /// crate's namespace; the key prefix is added to it as to any resource.
 pub(crate) fn probe_resource(id: &str) -> String {
     internal("", "probe", id)
+}
+
+/// The semaphore name in slot lock resource `resource` (see [`permit_resource`]): what
+/// lies between the namespace and the slot number; the whole resource for any other.
+fn semaphore_of(resource: &str) -> &str {
+    let in_namespace = resource
+        .strip_prefix("quorum-lock:permit:")
+        .unwrap_or(resource);
+    in_namespace
+        .rsplit_once(':')
+        .map_or(in_namespace, |(name, _)| name)
 }
 
 /// The resource name of permit `slot` of semaphore `name`: a slot lock, under the crate's
@@ -238,6 +253,7 @@ mod tests {
             Kind::Turn,
             Kind::Readers,
             Kind::Intent,
+            Kind::PermitCount,
         ];
         for kind in kinds {
             // Exhaustive on purpose: a new kind must be added to the list above.
@@ -247,7 +263,8 @@ mod tests {
                 | Kind::Waiters
                 | Kind::Turn
                 | Kind::Readers
-                | Kind::Intent => {}
+                | Kind::Intent
+                | Kind::PermitCount => {}
             }
             assert!(
                 derived(kind, prefix, &lock_key).starts_with(prefix),
@@ -255,5 +272,17 @@ mod tests {
             );
         }
         assert!(internal(prefix, "any", "x").starts_with(prefix));
+    }
+
+    #[test]
+    fn every_slot_of_a_semaphore_shares_one_count_key() {
+        let slot = |i| lock("app:", &permit_resource("jobs:a", i));
+        let count = |key: &str| derived(Kind::PermitCount, "app:", key);
+        assert_eq!(count(&slot(0)), "app:quorum-lock:permits:jobs:a");
+        assert_eq!(count(&slot(7)), count(&slot(0)));
+        assert_ne!(
+            count(&lock("app:", &permit_resource("jobs:b", 0))),
+            count(&slot(0))
+        );
     }
 }

@@ -7,10 +7,12 @@
 //! every key they touch through `KEYS` (see [`scripts::Lua`]'s key layout), so a key's name
 //! can change in one place and a server can see every key a script touches.
 
+pub(crate) mod access;
 pub(crate) mod holder;
 pub(crate) mod info;
 pub(crate) mod keys;
 pub(crate) mod native;
+pub(crate) mod permit_scripts;
 pub(crate) mod reply;
 pub(crate) mod rw_scripts;
 pub(crate) mod scripts;
@@ -18,7 +20,8 @@ pub(crate) mod scripts;
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
 pub(crate) fn every_source() -> impl Iterator<Item = &'static str> {
     (scripts::SOURCES.iter())
-        .chain(rw_scripts::SOURCES.iter())
+        .chain(&rw_scripts::SOURCES)
+        .chain(&permit_scripts::SOURCES)
         .copied()
 }
 
@@ -28,6 +31,7 @@ mod tests {
 
     #[test]
     fn every_script_is_preloaded_once() {
+        use permit_scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND};
         use rw_scripts::{READ_EXTEND, READ_RELEASE, READERS, RW_ACQUIRE};
         use scripts::{
             ACQUIRE, EXTEND, FENCE, FENCED_SET, GATE, INSPECT, LEAVE, MARK, RELEASE, RELEASE_ONE,
@@ -49,6 +53,8 @@ mod tests {
             &READ_RELEASE,
             &READ_EXTEND,
             &READERS,
+            &PERMIT_ACQUIRE,
+            &PERMIT_EXTEND,
         ];
         let loaded: Vec<&str> = every_source().collect();
         assert_eq!(loaded.len(), every.len());

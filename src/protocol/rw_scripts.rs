@@ -210,30 +210,6 @@ pub(crate) const SOURCES: [&str; 4] = [
     READERS_SRC,
 ];
 
-/// What a lock's holder holds: a mutex (or a semaphore's slot), or one side of a
-/// read-write lock. It chooses the acquire, release and extension scripts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Access {
-    /// The lock key alone, exclusively.
-    #[default]
-    Mutex,
-    /// A read-write lock's read side: the token among the readers.
-    Read,
-    /// A read-write lock's write side: the lock key, once no reader is left.
-    Write,
-}
-
-impl Access {
-    /// The acquire script's mode argument, for the read-write lock's sides.
-    pub(crate) fn mode(self) -> Option<&'static str> {
-        match self {
-            Access::Mutex => None,
-            Access::Read => Some("r"),
-            Access::Write => Some("w"),
-        }
-    }
-}
-
 /// `DEL` of the writer intent of lock key `lock` under `prefix`: sent where a writer that
 /// won, or gave up, may have left it (a node that refused the writer for its readers).
 pub(crate) fn clear_intent(prefix: &str, lock: &str) -> redis::Cmd {

@@ -93,7 +93,10 @@ pub(crate) enum Vote {
 pub(crate) fn vote(outcome: &NodeOutcome, yes: &NodeOutcome) -> Vote {
     match outcome {
         o if o == yes => Vote::Yes,
-        NodeOutcome::HeldByOther | NodeOutcome::NotHeld | NodeOutcome::WrongType => Vote::No,
+        NodeOutcome::HeldByOther
+        | NodeOutcome::NotHeld
+        | NodeOutcome::WrongType
+        | NodeOutcome::CountMismatch { .. } => Vote::No,
         NodeOutcome::Quarantined { .. } => Vote::Missing,
         NodeOutcome::PermissionDenied(_) => Vote::Denied,
         o if o.is_failure() => Vote::Missing,

@@ -33,8 +33,8 @@ use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::held::guard::LockGuard;
 use crate::inspect::readers::{self, RwLockStatus};
+use crate::protocol::access::Access;
 use crate::protocol::keys;
-use crate::protocol::rw_scripts::Access;
 use read::{ReadGuard, ReadRequest};
 
 /// A read-write lock: any number of readers, or one writer, of its name at once, across

@@ -11,8 +11,9 @@ use futures::future::BoxFuture;
 use crate::acquire::{self, Request};
 use crate::error::Result;
 use crate::held::extend::AutoExtend;
-use crate::held::guard::LockGuard;
-use crate::protocol::rw_scripts::Access;
+use crate::held::guard::{LockGuard, run_under};
+use crate::held::lease::LockContext;
+use crate::protocol::access::Access;
 use crate::report::NodeReport;
 use crate::rwlock::RwLock;
 use crate::wait::read_holds::ReadHold;
@@ -56,6 +57,39 @@ impl ReadRequest {
     pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
         self.auto_extend = Some(policy);
         self
+    }
+
+    /// Acquires the read lock, runs `f` under it with auto-extension (unlimited unless
+    /// [`auto_extend`](Self::auto_extend) set a budget), releases it afterwards, also when
+    /// `f` fails or panics, and returns `f`'s output: as
+    /// [`LockRequest::run`](crate::LockRequest::run) for a read lock.
+    ///
+    /// # Errors
+    ///
+    /// Acquisition errors as for [`RwLock::read`], or [`Error::Lost`](crate::Error::Lost)
+    /// when the read lock is lost while `f` runs (`f`'s future is then dropped).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockRequest::run`](crate::LockRequest::run).
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the read lock was released.
+    pub async fn run<F, Fut, T>(mut self, f: F) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if self.auto_extend.is_none() {
+            self.auto_extend = Some(AutoExtend::new());
+        }
+        let ReadGuard { guard, _reading } = self.await?;
+        let work = f(guard.context());
+        // This task reads until the work is done: it may not ask for the write lock.
+        let ran = run_under(guard, work).await;
+        drop(_reading);
+        ran
     }
 }
 

@@ -14,8 +14,9 @@
 //!   others wait in arrival order), then one attempt per slot, from a random slot on, then
 //!   a jittered pause until a slot frees or the wait budget runs out.
 //!
-//! Every client of one name must use the same permit count: slots are shared by number,
-//! so clients with different counts together hold up to the largest count.
+//! Every client of one name must use the same permit count: each node records the count
+//! beside the slots while their holders may hold, and a client that asks for another count
+//! is refused ([`Error::Config`]) until they are gone.
 
 pub(crate) mod permit;
 mod slots;

@@ -12,6 +12,7 @@ use crate::acquire::heal;
 use crate::acquire::plan::Plan;
 use crate::error::{Error, Result};
 use crate::metrics;
+use crate::protocol::access::Access;
 use crate::protocol::keys;
 use crate::semaphore::Semaphore;
 use crate::semaphore::permit::Permit;
@@ -53,6 +54,7 @@ async fn try_slots(
         *attempts = attempts.saturating_add(1);
         let resource = keys::permit_resource(&semaphore.name, slot);
         let plan = Plan::new(ensemble, vec![resource], ttl, false)?;
+        let plan = plan.with_access(Access::Permit(semaphore.permits))?;
         match attempt::attempt(ensemble, &plan, None).await {
             Ok(guard) => return Ok(Permit::new(guard, slot, None)),
             Err(e @ Error::Contended { .. }) => contended = Some(e),

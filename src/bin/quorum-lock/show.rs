@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use quorum_lock::{Holder, HolderInfo, KeyState, LockStatus, Verdict};
+use quorum_lock::{Holder, HolderInfo, KeyState, LockStatus, Reader, Verdict};
 
 use crate::duration::human;
 
@@ -35,6 +35,29 @@ pub(crate) fn holder_text(info: &HolderInfo, held_for: Option<Duration>) -> Stri
     }
     if let Some(held) = held_for.filter(|_| info.since.is_some()) {
         let _ = write!(out, " for {}", human(held));
+    }
+    out
+}
+
+/// The readers of a read-write lock, one line each after a count: who, on how many of
+/// `nodes` nodes (a reader holds on `quorum` of them), and for how long at most.
+pub(crate) fn readers_text(readers: &[Reader], nodes: usize, quorum: usize) -> String {
+    let holding = readers.iter().filter(|r| r.nodes >= quorum).count();
+    let mut out = format!("readers: {holding} on a majority");
+    if readers.len() > holding {
+        let _ = write!(out, ", {} on fewer nodes", readers.len() - holding);
+    }
+    out.push('\n');
+    for reader in readers {
+        let held_for = (reader.holder.since)
+            .and_then(|since| std::time::SystemTime::now().duration_since(since).ok());
+        let _ = writeln!(
+            out,
+            "  {}, on {} of {nodes} nodes, valid for at most {} more",
+            holder_text(&reader.holder, held_for),
+            reader.nodes,
+            human(reader.remaining)
+        );
     }
     out
 }

@@ -1,0 +1,92 @@
+//! The scripts of a semaphore's slot locks: a slot is taken and extended as a mutex's lock
+//! key is, and each also keeps the semaphore's permit count recorded beside it, so that a
+//! client that uses another count is refused while a holder of this one may hold (a slot
+//! lock is released by the mutex's scripts).
+
+use super::keys::{Global, Kind};
+use super::scripts::Lua;
+
+/// Takes one slot lock on one node, with the semaphore's count record and the restart
+/// quarantine data of the mutex's acquire script.
+///
+/// KEYS: the slot's lock key, the semaphore's count record, then the ensemble record and
+/// the node's marker ([`Global`]). ARGV[1]: our token. ARGV[2]: TTL in milliseconds.
+/// ARGV[3]: the permit count. ARGV[4]: `'1'` for the fast path (as the read-write lock's
+/// acquire script: the record is neither raised nor read, nor the marker).
+///
+/// Otherwise raises the ensemble record first, as the mutex's script does. A count record
+/// other than ARGV[3] refuses the slot. Else the slot is taken with `SET NX PX`, and on
+/// success the count record is set to ARGV[3] with at least the TTL left, so that it
+/// outlives this slot's key.
+///
+/// Returns `{acquired, recorded, marker, record}`: `acquired` is 1 after taking the slot,
+/// 0 when another token holds it, -1 when the key holds another type (foreign data), -2
+/// when the node records another count (`recorded`, else nil). On the fast path a taken or
+/// held slot answers as `SET NX PX` does (status `OK`, nil).
+pub(crate) const PERMIT_ACQUIRE_SRC: &str = r"
+local fast = ARGV[4] == '1'
+local record, marker = false, false
+if not fast then
+    record = redis.call('GET', KEYS[3])
+    if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
+        redis.call('SET', KEYS[3], ARGV[2])
+    end
+    marker = redis.call('GET', KEYS[4])
+end
+local count = redis.call('GET', KEYS[2])
+if count and count ~= ARGV[3] then
+    return {-2, tonumber(count) or -1, marker, record}
+end
+local ttl = tonumber(ARGV[2])
+local acquired = 0
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
+    acquired = 1
+    if redis.call('PTTL', KEYS[2]) < ttl then
+        redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl)
+    end
+elseif redis.call('TYPE', KEYS[1]).ok ~= 'string' then
+    acquired = -1
+end
+if fast and acquired == 1 then
+    return redis.status_reply('OK')
+elseif fast and acquired == 0 then
+    return false
+end
+return {acquired, false, marker, record}
+";
+pub(crate) static PERMIT_ACQUIRE: Lua = Lua::with_globals(
+    &[Kind::Lock, Kind::PermitCount],
+    &[Global::MaxTtl, Global::Marker],
+    PERMIT_ACQUIRE_SRC,
+);
+
+/// Extends a slot lock (compare-and-`PEXPIRE`) and the count record with it.
+///
+/// KEYS: the slot's lock key, the count record, then the ensemble record
+/// ([`Global::MaxTtl`]). ARGV[1]: our token. ARGV[2]: the new TTL in milliseconds.
+/// ARGV[3]: the permit count. Returns 1 after raising the ensemble record to the TTL
+/// (never lowering it), resetting the slot's expiry and raising the count record's to at
+/// least the TTL; 0, changing nothing, when the slot does not hold our token.
+pub(crate) const PERMIT_EXTEND_SRC: &str = r"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+local ttl = tonumber(ARGV[2])
+if (tonumber(redis.call('GET', KEYS[3]) or '0') or 0) < ttl then
+    redis.call('SET', KEYS[3], ARGV[2])
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('PTTL', KEYS[2]) < ttl then
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl)
+end
+return 1
+";
+pub(crate) static PERMIT_EXTEND: Lua = Lua::with_globals(
+    &[Kind::Lock, Kind::PermitCount],
+    &[Global::MaxTtl],
+    PERMIT_EXTEND_SRC,
+)
+.repeatable();
+
+/// The slot locks' scripts' sources, loaded on each new connection with the others.
+pub(crate) const SOURCES: [&str; 2] = [PERMIT_ACQUIRE_SRC, PERMIT_EXTEND_SRC];
