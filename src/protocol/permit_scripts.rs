@@ -4,7 +4,7 @@
 //! lock is released by the mutex's scripts).
 
 use super::keys::{Global, Kind};
-use super::scripts::Lua;
+use super::scripts::{Lua, lua_ballot_facts};
 
 /// Takes one slot lock on one node, with the semaphore's count record and the restart
 /// quarantine data of the mutex's acquire script.
@@ -23,16 +23,11 @@ use super::scripts::Lua;
 /// 0 when another token holds it, -1 when the key holds another type (foreign data), -2
 /// when the node records another count (`recorded`, else nil). On the fast path a taken or
 /// held slot answers as `SET NX PX` does (status `OK`, nil).
-pub(crate) const PERMIT_ACQUIRE_SRC: &str = r"
+pub(crate) const PERMIT_ACQUIRE_SRC: &str = concat!(
+    lua_ballot_facts!(),
+    r"
 local fast = ARGV[4] == '1'
-local record, marker = false, false
-if not fast then
-    record = redis.call('GET', KEYS[3])
-    if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
-        redis.call('SET', KEYS[3], ARGV[2])
-    end
-    marker = redis.call('GET', KEYS[4])
-end
+local record, marker = ballot_facts(KEYS[3], KEYS[4], ARGV[2], fast)
 local count = redis.call('GET', KEYS[2])
 if count and count ~= ARGV[3] then
     return {-2, tonumber(count) or -1, marker, record}
@@ -53,7 +48,8 @@ elseif fast and acquired == 0 then
     return false
 end
 return {acquired, false, marker, record}
-";
+"
+);
 pub(crate) static PERMIT_ACQUIRE: Lua = Lua::with_globals(
     &[Kind::Lock, Kind::PermitCount],
     &[Global::MaxTtl, Global::Marker],

@@ -10,7 +10,7 @@
 //! gets in.
 
 use super::keys::{self, Global, Kind};
-use super::scripts::{Lua, lua_enqueue};
+use super::scripts::{Lua, lua_ballot_facts, lua_enqueue};
 
 /// Acquisition of a read-write lock's read or write side on one node, with the same
 /// waiting-list bookkeeping, fencing counter read and restart quarantine data as the
@@ -40,16 +40,10 @@ use super::scripts::{Lua, lua_enqueue};
 /// answers. A readers key of another type fails the script (`WRONGTYPE`).
 pub(crate) const RW_ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
+    lua_ballot_facts!(),
     r"
 local fast = ARGV[8] == '1'
-local record, marker = false, false
-if not fast then
-    record = redis.call('GET', KEYS[7])
-    if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
-        redis.call('SET', KEYS[7], ARGV[2])
-    end
-    marker = redis.call('GET', KEYS[8])
-end
+local record, marker = ballot_facts(KEYS[7], KEYS[8], ARGV[2], fast)
 local fence = false
 if ARGV[5] == '1' then
     fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0

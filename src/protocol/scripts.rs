@@ -119,6 +119,28 @@ end
 }
 pub(super) use lua_enqueue;
 
+/// Lua source of `ballot_facts(record_key, marker_key, ttl_ms, fast)`, shared by the scripts
+/// with a fast path of their own: unless `fast`, raises the ensemble record to the TTL
+/// (never lowers it) and returns the record as it was and the node's marker, what the
+/// ballot reads; on the fast path `false, false` (the client knows both).
+macro_rules! lua_ballot_facts {
+    () => {
+        r"
+local function ballot_facts(record_key, marker_key, ttl_ms, fast)
+    if fast then
+        return false, false
+    end
+    local record = redis.call('GET', record_key)
+    if (tonumber(record or '0') or 0) < tonumber(ttl_ms) then
+        redis.call('SET', record_key, ttl_ms)
+    end
+    return record, redis.call('GET', marker_key)
+end
+"
+    };
+}
+pub(super) use lua_ballot_facts;
+
 /// All-or-nothing acquisition of one or several keys on one node, with the waiting-list
 /// bookkeeping of release notifications, the fencing counter read and the node-side data of
 /// restart quarantine.
