@@ -135,6 +135,41 @@ async fn a_permit_given_back_wakes_a_waiting_task_of_the_same_client() {
 }
 
 #[tokio::test]
+async fn a_permit_given_back_wakes_a_client_waiting_in_another_process() {
+    let cluster = Cluster::start(3);
+    // Two clients share nothing but the nodes, as two processes. Polling alone would
+    // take at least 15 s to try again: only the release's wake-up is in time.
+    let slow_poll = || {
+        (builder(&cluster.urls()).retry_delay(Duration::from_secs(30)))
+            .max_retry_delay(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (slow_poll(), slow_poll());
+    let name = unique("across");
+    let held = the_only_permit(&holder, &name).await;
+    let semaphore = waiter.semaphore(&name, 1).unwrap();
+    let waiting =
+        tokio::spawn(async move { semaphore.acquire(TTL).wait(Duration::from_secs(10)).await });
+    let mut node0 = cluster.nodes[0].conn();
+    let list = format!("quorum-lock:waiters:quorum-lock:permit:{name}");
+    common::eventually(Duration::from_secs(5), "the waiter is listed", || {
+        redis::cmd("LLEN").arg(&list).query::<u64>(&mut node0) == Ok(1)
+    })
+    .await;
+    held.release().await.unwrap();
+    let permit = waiting
+        .await
+        .unwrap()
+        .expect("woken by the release, not by polling");
+    assert_eq!(permit.slot(), 0);
+    permit.release().await.unwrap();
+    // The win took the waiter off the list: nothing is left on any node.
+    assert_eq!(cluster.keys_everywhere("quorum-lock:waiters:*"), vec![]);
+    assert_eq!(slot_keys(&cluster), vec![]);
+}
+
+#[tokio::test]
 async fn tasks_of_one_client_get_permits_in_arrival_order() {
     const WAITERS: usize = 5;
     let cluster = Cluster::start(3);
@@ -224,9 +259,14 @@ async fn a_cancelled_or_timed_out_acquisition_leaves_nothing_behind() {
     let cancelled = tokio::time::timeout(Duration::from_millis(50), semaphore.acquire(TTL));
     assert!(cancelled.await.is_err(), "still waiting when dropped");
     held.release().await.unwrap();
-    common::eventually(Duration::from_secs(5), "no slot key left", || {
-        slot_keys(&cluster).is_empty()
-    })
+    common::eventually(
+        Duration::from_secs(5),
+        "no slot key or waiting list left",
+        || {
+            slot_keys(&cluster).is_empty()
+                && cluster.keys_everywhere("quorum-lock:waiters:*").is_empty()
+        },
+    )
     .await;
 }
 

@@ -60,11 +60,15 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
     let call = |enqueue: Option<Enqueue<'_>>, plain: bool| match plan.access {
         Access::Permit(count) => {
             let prefix = &ensemble.config.key_prefix;
+            let enqueue = enqueue.unwrap_or_default();
             Call::script(&permit_scripts::PERMIT_ACQUIRE, prefix, &plan.keys)
                 .arg(token)
                 .arg(ttl_ms)
                 .arg(count)
                 .arg(scripts::flag(plain))
+                .arg(enqueue.client)
+                .arg(scripts::flag(enqueue.stay))
+                .arg(scripts::flag(enqueue.front))
                 .gated(holding.gate())
         }
         _ => lock_call(this, holding, enqueue, plain),

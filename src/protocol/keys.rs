@@ -16,7 +16,9 @@ pub(crate) enum Kind {
     Lock,
     /// The fencing counter of a lock key (never expires): a plain integer.
     Fence,
-    /// The waiting list of a lock key (client ids, expires after twice the TTL).
+    /// The waiting list of a lock key (client ids, expires after twice the TTL). A
+    /// semaphore's slot locks all derive one list, the semaphore's: the release of any slot
+    /// wakes the first client waiting for a permit.
     Waiters,
     /// The client whose turn it is after a release woke it (short expiry).
     Turn,
@@ -88,7 +90,7 @@ pub(crate) fn derived_name<'a>(kind: Kind, prefix: &'a str, lock: &'a str) -> Na
     match kind {
         Kind::Lock => Name([lock, "", "", "", ""]),
         Kind::Fence => internal_name(prefix, "fence", resource),
-        Kind::Waiters => internal_name(prefix, "waiters", resource),
+        Kind::Waiters => internal_name(prefix, "waiters", waiting_resource(resource)),
         Kind::Turn => internal_name(prefix, "turn", resource),
         Kind::Readers => internal_name(prefix, "readers", resource),
         Kind::Intent => internal_name(prefix, "intent", resource),
@@ -138,6 +140,18 @@ fn semaphore_of(resource: &str) -> &str {
     in_namespace
         .rsplit_once(':')
         .map_or(in_namespace, |(name, _)| name)
+}
+
+/// What the waiting list of lock resource `resource` belongs to: a semaphore's slot lock
+/// (see [`permit_resource`]) waits in its semaphore's list, `quorum-lock:permit:<name>`;
+/// any other resource in its own.
+fn waiting_resource(resource: &str) -> &str {
+    if !resource.starts_with("quorum-lock:permit:") {
+        return resource;
+    }
+    resource
+        .rsplit_once(':')
+        .map_or(resource, |(semaphore, _)| semaphore)
 }
 
 /// The resource name of permit `slot` of semaphore `name`: a slot lock, under the crate's
@@ -272,6 +286,23 @@ mod tests {
             );
         }
         assert!(internal(prefix, "any", "x").starts_with(prefix));
+    }
+
+    #[test]
+    fn every_slot_of_a_semaphore_shares_one_waiting_list() {
+        let slot = |i| lock("app:", &permit_resource("jobs:a", i));
+        let list = |key: &str| derived(Kind::Waiters, "app:", key);
+        assert_eq!(
+            list(&slot(0)),
+            "app:quorum-lock:waiters:quorum-lock:permit:jobs:a"
+        );
+        assert_eq!(list(&slot(3)), list(&slot(0)));
+        assert_ne!(
+            list(&lock("app:", &permit_resource("jobs:b", 0))),
+            list(&slot(0))
+        );
+        // A plain lock whose name has colons keeps its own list.
+        assert_eq!(list("app:jobs:a:1"), "app:quorum-lock:waiters:jobs:a:1");
     }
 
     #[test]

@@ -4,20 +4,26 @@
 //! lock is released by the mutex's scripts).
 
 use super::keys::{Global, Kind};
-use super::scripts::{Lua, lua_ballot_facts};
+use super::scripts::{Lua, lua_ballot_facts, lua_enqueue};
 
-/// Takes one slot lock on one node, with the semaphore's count record and the restart
-/// quarantine data of the mutex's acquire script.
+/// Takes one slot lock on one node, with the semaphore's count record, its waiting list
+/// and the restart quarantine data of the mutex's acquire script.
 ///
-/// KEYS: the slot's lock key, the semaphore's count record, then the ensemble record and
-/// the node's marker ([`Global`]). ARGV[1]: our token. ARGV[2]: TTL in milliseconds.
-/// ARGV[3]: the permit count. ARGV[4]: `'1'` for the fast path (as the read-write lock's
-/// acquire script: the record is neither raised nor read, nor the marker).
+/// KEYS: the slot's lock key, the semaphore's count record, the semaphore's waiting list
+/// (one for all its slots), then the ensemble record and the node's marker ([`Global`]).
+/// ARGV[1]: our token. ARGV[2]: TTL in milliseconds. ARGV[3]: the permit count. ARGV[4]:
+/// `'1'` for the fast path (as the read-write lock's acquire script: the record is neither
+/// raised nor read, nor the marker). ARGV[5]: our client id, or `''` (or absent) for no
+/// waiting-list bookkeeping. ARGV[6]: `'1'` when other tasks of our client still wait for
+/// a permit. ARGV[7]: `'1'` to be queued at the head (a release woke us).
 ///
 /// Otherwise raises the ensemble record first, as the mutex's script does. A count record
 /// other than ARGV[3] refuses the slot. Else the slot is taken with `SET NX PX`, and on
 /// success the count record is set to ARGV[3] with at least the TTL left, so that it
-/// outlives this slot's key.
+/// outlives this slot's key. With a client id, a slot held by another token queues the
+/// client (once) in the semaphore's waiting list, so that the next release of any slot
+/// wakes it; a slot taken removes it unless ARGV[6] keeps it there. The list expires after
+/// twice the TTL unless a later attempt renews it.
 ///
 /// Returns `{acquired, recorded, marker, record}`: `acquired` is 1 after taking the slot,
 /// 0 when another token holds it, -1 when the key holds another type (foreign data), -2
@@ -25,9 +31,10 @@ use super::scripts::{Lua, lua_ballot_facts};
 /// held slot answers as `SET NX PX` does (status `OK`, nil).
 pub(crate) const PERMIT_ACQUIRE_SRC: &str = concat!(
     lua_ballot_facts!(),
+    lua_enqueue!(),
     r"
 local fast = ARGV[4] == '1'
-local record, marker = ballot_facts(KEYS[3], KEYS[4], ARGV[2], fast)
+local record, marker = ballot_facts(KEYS[4], KEYS[5], ARGV[2], fast)
 local count = redis.call('GET', KEYS[2])
 if count and count ~= ARGV[3] then
     return {-2, tonumber(count) or -1, marker, record}
@@ -42,6 +49,12 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
 elseif redis.call('TYPE', KEYS[1]).ok ~= 'string' then
     acquired = -1
 end
+local client = ARGV[5] or ''
+if client ~= '' and (acquired == 0 or (acquired == 1 and ARGV[6] == '1')) then
+    enqueue(KEYS[3], client, ARGV[7], 2 * ttl)
+elseif client ~= '' and acquired == 1 then
+    redis.call('LREM', KEYS[3], 0, client)
+end
 if fast and acquired == 1 then
     return redis.status_reply('OK')
 elseif fast and acquired == 0 then
@@ -51,7 +64,7 @@ return {acquired, false, marker, record}
 "
 );
 pub(crate) static PERMIT_ACQUIRE: Lua = Lua::with_globals(
-    &[Kind::Lock, Kind::PermitCount],
+    &[Kind::Lock, Kind::PermitCount, Kind::Waiters],
     &[Global::MaxTtl, Global::Marker],
     PERMIT_ACQUIRE_SRC,
 );

@@ -12,12 +12,15 @@
 //! - [`permit`]: [`Permit`], a held slot;
 //! - [`slots`]: acquiring: a turn among the client's tasks (at most K try at once, the
 //!   others wait in arrival order), then one attempt per slot, from a random slot on, then
-//!   a jittered pause until a slot frees or the wait budget runs out.
+//!   a pause until a slot frees or the wait budget runs out;
+//! - [`listen`]: the pause's wake-ups from other clients: every slot of a semaphore shares
+//!   one waiting list, so the release of any slot wakes the first client that waits.
 //!
 //! Every client of one name must use the same permit count: each node records the count
 //! beside the slots while their holders may hold, and a client that asks for another count
 //! is refused ([`Error::Config`]) until they are gone.
 
+mod listen;
 pub(crate) mod permit;
 mod slots;
 

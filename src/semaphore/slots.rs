@@ -1,6 +1,6 @@
-//! Acquiring a permit: one attempt per slot lock, from a random slot on, then a jittered
-//! pause before the next pass (cut short by a release of this client's), until a slot is
-//! won or the wait budget runs out.
+//! Acquiring a permit: one attempt per slot lock, from a random slot on, then a pause
+//! before the next pass (cut short by a release: announced by any client, see `listen`, or
+//! by this client's own), until a slot is won or the wait budget runs out.
 
 use std::time::Duration;
 
@@ -15,10 +15,12 @@ use crate::metrics;
 use crate::protocol::access::Access;
 use crate::protocol::keys;
 use crate::semaphore::Semaphore;
+use crate::semaphore::listen::{PassAgain, PermitListener};
 use crate::semaphore::permit::Permit;
+use crate::wait::Enqueue;
 
 /// The lock keys of `semaphore`'s slots, in slot order.
-fn slot_keys(semaphore: &Semaphore) -> Vec<String> {
+fn slot_keys(semaphore: &Semaphore) -> std::sync::Arc<[String]> {
     let prefix = &semaphore.ensemble.config.key_prefix;
     (0..semaphore.permits)
         .map(|slot| keys::lock(prefix, &keys::permit_resource(&semaphore.name, slot)))
@@ -34,16 +36,18 @@ fn every_slot(permits: u32) -> impl Iterator<Item = u32> {
 
 /// One pass over the slots: see [`try_slots`].
 pub(super) async fn try_every_slot(semaphore: &Semaphore, ttl: Duration) -> Result<Permit> {
-    try_slots(semaphore, ttl, every_slot(semaphore.permits), &mut 0).await
+    try_slots(semaphore, ttl, every_slot(semaphore.permits), None, &mut 0).await
 }
 
-/// One attempt on each of `slots`, in order, counted in `attempts`: the first slot won,
-/// else the error of the last attempt ([`Error::Contended`] when every slot is held), or
-/// at once an error no retry mends.
+/// One attempt on each of `slots`, in order, counted in `attempts`, each keeping this
+/// client in the semaphore's waiting list as `enqueue` says: the first slot won, else the
+/// error of the last attempt ([`Error::Contended`] when every slot is held), or at once an
+/// error no retry mends.
 async fn try_slots(
     semaphore: &Semaphore,
     ttl: Duration,
     slots: impl Iterator<Item = u32>,
+    enqueue: Option<Enqueue<'_>>,
     attempts: &mut u32,
 ) -> Result<Permit> {
     let ensemble = &semaphore.ensemble;
@@ -55,7 +59,7 @@ async fn try_slots(
         let resource = keys::permit_resource(&semaphore.name, slot);
         let plan = Plan::new(ensemble, vec![resource], ttl, false)?;
         let plan = plan.with_access(Access::Permit(semaphore.permits))?;
-        match attempt::attempt(ensemble, &plan, None).await {
+        match attempt::attempt(ensemble, &plan, enqueue).await {
             Ok(guard) => return Ok(Permit::new(guard, slot, None)),
             Err(e @ Error::Contended { .. }) => contended = Some(e),
             Err(e) if e.is_retryable() => last = Some(e),
@@ -70,20 +74,19 @@ async fn try_slots(
 
 /// Tries the slots until one is won, for at most `wait` in all, once this task has its turn
 /// among the client's tasks that want a permit (at most K of them try at once, and the
-/// others wait in arrival order: `LocalQueue::permit_turn`): a pass over every slot,
-/// then a pause (the client's retry policy, jittered) before the next pass. A pause ends
-/// early when another task of this client gives back a permit it held when the pass began
-/// or ended: then only that slot is tried (every task that waited for it is woken, and
-/// one of them wins it), and the pause goes on. Releases by other clients are found by
-/// the next pass.
+/// others wait in arrival order: `LocalQueue::permit_turn`): a pass over every slot, then
+/// a pause before the next pass (see [`PermitListener::pause`]): until a release of any
+/// client wakes this one, another task of this client gives back a permit it held when the
+/// pass began or ended (then only that slot is tried, by every task that waited for it),
+/// or the client's retry policy's jittered delay runs out.
 pub(super) async fn acquire_permit(
     semaphore: &Semaphore,
     ttl: Duration,
     wait: Duration,
 ) -> Result<Permit> {
     let started = Instant::now();
-    let retry = &semaphore.ensemble.config.retry;
-    let queue = &semaphore.ensemble.queue;
+    let ensemble = &semaphore.ensemble;
+    let queue = &ensemble.queue;
     let deadline = crate::rules::deadline::after(started, wait);
     let turn = queue.permit_turn(&semaphore.name, semaphore.permits);
     let Ok(turn) = tokio::time::timeout_at(deadline, turn).await else {
@@ -93,15 +96,30 @@ pub(super) async fn acquire_permit(
         return Err(gave_up(0, started, held));
     };
     let slot_keys = slot_keys(semaphore);
-    let (mut attempts, mut polls, mut freed) = (0u32, 0u32, None);
+    let mut listener = PermitListener::new(ensemble, std::sync::Arc::clone(&slot_keys));
+    let (mut attempts, mut polls, mut next) = (0u32, 0u32, PassAgain::Polled);
     loop {
         let local_releases = queue.watch_releases(&slot_keys);
-        let tried = match freed {
-            Some(slot) => try_slots(semaphore, ttl, std::iter::once(slot), &mut attempts).await,
-            None => try_slots(semaphore, ttl, every_slot(semaphore.permits), &mut attempts).await,
+        let enqueue = listener.enqueue();
+        let tried = match next {
+            PassAgain::FreedHere(slot) => {
+                try_slots(
+                    semaphore,
+                    ttl,
+                    std::iter::once(slot),
+                    enqueue,
+                    &mut attempts,
+                )
+                .await
+            }
+            _ => {
+                let slots = every_slot(semaphore.permits);
+                try_slots(semaphore, ttl, slots, enqueue, &mut attempts).await
+            }
         };
         let err = match tried {
             Ok(permit) => {
+                listener.won(enqueue, enqueue.and_then(|e| permit.vote(e.node)));
                 metrics::acquired(started.elapsed());
                 return Ok(permit.with_turn(turn));
             }
@@ -114,10 +132,10 @@ pub(super) async fn acquire_permit(
         }
         // Also the slots other tasks of this client took during the attempts.
         let local_releases = local_releases.and(queue.watch_releases(&slot_keys));
-        let delay = retry.delay(polls, rand::random::<f64>());
-        let released = local_releases.first_or(delay.min(remaining)).await;
-        freed = released.and_then(|i| u32::try_from(i).ok());
-        if freed.is_none() {
+        let delay = ensemble.config.retry.delay(polls, rand::random::<f64>());
+        let listed_on = enqueue.map(|e| e.node);
+        next = (listener.pause(local_releases, delay.min(remaining), remaining, listed_on)).await;
+        if next == PassAgain::Polled {
             polls = polls.saturating_add(1);
         }
     }

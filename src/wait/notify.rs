@@ -123,6 +123,15 @@ impl Registration {
         }
     }
 
+    /// Whether another registration of this client listens for one of these keys: another
+    /// task of the client still waits for them.
+    pub(crate) fn shared(&self) -> bool {
+        let interests = self.notifier.lock();
+        (self.keys.iter())
+            .filter_map(|key| interests.get(key))
+            .any(|interest| interest.listeners.iter().any(|(id, _)| *id != self.id))
+    }
+
     /// Notes that the acquire script set the keys on `node`, which took this client off
     /// its waiting lists there.
     pub(crate) fn acquired_on(&mut self, node: usize) {
