@@ -1075,3 +1075,228 @@ async fn a_node_restarted_empty_is_reported_kept_out() {
         "{json}"
     );
 }
+
+/// A prefix with every glob character: the scan must match it literally.
+const GLOB_PREFIX: &str = r"doc[1]*?\:";
+
+/// The census of each node as (writers, readers, permits, count records, waiting lists,
+/// keys found, partial), `None` when not counted.
+type CensusRow = Option<(u64, u64, u64, u64, u64, u64, bool)>;
+
+fn census_rows(report: &DeploymentReport) -> Vec<CensusRow> {
+    (report.nodes.iter())
+        .map(|n| {
+            n.keys.map(|c| {
+                (
+                    c.writers,
+                    c.readers,
+                    c.permits,
+                    c.count_records,
+                    c.waiting_lists,
+                    c.scanned,
+                    c.partial,
+                )
+            })
+        })
+        .collect()
+}
+
+/// The keys a server holds under `prefix`'s namespace, counted without a glob.
+fn namespace_keys(server: &RedisServer, prefix: &str) -> u64 {
+    let all: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut server.conn())
+        .expect("KEYS");
+    let namespace = format!("{prefix}quorum-lock:");
+    all.iter().filter(|k| k.starts_with(&namespace)).count() as u64
+}
+
+/// Runs the check until `done` holds for its report (at most 15 s), and returns it.
+async fn check_until(
+    redlock: &Redlock,
+    what: &str,
+    done: impl Fn(&DeploymentReport) -> bool,
+) -> DeploymentReport {
+    let start = Instant::now();
+    loop {
+        let report = check(redlock).await;
+        if done(&report) {
+            return report;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "timed out waiting for: {what}\n{report}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends one command to every server.
+fn on_every(cluster: &Cluster, cmd: &redis::Cmd) {
+    for server in &cluster.nodes {
+        let _: redis::Value = cmd.query(&mut server.conn()).expect("admin command");
+    }
+}
+
+fn key_kinds() -> [&'static str; 3] {
+    [
+        K::NoExpiry.as_str(),
+        K::ForeignData.as_str(),
+        K::PermitCountMismatch.as_str(),
+    ]
+}
+
+#[tokio::test]
+async fn doctor_reads_the_keys_of_every_lock_kind() {
+    let cluster = Cluster::start(3);
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    let redlock = Redlock::builder()
+        .nodes(cluster.urls())
+        .key_prefix(GLOB_PREFIX)
+        .build()
+        .expect("valid configuration");
+    let ttl = Duration::from_secs(30);
+    let read = (redlock.rwlock("docs").expect("name").read(ttl).await).expect("read lock");
+    let write = (redlock.rwlock("ledger").expect("name").write(ttl).await).expect("write lock");
+    let jobs = redlock.semaphore("jobs", 3).expect("semaphore");
+    let permit = jobs.acquire(Duration::from_secs(3)).await.expect("permit");
+    // Planted: a writer intent without expiry on every node, a list where a writer key
+    // belongs on the first, two counts for one semaphore, and a key of a prefix the
+    // unescaped pattern would match.
+    let ns = format!("{GLOB_PREFIX}quorum-lock:");
+    let stuck = format!("{ns}intent:{}", "quorum-lock:rw:stuck");
+    on_every(&cluster, redis::cmd("SET").arg(&stuck).arg("w1"));
+    let foreign = format!("{ns}rw:foreign");
+    let _: i64 = (redis::cmd("RPUSH").arg(&foreign).arg("x"))
+        .query(&mut cluster.nodes[0].conn())
+        .expect("RPUSH");
+    for (node, count) in [(0, "4"), (1, "3")] {
+        let _: () = (redis::cmd("SET")
+            .arg(format!("{ns}permits:batch"))
+            .arg(count))
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut cluster.nodes[node].conn())
+        .expect("SET");
+    }
+    let sibling = r"doc1x\:quorum-lock:rw:other";
+    on_every(&cluster, redis::cmd("SET").arg(sibling).arg("x"));
+
+    // Every node granted the locks before the answers came back (wait for stragglers).
+    let held = check_until(&redlock, "every node holds the locks", |r| {
+        census_rows(r).iter().all(|c| c.is_some_and(|c| c.2 == 1))
+    })
+    .await;
+    let found = |node: &RedisServer| namespace_keys(node, GLOB_PREFIX);
+    let scanned: Vec<u64> = cluster.nodes.iter().map(found).collect();
+    assert_eq!(
+        census_rows(&held),
+        [
+            Some((1, 1, 1, 2, 0, scanned[0], false)),
+            Some((1, 1, 1, 2, 0, scanned[1], false)),
+            Some((1, 1, 1, 1, 0, scanned[2], false)),
+        ]
+    );
+    assert_eq!(
+        summary(&held),
+        expected(
+            no_persistence(&names)
+                .chain(names.iter().map(|n| (K::NoExpiry, W, Some(n.clone()))))
+                .chain([
+                    (K::ForeignData, E, Some(names[0].clone())),
+                    (K::PermitCountMismatch, W, None),
+                    memory_loss(),
+                ])
+        )
+    );
+    assert_eq!(held.worst(), Some(E));
+    let no_expiry = finding_of(&held, K::NoExpiry);
+    assert_eq!(
+        no_expiry.message,
+        format!(
+            "keys that must expire have no expiry, so they hold a lock or its bookkeeping for \
+             ever: {stuck} (writer intent of read-write lock stuck)"
+        )
+    );
+    assert_eq!(
+        finding_of(&held, K::ForeignData).message,
+        format!(
+            "foreign data in the crate's namespace, which its scripts refuse or misread: \
+             {foreign} (list, where the writer of read-write lock foreign is a string)"
+        )
+    );
+    assert_eq!(
+        finding_of(&held, K::PermitCountMismatch).message,
+        format!(
+            "semaphore batch has different permit counts recorded: 3 on {}; 4 on {}; its \
+             clients use different counts for one name, and each is refused on the nodes \
+             that record another",
+            names[1], names[0]
+        )
+    );
+    let text = held.to_string();
+    let line = "keys: 1 write-locked, 1 reader, 1 permit held, 2 count records, 0 waiting lists";
+    assert!(
+        text.contains(&format!("  {}  {line}\n", names[0])),
+        "{text}"
+    );
+    let json = held.to_json();
+    let field = format!(
+        r#""keys":{{"writers":1,"readers":1,"permits":1,"count_records":1,"waiting_lists":0,"scanned":{},"partial":false}}}}"#,
+        scanned[2]
+    );
+    assert!(json.contains(&field), "{json}");
+
+    // Released and cleaned: no finding on the keys, nothing counted but the records that
+    // never expire (the node's quarantine records).
+    read.release().await.expect("read lock released");
+    write.release().await.expect("write lock released");
+    permit.release().await.expect("permit released");
+    let del = |key: &str| redis::cmd("DEL").arg(key).to_owned();
+    for key in [&stuck, &foreign, &format!("{ns}permits:batch")] {
+        on_every(&cluster, &del(key));
+    }
+    let clean = check_until(&redlock, "the count record expires", |r| {
+        census_rows(r).iter().all(|c| c.is_some_and(|c| c.3 == 0))
+    })
+    .await;
+    let scanned: Vec<u64> = cluster.nodes.iter().map(found).collect();
+    let zero: Vec<CensusRow> = scanned
+        .iter()
+        .map(|&n| Some((0, 0, 0, 0, 0, n, false)))
+        .collect();
+    assert_eq!(census_rows(&clean), zero);
+    assert!(
+        (clean.findings.iter()).all(|f| !key_kinds().contains(&f.kind.as_str())),
+        "{clean}"
+    );
+    assert_eq!(
+        summary(&clean),
+        expected(no_persistence(&names).chain([memory_loss()]))
+    );
+}
+
+#[tokio::test]
+async fn a_refused_scan_leaves_the_census_unknown() {
+    let cluster = Cluster::start(3);
+    let names: Vec<String> = cluster.nodes.iter().map(name).collect();
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "default", "-scan"])
+        .query(&mut cluster.nodes[0].conn())
+        .expect("ACL SETUSER");
+    let report = check(&client(&cluster.urls())).await;
+    assert_eq!(
+        summary(&report),
+        expected(no_persistence(&names).chain([memory_loss()]))
+    );
+    let counted: Vec<bool> = report.nodes.iter().map(|n| n.keys.is_some()).collect();
+    assert_eq!(counted, [false, true, true]);
+    assert_eq!(
+        report.nodes[0].error, None,
+        "a refused SCAN is not an error"
+    );
+    assert!(report.to_string().contains(&format!(
+        "  {}  keys: not counted (SCAN, TYPE or PTTL refused, or no answer in time)\n",
+        names[0]
+    )));
+}

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisError};
 
 use crate::net::node::Node;
 
@@ -42,5 +42,14 @@ impl ProbeConnection {
     /// Sends `cmd` and decodes its answer.
     pub(crate) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, RedisError> {
         cmd.query_async(&mut self.0).await
+    }
+
+    /// Sends the commands of `pipe` in one write and decodes their answers, one per command;
+    /// a refused command fails the whole.
+    pub(crate) async fn query_pipeline<T: FromRedisValue>(
+        &mut self,
+        pipe: &Pipeline,
+    ) -> Result<T, RedisError> {
+        pipe.query_async(&mut self.0).await
     }
 }

@@ -33,6 +33,27 @@ pub(crate) enum Kind {
     PermitCount,
 }
 
+impl Kind {
+    /// The Redis type (`TYPE`) the scripts give a key of this kind: the readers a sorted
+    /// set, the waiting list a list, every other kind a string.
+    pub(crate) fn value_type(self) -> &'static str {
+        match self {
+            Kind::Readers => "zset",
+            Kind::Waiters => "list",
+            Kind::Lock | Kind::Fence | Kind::Turn | Kind::Intent | Kind::PermitCount => "string",
+        }
+    }
+
+    /// Whether the scripts always give a key of this kind an expiry: every kind but the
+    /// fencing counter, which must outlive every token it handed out.
+    pub(crate) fn expires(self) -> bool {
+        !matches!(self, Kind::Fence)
+    }
+}
+
+/// The namespace of every name [`internal`] makes, after the key prefix.
+const NAMESPACE: &str = "quorum-lock:";
+
 /// The one rule for every name other than a lock key: `<prefix>quorum-lock:<what>:<rest>`.
 /// Any key or channel this crate adds is named through here, so it stays under the prefix.
 pub(crate) fn internal(prefix: &str, what: &str, rest: &str) -> String {
@@ -41,7 +62,7 @@ pub(crate) fn internal(prefix: &str, what: &str, rest: &str) -> String {
 
 /// [`internal`]'s name as its parts.
 fn internal_name<'a>(prefix: &'a str, what: &'a str, rest: &'a str) -> Name<'a> {
-    Name([prefix, "quorum-lock:", what, ":", rest])
+    Name([prefix, NAMESPACE, what, ":", rest])
 }
 
 /// A name as the parts it is made of, in order. As a command argument it is written part
@@ -198,6 +219,141 @@ pub(crate) fn fence_seen(resource: &str) -> String {
     internal("", "fence-seen", resource)
 }
 
+/// The node-wide keys, each once.
+const GLOBALS: [Global; 2] = [Global::MaxTtl, Global::Marker];
+
+/// A `SCAN ... MATCH` pattern for every name under the crate's namespace for `prefix`
+/// (`<prefix>quorum-lock:*`), the glob characters of the prefix (`* ? [ ] \`) escaped so
+/// that they match only themselves.
+pub(crate) fn namespace_pattern(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(2 * prefix.len() + NAMESPACE.len() + 1);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str(NAMESPACE);
+    pattern.push('*');
+    pattern
+}
+
+/// The lock a resource name belongs to, read back from the name ([`lock_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockOf<'a> {
+    /// Read-write lock `name` ([`rw_resource`]).
+    ReadWrite(&'a str),
+    /// Slot `slot` of semaphore `semaphore` ([`permit_resource`]).
+    PermitSlot { semaphore: &'a str, slot: u32 },
+    /// Semaphore `name` as a whole: what its slots' waiting list belongs to.
+    Semaphore(&'a str),
+    /// The readmission probe of client `id` ([`probe_resource`]).
+    Probe(&'a str),
+    /// A mutex: any other resource, the name as its user gave it.
+    Mutex(&'a str),
+}
+
+/// A key name this crate makes, read back by [`parse_key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KnownKey<'a> {
+    /// The key of `kind` that belongs to lock `lock`: its lock key ([`Kind::Lock`], only for
+    /// the resources under the namespace) or one derived from it (never
+    /// [`Kind::PermitCount`], which belongs to a whole semaphore).
+    Of { kind: Kind, lock: LockOf<'a> },
+    /// The permit count record of semaphore `semaphore`.
+    PermitCount { semaphore: &'a str },
+    /// A node-wide key.
+    Global(Global),
+}
+
+impl KnownKey<'_> {
+    /// The Redis type the scripts give the key (see [`Kind::value_type`]).
+    pub(crate) fn value_type(&self) -> &'static str {
+        match self {
+            KnownKey::Of { kind, .. } => kind.value_type(),
+            KnownKey::PermitCount { .. } => Kind::PermitCount.value_type(),
+            KnownKey::Global(_) => "string",
+        }
+    }
+
+    /// Whether the scripts always give the key an expiry (see [`Kind::expires`]; the
+    /// node-wide keys never expire).
+    pub(crate) fn expires(&self) -> bool {
+        match self {
+            KnownKey::Of { kind, .. } => kind.expires(),
+            KnownKey::PermitCount { .. } => Kind::PermitCount.expires(),
+            KnownKey::Global(_) => false,
+        }
+    }
+}
+
+/// Which of this crate's keys `key` is under `prefix`: the inverse of the naming functions
+/// above, for the names under `<prefix>quorum-lock:`. `None` for any other name: a mutex's
+/// lock key (its user's resource name, which no name can tell from other data), a name of
+/// the namespace no lock node holds (wake-up channels, `fence_seen`'s key) or one this
+/// version does not make.
+pub(crate) fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<KnownKey<'a>> {
+    let resource = key.strip_prefix(prefix)?;
+    let (what, rest) = resource.strip_prefix(NAMESPACE)?.split_once(':')?;
+    let of = |kind| {
+        Some(KnownKey::Of {
+            kind,
+            lock: lock_of(rest),
+        })
+    };
+    match what {
+        "rw" | "permit" | "probe" => match lock_of(resource) {
+            LockOf::Mutex(_) => None,
+            lock => Some(KnownKey::Of {
+                kind: Kind::Lock,
+                lock,
+            }),
+        },
+        "fence" => of(Kind::Fence),
+        "waiters" => Some(KnownKey::Of {
+            kind: Kind::Waiters,
+            lock: waiting_lock_of(rest),
+        }),
+        "turn" => of(Kind::Turn),
+        "readers" => of(Kind::Readers),
+        "intent" => of(Kind::Intent),
+        "permits" => Some(KnownKey::PermitCount { semaphore: rest }),
+        "node" => (GLOBALS.into_iter())
+            .find(|&g| global(prefix, g) == key)
+            .map(KnownKey::Global),
+        _ => None,
+    }
+}
+
+/// What the waiting list of `resource` belongs to (see [`waiting_resource`]).
+fn waiting_lock_of(resource: &str) -> LockOf<'_> {
+    match resource.strip_prefix("quorum-lock:permit:") {
+        Some(semaphore) => LockOf::Semaphore(semaphore),
+        None => lock_of(resource),
+    }
+}
+
+/// The lock resource name `resource` (without the key prefix) belongs to.
+pub(crate) fn lock_of(resource: &str) -> LockOf<'_> {
+    let Some((what, rest)) = (resource.strip_prefix(NAMESPACE)).and_then(|r| r.split_once(':'))
+    else {
+        return LockOf::Mutex(resource);
+    };
+    let slot = || {
+        let (semaphore, slot) = rest.rsplit_once(':')?;
+        Some(LockOf::PermitSlot {
+            semaphore,
+            slot: slot.parse().ok()?,
+        })
+    };
+    match what {
+        "rw" => LockOf::ReadWrite(rest),
+        "permit" => slot().unwrap_or(LockOf::Mutex(resource)),
+        "probe" => LockOf::Probe(rest),
+        _ => LockOf::Mutex(resource),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,6 +470,115 @@ mod tests {
         assert_ne!(
             count(&lock("app:", &permit_resource("jobs:b", 0))),
             count(&slot(0))
+        );
+    }
+
+    #[test]
+    fn every_name_a_lock_node_holds_reads_back_as_what_it_names() {
+        let derived_kinds = [
+            Kind::Fence,
+            Kind::Waiters,
+            Kind::Turn,
+            Kind::Readers,
+            Kind::Intent,
+        ];
+        for prefix in ["", "app:", "a*[b]?\\:"] {
+            let locks = [
+                (rw_resource("docs"), LockOf::ReadWrite("docs")),
+                (rw_resource("a:b"), LockOf::ReadWrite("a:b")),
+                (
+                    permit_resource("jobs:a", 7),
+                    LockOf::PermitSlot {
+                        semaphore: "jobs:a",
+                        slot: 7,
+                    },
+                ),
+                (probe_resource("c1"), LockOf::Probe("c1")),
+                ("plain".to_owned(), LockOf::Mutex("plain")),
+                (
+                    "quorum-lock:other:x".to_owned(),
+                    LockOf::Mutex("quorum-lock:other:x"),
+                ),
+            ];
+            for (resource, lock_kind) in &locks {
+                let key = lock(prefix, resource);
+                assert_eq!(lock_of(resource), *lock_kind, "{resource}");
+                let as_lock = match lock_kind {
+                    LockOf::Mutex(_) => None,
+                    _ => Some(KnownKey::Of {
+                        kind: Kind::Lock,
+                        lock: *lock_kind,
+                    }),
+                };
+                assert_eq!(parse_key(prefix, &key), as_lock, "{key}");
+                for kind in derived_kinds {
+                    let name = derived(kind, prefix, &key);
+                    let lock = match (kind, lock_kind) {
+                        // A semaphore's slots wait in one list, the semaphore's.
+                        (Kind::Waiters, LockOf::PermitSlot { semaphore, .. }) => {
+                            LockOf::Semaphore(semaphore)
+                        }
+                        _ => *lock_kind,
+                    };
+                    let want = KnownKey::Of { kind, lock };
+                    assert_eq!(parse_key(prefix, &name), Some(want), "{name}");
+                }
+            }
+            let slot = lock(prefix, &permit_resource("jobs:a", 3));
+            let count = derived(Kind::PermitCount, prefix, &slot);
+            assert_eq!(
+                parse_key(prefix, &count),
+                Some(KnownKey::PermitCount {
+                    semaphore: "jobs:a"
+                })
+            );
+            for g in GLOBALS {
+                assert_eq!(
+                    parse_key(prefix, &global(prefix, g)),
+                    Some(KnownKey::Global(g))
+                );
+            }
+            // Names no lock node holds, and names of no kind.
+            for other in [
+                wake_channel(prefix, "c1"),
+                internal(prefix, "node", "other"),
+                internal(prefix, "future", "x"),
+                lock(prefix, "quorum-lock"),
+            ] {
+                assert_eq!(parse_key(prefix, &other), None, "{other}");
+            }
+        }
+        assert_eq!(parse_key("", &fence_seen("r")), None);
+        // Another prefix's names are not ours.
+        let theirs = derived(Kind::Fence, "b:", "b:r");
+        assert_eq!(parse_key("a:", &theirs), None);
+    }
+
+    #[test]
+    fn kinds_say_their_type_and_whether_they_expire() {
+        let table = [
+            (Kind::Lock, "string", true),
+            (Kind::Fence, "string", false),
+            (Kind::Waiters, "list", true),
+            (Kind::Turn, "string", true),
+            (Kind::Readers, "zset", true),
+            (Kind::Intent, "string", true),
+            (Kind::PermitCount, "string", true),
+        ];
+        for (kind, value_type, expires) in table {
+            assert_eq!((kind.value_type(), kind.expires()), (value_type, expires));
+        }
+        let global = KnownKey::Global(Global::Marker);
+        assert_eq!((global.value_type(), global.expires()), ("string", false));
+    }
+
+    #[test]
+    fn the_namespace_pattern_escapes_the_prefix_globs() {
+        assert_eq!(namespace_pattern(""), "quorum-lock:*");
+        assert_eq!(namespace_pattern("app:"), "app:quorum-lock:*");
+        assert_eq!(
+            namespace_pattern(r"a*b?[c]\d:"),
+            r"a\*b\?\[c\]\\d:quorum-lock:*"
         );
     }
 }

@@ -10,6 +10,9 @@
 //!   configuration, table-tested without a server; the findings on durability
 //!   (`durability`) and on the nodes restart quarantine keeps out now (`kept_out`) have
 //!   files of their own.
+//! - `key_scan` and `keys`: the crate's keys on each node, read with a bounded `SCAN`
+//!   (`key_scan`, I/O) and judged (`keys`, pure): keys that never expire, foreign data in
+//!   the namespace, permit counts that differ between nodes, and each node's census.
 //! - `render`: the report as text for people (findings that are the same on several nodes
 //!   grouped on one line) and as JSON for scripts (one finding per node).
 
@@ -21,6 +24,8 @@ use crate::ensemble::Ensemble;
 mod durability;
 mod findings;
 mod kept_out;
+mod key_scan;
+mod keys;
 mod probe;
 mod render;
 #[cfg(test)]
@@ -121,6 +126,18 @@ pub enum FindingKind {
     /// holds as an acquisition judges it (see `NodeOutcome::Quarantined`): the message says
     /// why and when it votes again (warning).
     KeptOut,
+    /// Keys of the crate that must expire (a read-write lock's writer key or readers, a
+    /// permit, a writer intent, a permit count record, a waiting list, a turn) have no
+    /// expiry: they hold a lock or its bookkeeping for ever. The message names them
+    /// (warning).
+    NoExpiry,
+    /// Keys under the crate's namespace (`<prefix>quorum-lock:`) hold another type than the
+    /// crate gives their kind: foreign data, which the scripts refuse or misread. The
+    /// message names them (error).
+    ForeignData,
+    /// The nodes record different permit counts for one semaphore: its clients use
+    /// different counts for one name (warning).
+    PermitCountMismatch,
 }
 
 impl FindingKind {
@@ -146,6 +163,9 @@ impl FindingKind {
             FindingKind::KnownIssue => "known_issue",
             FindingKind::PersistenceMismatch => "persistence_mismatch",
             FindingKind::KeptOut => "kept_out",
+            FindingKind::NoExpiry => "no_expiry",
+            FindingKind::ForeignData => "foreign_data",
+            FindingKind::PermitCountMismatch => "permit_count_mismatch",
         }
     }
 }
@@ -255,6 +275,34 @@ pub struct NodeInfo {
     pub uptime: Option<Duration>,
     /// The clock offset from the best of a few `TIME` samples.
     pub clock: Option<ClockOffset>,
+    /// The crate's keys on the node; `None` when not counted: a request of the count
+    /// (`SCAN`, `TYPE`, `PTTL`, `GET`, `ZCARD`) refused, or no answer in time.
+    pub keys: Option<KeyCensus>,
+}
+
+/// The crate's keys on one node, as the check counted them: the keys under
+/// `<prefix>quorum-lock:` (a mutex's lock key is its resource's name, so mutexes are not
+/// counted; their waiting lists are). Keys that expired during the count are left out.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeyCensus {
+    /// Read-write locks held by a writer (their writer keys).
+    pub writers: u64,
+    /// Entries in the readers sets of read-write locks: one per reader holding on this
+    /// node, plus expired entries not yet pruned.
+    pub readers: u64,
+    /// Semaphore permits held (slot lock keys).
+    pub permits: u64,
+    /// Semaphores' permit count records.
+    pub count_records: u64,
+    /// Waiting lists, of locks of any kind.
+    pub waiting_lists: u64,
+    /// Keys found under the namespace, of every kind (fencing counters and the node's
+    /// quarantine records included).
+    pub scanned: u64,
+    /// Whether the count stopped at its bound (about 20 000 keys examined) before the end
+    /// of the keyspace: the numbers are then lower bounds.
+    pub partial: bool,
 }
 
 impl NodeInfo {
@@ -305,8 +353,15 @@ impl DeploymentReport {
 pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
     let prefix = &inner.config.key_prefix;
     let probes = inner.nodes.iter().map(|node| probe::probe(node, prefix));
-    let (nodes, ledgers): (Vec<NodeInfo>, Vec<_>) =
-        futures::future::join_all(probes).await.into_iter().unzip();
+    let probed = futures::future::join_all(probes).await;
+    let mut nodes = Vec::with_capacity(probed.len());
+    let (mut ledgers, mut scans) = (Vec::new(), Vec::new());
+    for mut node in probed {
+        node.info.keys = node.keys.as_ref().map(|scan| keys::census(scan, prefix));
+        nodes.push(node.info);
+        ledgers.push(node.ledger);
+        scans.push(node.keys);
+    }
     let mut findings = findings::findings(&nodes, inner.quorum, &Limits::from(&inner.config));
     if inner.config.quarantine {
         findings.extend(kept_out::kept_out(
@@ -315,9 +370,10 @@ pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
             inner.config.drift_factor,
             inner.config.ttl_ceiling,
         ));
-        // Most severe first, the order within a severity kept.
-        findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     }
+    findings.extend(keys::key_findings(&nodes, &scans, prefix));
+    // Most severe first, the order within a severity kept.
+    findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     for node in &nodes {
         if let Some(clock) = &node.clock {
             crate::metrics::clock_offset(&node.name, clock.offset_micros as f64 / 1e6);

@@ -1,6 +1,7 @@
 //! The I/O of the check: each node is probed on a fresh connection of its own with `INFO`,
 //! `CONFIG GET append*`, `CONFIG GET save`, a `GET` of its quarantine marker and ensemble
-//! record, and a few `TIME` samples; the answers fill a [`NodeInfo`] and a [`Ledger`].
+//! record, a few `TIME` samples and the scan of the crate's keys (`key_scan`); the answers
+//! fill a [`NodeInfo`], a [`Ledger`] and a [`KeyScan`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -8,6 +9,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use redis::{ErrorKind, FromRedisValue, RedisError};
 
 use super::kept_out::Ledger;
+use super::key_scan::scan_keys;
+use super::keys::KeyScan;
 use super::{ClockOffset, NodeInfo};
 use crate::net::node::Node;
 use crate::net::probe_connection::ProbeConnection;
@@ -25,31 +28,44 @@ const PROBE_DEADLINE: Duration = Duration::from_millis(2500);
 /// `TIME` samples per node; the one with the shortest round trip is kept.
 const TIME_SAMPLES: usize = 3;
 
-/// Probes one node within [`PROBE_DEADLINE`]; what was learned before the deadline is kept.
-/// The ledger (marker and record under the key prefix `prefix`) is `None` when not read.
-pub(super) async fn probe(node: &Node, prefix: &str) -> (NodeInfo, Option<Ledger>) {
-    let mut info = NodeInfo::new(node.name());
-    let mut ledger = None;
-    if tokio::time::timeout(
-        PROBE_DEADLINE,
-        probe_into(node, prefix, &mut info, &mut ledger),
-    )
-    .await
-    .is_err()
-    {
-        info.error
-            .get_or_insert_with(|| format!("no complete answer within {PROBE_DEADLINE:?}"));
-    }
-    (info, ledger)
+/// What the probe of one node learned.
+#[derive(Debug)]
+pub(super) struct Probed {
+    /// The node's facts.
+    pub(super) info: NodeInfo,
+    /// Its marker and record under the key prefix; `None` when not read.
+    pub(super) ledger: Option<Ledger>,
+    /// The crate's keys on it; `None` when not read (refused, or no answer in time).
+    pub(super) keys: Option<KeyScan>,
 }
 
-async fn probe_into(node: &Node, prefix: &str, info: &mut NodeInfo, ledger: &mut Option<Ledger>) {
-    let Some(conn) = connect(node, info).await else {
+/// Probes one node within [`PROBE_DEADLINE`]; what was learned before the deadline is kept.
+pub(super) async fn probe(node: &Node, prefix: &str) -> Probed {
+    let mut probed = Probed {
+        info: NodeInfo::new(node.name()),
+        ledger: None,
+        keys: None,
+    };
+    if tokio::time::timeout(PROBE_DEADLINE, probe_into(node, prefix, &mut probed))
+        .await
+        .is_err()
+    {
+        (probed.info.error)
+            .get_or_insert_with(|| format!("no complete answer within {PROBE_DEADLINE:?}"));
+    }
+    probed
+}
+
+async fn probe_into(node: &Node, prefix: &str, probed: &mut Probed) {
+    let Some(conn) = connect(node, &mut probed.info).await else {
         return;
     };
-    if ask_info_and_config(&conn, info).await {
-        *ledger = read_ledger(&conn, prefix).await;
-        sample_clock(conn, info).await;
+    if ask_info_and_config(&conn, &mut probed.info).await {
+        probed.ledger = read_ledger(&conn, prefix).await;
+        sample_clock(conn.clone(), &mut probed.info).await;
+        // Last, so that a slow scan of a large keyspace delays nothing else: a refused
+        // scan leaves the census unknown, as a refused `CONFIG` leaves `appendfsync`.
+        probed.keys = scan_keys(&conn, prefix).await.ok();
     }
 }
 

@@ -7,7 +7,7 @@
 use std::fmt::{self, Write as _};
 use std::time::Duration;
 
-use super::{DeploymentReport, Finding, NodeInfo, Severity};
+use super::{DeploymentReport, Finding, KeyCensus, NodeInfo, Severity};
 use crate::inspect::json::{JsonObject, json_opt_str};
 
 /// The JSON document of [`DeploymentReport::to_json`].
@@ -96,6 +96,18 @@ impl fmt::Display for DeploymentReport {
             write_row(f, row, &widths)?;
         }
         writeln!(f)?;
+        let name_width = widths[0];
+        for node in self.nodes.iter().filter(|n| n.reachable) {
+            writeln!(
+                f,
+                "  {:<name_width$}  keys: {}",
+                node.name,
+                census_line(node.keys)
+            )?;
+        }
+        if self.nodes.iter().any(|n| n.reachable) {
+            writeln!(f)?;
+        }
         if self.findings.is_empty() {
             return writeln!(f, "no findings");
         }
@@ -109,6 +121,27 @@ impl fmt::Display for DeploymentReport {
         }
         Ok(())
     }
+}
+
+/// A node's census in one line: `1 write-locked, 2 readers, 1 permit held, 1 count record,
+/// 0 waiting lists`, or why there is none.
+pub(super) fn census_line(census: Option<KeyCensus>) -> String {
+    let Some(c) = census else {
+        return "not counted (SCAN, TYPE or PTTL refused, or no answer in time)".to_owned();
+    };
+    let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let mut line = [
+        format!("{} write-locked", c.writers),
+        plural(c.readers, "reader", "readers"),
+        plural(c.permits, "permit held", "permits held"),
+        plural(c.count_records, "count record", "count records"),
+        plural(c.waiting_lists, "waiting list", "waiting lists"),
+    ]
+    .join(", ");
+    if c.partial {
+        let _ = write!(line, " (partial: stopped after {} keys)", c.scanned);
+    }
+    line
 }
 
 fn write_row(f: &mut fmt::Formatter<'_>, row: &[String; 8], widths: &[usize; 8]) -> fmt::Result {
@@ -222,6 +255,23 @@ fn node_json(out: &mut String, n: &NodeInfo) {
             c_obj.end();
         }
     }
+    o.key("keys");
+    match &n.keys {
+        None => o.out.push_str("null"),
+        Some(c) => census_json(o.out, c),
+    }
+    o.end();
+}
+
+fn census_json(out: &mut String, c: &KeyCensus) {
+    let mut o = JsonObject::new(out);
+    o.num("writers", Some(i128::from(c.writers)));
+    o.num("readers", Some(i128::from(c.readers)));
+    o.num("permits", Some(i128::from(c.permits)));
+    o.num("count_records", Some(i128::from(c.count_records)));
+    o.num("waiting_lists", Some(i128::from(c.waiting_lists)));
+    o.num("scanned", Some(i128::from(c.scanned)));
+    o.bool("partial", Some(c.partial));
     o.end();
 }
 

@@ -1,5 +1,5 @@
 //! Unit tests of the check without a server, one file per part of the check: the findings
-//! (`findings`, `durability`, `kept_out`), the probe's reading of `INFO` and the clock
+//! (`findings`, `durability`, `kept_out`, `keys`), the probe's reading of `INFO` and the clock
 //! estimate (`probe`), and the rendering (`render`). This file holds their fixtures.
 
 use std::time::Duration;
@@ -16,6 +16,7 @@ use Severity::{Error as E, Info as I, Warning as W};
 mod durability;
 mod findings;
 mod kept_out;
+mod keys;
 mod probe;
 mod render;
 
@@ -55,6 +56,7 @@ fn healthy(i: usize) -> NodeInfo {
             uncertainty: MS(1),
             rtt: MS(2),
         }),
+        keys: None,
     }
 }
 

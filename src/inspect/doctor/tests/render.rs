@@ -8,7 +8,9 @@ fn json_rendering() {
     let json = report.to_json();
     assert!(json.starts_with(r#"{"quorum":2,"worst":"error","nodes":[{"name":"10.0.0.0:6379","reachable":true,"error":null,"redis_version":"7.2.4""#), "{json}");
     assert!(
-        json.contains(r#""clock":{"offset_us":200,"uncertainty_us":1000,"rtt_us":2000}}"#),
+        json.contains(
+            r#""clock":{"offset_us":200,"uncertainty_us":1000,"rtt_us":2000},"keys":null}"#
+        ),
         "{json}"
     );
     assert!(
@@ -16,7 +18,7 @@ fn json_rendering() {
         "{json}"
     );
     assert!(
-        json.contains(r#""uptime_secs":null,"clock":null}"#),
+        json.contains(r#""uptime_secs":null,"clock":null,"keys":null}"#),
         "{json}"
     );
     assert!(json.contains(r#"{"kind":"unreachable","severity":"error","node":"10.0.0.1:6379","message":"unreachable (refused \"quoted\"); only 1 of 2"#), "{json}");
