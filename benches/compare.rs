@@ -21,6 +21,10 @@
 //! 8. semaphore: K = 4 permits, 16 tasks, N = 1 and 3, against a floor of K slot locks
 //! 9. read-write lock: uncontended read lock + release and write lock + release, one task,
 //!    N = 1, 3, 5, against the mutex and the floor
+//! 10. fairness between clients (each its own `Redlock`, as separate processes), N = 3:
+//!     the semaphore (K = 4; 4 clients x 4 tasks, 16 x 1), the read-write lock (3 writer
+//!     and 3 reader clients) and the mutex (4 x 4): per-client shares and waits, Jain's
+//!     index
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
@@ -83,15 +87,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=9) => selected.push(n),
+            Ok(n @ 1..=10) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-9)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-10)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9];
+        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -121,7 +125,8 @@ fn main() {
                 6 => scenarios::scale::run(cfg).await,
                 7 => scenarios::native::run(cfg).await,
                 8 => scenarios::semaphore::run(cfg).await,
-                _ => scenarios::rwlock::run(cfg).await,
+                9 => scenarios::rwlock::run(cfg).await,
+                _ => scenarios::fairness::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

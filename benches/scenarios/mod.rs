@@ -2,6 +2,7 @@
 //! that measures its contenders and prints its tables.
 
 pub mod contention;
+pub mod fairness;
 pub mod latency;
 pub mod memory;
 pub mod native;

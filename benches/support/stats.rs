@@ -32,6 +32,17 @@ pub fn summarize(mut samples: Vec<Duration>) -> Summary {
     }
 }
 
+/// Jain's fairness index of `shares`: `(sum x)^2 / (n * sum x^2)`, 1 when all are equal,
+/// `1/n` when one has everything; zero when there are none or all are zero.
+pub fn jain(shares: &[f64]) -> f64 {
+    let sum: f64 = shares.iter().sum();
+    let squares: f64 = shares.iter().map(|x| x * x).sum();
+    if squares == 0.0 {
+        return 0.0;
+    }
+    sum * sum / (shares.len() as f64 * squares)
+}
+
 /// CPU time (user + system) consumed so far by every live thread of this process, with
 /// nanosecond resolution: the sum of the first field of `/proc/self/task/*/schedstat`.
 ///
