@@ -4,7 +4,7 @@
 //! lock is released by the mutex's scripts).
 
 use super::keys::{Global, Kind};
-use super::scripts::{Lua, lua_ballot_facts, lua_enqueue};
+use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_raise_record};
 
 /// Takes one slot lock on one node, with the semaphore's count record, its waiting list
 /// and the restart quarantine data of the mutex's acquire script.
@@ -76,20 +76,21 @@ pub(crate) static PERMIT_ACQUIRE: Lua = Lua::with_globals(
 /// ARGV[3]: the permit count. Returns 1 after raising the ensemble record to the TTL
 /// (never lowering it), resetting the slot's expiry and raising the count record's to at
 /// least the TTL; 0, changing nothing, when the slot does not hold our token.
-pub(crate) const PERMIT_EXTEND_SRC: &str = r"
+pub(crate) const PERMIT_EXTEND_SRC: &str = concat!(
+    lua_raise_record!(),
+    r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
 end
 local ttl = tonumber(ARGV[2])
-if (tonumber(redis.call('GET', KEYS[3]) or '0') or 0) < ttl then
-    redis.call('SET', KEYS[3], ARGV[2])
-end
+raise_record(KEYS[3], ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ttl)
 if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl)
 end
 return 1
-";
+"
+);
 pub(crate) static PERMIT_EXTEND: Lua = Lua::with_globals(
     &[Kind::Lock, Kind::PermitCount],
     &[Global::MaxTtl],

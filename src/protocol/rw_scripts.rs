@@ -10,7 +10,7 @@
 //! gets in.
 
 use super::keys::{self, Global, Kind};
-use super::scripts::{Lua, lua_ballot_facts, lua_enqueue};
+use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_raise_record, lua_server_ms};
 
 /// Acquisition of a read-write lock's read or write side on one node, with the same
 /// waiting-list bookkeeping, fencing counter read and restart quarantine data as the
@@ -41,6 +41,7 @@ use super::scripts::{Lua, lua_ballot_facts, lua_enqueue};
 pub(crate) const RW_ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
     lua_ballot_facts!(),
+    lua_server_ms!(),
     r"
 local fast = ARGV[8] == '1'
 local record, marker = ballot_facts(KEYS[7], KEYS[8], ARGV[2], fast)
@@ -71,8 +72,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     end
     return answer(0)
 end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = server_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
 if ARGV[7] == 'r' then
     local our_turn = ARGV[3] ~= '' and redis.call('GET', KEYS[6]) == ARGV[3]
@@ -130,10 +130,10 @@ pub(crate) static RW_ACQUIRE: Lua = Lua::with_globals(
 /// whatever else happened: the attempt failed on the whole, and the client still waits.
 pub(crate) const READ_RELEASE_SRC: &str = concat!(
     lua_enqueue!(),
+    lua_server_ms!(),
     r"
 local function wake()
-    local time = redis.call('TIME')
-    local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+    local now = server_ms()
     if redis.call('ZCOUNT', KEYS[2], '(' .. now, '+inf') > 0 then
         return 1
     end
@@ -176,23 +176,24 @@ pub(crate) static READ_RELEASE: Lua = Lua::new(
 /// token. ARGV[2]: the new TTL in milliseconds. Returns 1 after raising the record to the
 /// TTL (never lowering it), setting the reader's expiry and raising the set's own expiry
 /// to at least the TTL; 0, changing nothing, when the reader is absent or expired.
-pub(crate) const READ_EXTEND_SRC: &str = r"
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+pub(crate) const READ_EXTEND_SRC: &str = concat!(
+    lua_raise_record!(),
+    lua_server_ms!(),
+    r"
+local now = server_ms()
 local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
 if expiry <= now then
     return 0
 end
 local ttl = tonumber(ARGV[2])
-if (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) < ttl then
-    redis.call('SET', KEYS[2], ARGV[2])
-end
+raise_record(KEYS[2], ARGV[2])
 redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl then
     redis.call('PEXPIRE', KEYS[1], ttl)
 end
 return 1
-";
+"
+);
 pub(crate) static READ_EXTEND: Lua =
     Lua::with_globals(&[Kind::Readers], &[Global::MaxTtl], READ_EXTEND_SRC).repeatable();
 
@@ -217,9 +218,11 @@ pub(crate) fn clear_intent(prefix: &str, lock: &str) -> redis::Cmd {
 /// KEYS[1]: the readers. Returns `{now, {token, expiry, token, expiry, ...}}`: the
 /// server's time in milliseconds and each reader whose expiry (in the same clock) is
 /// later, in expiry order.
-pub(crate) const READERS_SRC: &str = r"
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+pub(crate) const READERS_SRC: &str = concat!(
+    lua_server_ms!(),
+    r"
+local now = server_ms()
 return {now, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')}
-";
+"
+);
 pub(crate) static READERS: Lua = Lua::new(&[Kind::Readers], READERS_SRC).repeatable();

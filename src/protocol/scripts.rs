@@ -119,24 +119,55 @@ end
 }
 pub(super) use lua_enqueue;
 
-/// Lua source of `ballot_facts(record_key, marker_key, ttl_ms, fast)`, shared by the scripts
-/// with a fast path of their own: unless `fast`, raises the ensemble record to the TTL
-/// (never lowers it) and returns the record as it was and the node's marker, what the
-/// ballot reads; on the fast path `false, false` (the client knows both).
-macro_rules! lua_ballot_facts {
+/// Lua source of `raise_record(record_key, ttl_ms)`, shared by every script that acquires or
+/// extends: raises the ensemble record to the TTL (never lowers it) and returns the record as
+/// it was (nil: none).
+macro_rules! lua_raise_record {
     () => {
         r"
-local function ballot_facts(record_key, marker_key, ttl_ms, fast)
-    if fast then
-        return false, false
-    end
+local function raise_record(record_key, ttl_ms)
     local record = redis.call('GET', record_key)
     if (tonumber(record or '0') or 0) < tonumber(ttl_ms) then
         redis.call('SET', record_key, ttl_ms)
     end
-    return record, redis.call('GET', marker_key)
+    return record
 end
 "
+    };
+}
+pub(super) use lua_raise_record;
+
+/// Lua source of `server_ms()`, shared by the scripts that keep the readers' expiries: the
+/// server's clock (`TIME`) in whole milliseconds.
+macro_rules! lua_server_ms {
+    () => {
+        r"
+local function server_ms()
+    local time = redis.call('TIME')
+    return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+"
+    };
+}
+pub(super) use lua_server_ms;
+
+/// Lua source of `ballot_facts(record_key, marker_key, ttl_ms, fast)` (with
+/// `raise_record`), shared by the scripts with a fast path of their own: unless `fast`,
+/// raises the ensemble record to the TTL and returns the record as it was and the node's
+/// marker, what the ballot reads; on the fast path `false, false` (the client knows both).
+macro_rules! lua_ballot_facts {
+    () => {
+        concat!(
+            lua_raise_record!(),
+            r"
+local function ballot_facts(record_key, marker_key, ttl_ms, fast)
+    if fast then
+        return false, false
+    end
+    return raise_record(record_key, ttl_ms), redis.call('GET', marker_key)
+end
+"
+        )
     };
 }
 pub(super) use lua_ballot_facts;
@@ -171,12 +202,10 @@ pub(super) use lua_ballot_facts;
 /// renewed by a later attempt. Counters, record and marker never expire.
 const ACQUIRE_SRC: &str = concat!(
     lua_enqueue!(),
+    lua_raise_record!(),
     r"
 local k = (#KEYS - 2) / 3
-local record = redis.call('GET', KEYS[3 * k + 1])
-if (tonumber(record or '0') or 0) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[3 * k + 1], ARGV[2])
-end
+local record = raise_record(KEYS[3 * k + 1], ARGV[2])
 local marker = redis.call('GET', KEYS[3 * k + 2])
 local function queue(i)
     enqueue(KEYS[2 * k + i], ARGV[3], ARGV[6], 2 * tonumber(ARGV[2]))
@@ -475,21 +504,22 @@ pub(crate) static INSPECT: Lua = Lua::with_globals(
 /// ARGV[2]: new TTL in milliseconds. Returns 1 after raising the record to the new TTL
 /// (never lowering it) and resetting the expiry of every key when all of them hold our
 /// token, 0 (and changes nothing) when any of them does not.
-const EXTEND_SRC: &str = r"
+const EXTEND_SRC: &str = concat!(
+    lua_raise_record!(),
+    r"
 local k = #KEYS - 1
 for i = 1, k do
     if redis.call('GET', KEYS[i]) ~= ARGV[1] then
         return 0
     end
 end
-if (tonumber(redis.call('GET', KEYS[k + 1]) or '0') or 0) < tonumber(ARGV[2]) then
-    redis.call('SET', KEYS[k + 1], ARGV[2])
-end
+raise_record(KEYS[k + 1], ARGV[2])
 for i = 1, k do
     redis.call('PEXPIRE', KEYS[i], ARGV[2])
 end
 return 1
-";
+"
+);
 pub(crate) static EXTEND: Lua =
     Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl], EXTEND_SRC).repeatable();
 
