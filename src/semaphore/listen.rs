@@ -80,10 +80,8 @@ impl<'a> PermitListener<'a> {
     /// The pass that used `enqueue` won a slot, and `vote` is what the waiting-list node
     /// answered: where its script took the slot, it took this client off the list.
     pub(super) fn won(&mut self, enqueue: Option<Enqueue<'_>>, vote: Option<&NodeOutcome>) {
-        if let (Some(registration), Some(e)) = (&mut self.registration, enqueue)
-            && matches!(vote, Some(NodeOutcome::Acquired | NodeOutcome::Pending))
-        {
-            registration.acquired_on(e.node);
+        if let (Some(registration), Some(e)) = (&mut self.registration, enqueue) {
+            registration.won_with(e.node, vote);
         }
     }
 

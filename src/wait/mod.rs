@@ -263,10 +263,8 @@ impl<'a> Waiting<'a> {
     /// release there would wake us, who no longer wait. A list node that has not answered
     /// yet is settled from its answer, in the background (`Notifier::settle`).
     pub(crate) fn acquired(&mut self, enqueue: Option<Enqueue<'_>>, vote: Option<&NodeOutcome>) {
-        if let (Some(registration), Some(e)) = (&mut self.listening, enqueue)
-            && matches!(vote, Some(NodeOutcome::Acquired | NodeOutcome::Pending))
-        {
-            registration.acquired_on(e.node);
+        if let (Some(registration), Some(e)) = (&mut self.listening, enqueue) {
+            registration.won_with(e.node, vote);
         }
     }
 

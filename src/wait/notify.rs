@@ -137,6 +137,15 @@ impl Registration {
     pub(crate) fn acquired_on(&mut self, node: usize) {
         self.listed.retain(|&n| n != node);
     }
+
+    /// An attempt that listed this client on `list_node` won, and `vote` is what that node
+    /// answered: a yes (or an answer still pending, settled by [`Notifier::settle`]) means
+    /// its script set the keys there and took this client off the lists.
+    pub(crate) fn won_with(&mut self, list_node: usize, vote: Option<&NodeOutcome>) {
+        if matches!(vote, Some(NodeOutcome::Acquired | NodeOutcome::Pending)) {
+            self.acquired_on(list_node);
+        }
+    }
 }
 
 impl Drop for Registration {
