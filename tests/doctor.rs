@@ -407,6 +407,79 @@ async fn replicas_are_not_independent_masters() {
 }
 
 #[tokio::test]
+async fn a_master_that_a_failover_can_replace_is_flagged() {
+    let master = RedisServer::start();
+    let replica = RedisServer::start_extended(
+        ServerOptions::default(),
+        extras(&["--replicaof", "127.0.0.1", &master.port().to_string()]),
+    );
+    let others = Cluster::start(2);
+    let (m, r, o1, o2) = (
+        name(&master),
+        name(&replica),
+        name(&others.nodes[0]),
+        name(&others.nodes[1]),
+    );
+    wait_until(Duration::from_secs(10), "replica in sync", || {
+        info_field(&replica, "replication", "master_link_status").as_deref() == Some("up")
+    });
+
+    // The master is listed, its replica not: a failover behind the master's address
+    // would hand its vote to the replica.
+    let report = check(&client(&[
+        master.url(),
+        others.nodes[0].url(),
+        others.nodes[1].url(),
+    ]))
+    .await;
+    assert_eq!(
+        summary(&report),
+        expected(
+            no_persistence([&m, &o1, &o2])
+                .chain([(K::FailoverRisk, W, Some(m.clone())), memory_loss()])
+        )
+    );
+    assert_eq!(report.nodes[0].replicas, Some(1));
+    assert_eq!(report.nodes[0].promoted, Some(false));
+    let risk = finding_of(&report, K::FailoverRisk);
+    assert!(
+        risk.message.starts_with("has a replica: "),
+        "{}",
+        risk.message
+    );
+
+    // The replica promoted, and listed where the master was: a master since a moment,
+    // whose uptime says otherwise.
+    let mut conn = replica.conn();
+    let () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut conn)
+        .unwrap();
+    let report = check(&client(&[
+        replica.url(),
+        others.nodes[0].url(),
+        others.nodes[1].url(),
+    ]))
+    .await;
+    assert_eq!(
+        summary(&report),
+        expected(
+            no_persistence([&r, &o1, &o2])
+                .chain([(K::FailoverRisk, W, Some(r.clone())), memory_loss()])
+        )
+    );
+    assert_eq!(report.nodes[0].promoted, Some(true));
+    let risk = finding_of(&report, K::FailoverRisk);
+    assert!(
+        risk.message
+            .starts_with("was promoted from a replica since it started: "),
+        "{}",
+        risk.message
+    );
+}
+
+#[tokio::test]
 async fn cluster_mode_is_flagged() {
     let cluster = Cluster::start(2);
     // `nodes.conf` is relative to the server's own `--dir`.

@@ -225,6 +225,30 @@ impl<'a> Info<'a> {
         self.parsed("master_port")
     }
 
+    /// `connected_slaves`: how many replicas are connected to this master.
+    pub(crate) fn connected_replicas(&self) -> Option<u32> {
+        self.parsed("connected_slaves")
+    }
+
+    /// The largest `lag=` (whole seconds since the replica's last acknowledgement) of the
+    /// connected replicas (`slave0:ip=...,lag=0`, ...); `None` with no replica listed.
+    pub(crate) fn longest_replica_lag(&self) -> Option<Duration> {
+        let replicas = self.connected_replicas()?;
+        (0..replicas)
+            .filter_map(|i| self.get(&format!("slave{i}")))
+            .filter_map(|line| line.split(',').find_map(|part| part.strip_prefix("lag=")))
+            .filter_map(|lag| lag.parse::<u64>().ok())
+            .max()
+            .map(Duration::from_secs)
+    }
+
+    /// Whether this server process was promoted from a replica (or took part in a
+    /// failover) since it started: `second_repl_offset` is -1 until then.
+    pub(crate) fn promoted(&self) -> Option<bool> {
+        self.parsed::<i64>("second_repl_offset")
+            .map(|offset| offset >= 0)
+    }
+
     /// `aof_enabled`: whether the append-only file is on.
     pub(crate) fn aof_enabled(&self) -> Option<bool> {
         self.get("aof_enabled").and_then(flag)
@@ -395,5 +419,23 @@ mod tests {
         assert_eq!(ServerKind::Valkey.to_string(), "valkey");
         assert_eq!(flag("yes"), Some(true));
         assert_eq!(flag("2"), None);
+    }
+
+    #[test]
+    fn replicas_their_lag_and_a_promotion() {
+        let text = "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n\
+            slave0:ip=127.0.0.1,port=7001,state=online,offset=42,lag=0\r\n\
+            slave1:ip=127.0.0.1,port=7002,state=online,offset=40,lag=7\r\n\
+            master_replid2:0000000000000000000000000000000000000000\r\n\
+            second_repl_offset:-1\r\n";
+        let info = parse(text);
+        assert_eq!(info.connected_replicas(), Some(2));
+        assert_eq!(info.longest_replica_lag(), Some(Duration::from_secs(7)));
+        assert_eq!(info.promoted(), Some(false));
+        let promoted = parse("role:master\r\nconnected_slaves:0\r\nsecond_repl_offset:1234\r\n");
+        assert_eq!(promoted.connected_replicas(), Some(0));
+        assert_eq!(promoted.longest_replica_lag(), None);
+        assert_eq!(promoted.promoted(), Some(true));
+        assert_eq!(parse("role:master\r\n").promoted(), None);
     }
 }

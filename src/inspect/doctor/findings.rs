@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::durability::{known_issue, majority_memory_loss, persistence, persistence_mismatch};
+use super::failover::{failover_risk, replication_lag};
 use super::finding;
 use super::{Finding, FindingKind, NodeInfo, Severity};
 use crate::config::Config;
@@ -57,7 +58,9 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
         out.extend(cluster_mode(node));
         if !related {
             out.extend(replica(node));
+            out.extend(failover_risk(node));
         }
+        out.extend(replication_lag(node, limits));
         out.extend(persistence(node));
         out.extend(eviction(node));
         out.extend(clock_skew(node, limits));

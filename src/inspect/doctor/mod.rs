@@ -22,6 +22,7 @@ use std::time::Duration;
 use crate::ensemble::Ensemble;
 
 mod durability;
+mod failover;
 mod findings;
 mod kept_out;
 mod key_scan;
@@ -122,6 +123,14 @@ pub enum FindingKind {
     /// The reachable nodes differ in `appendonly`: some keep lock keys across a restart and
     /// some do not, usually a configuration that drifted on some nodes (warning).
     PersistenceMismatch,
+    /// A listed master that a failover can replace: it has replicas, or was itself
+    /// promoted from a replica. Behind an address that follows the failover (a DNS name, a
+    /// virtual IP, a proxy), the promoted replica may lack lock keys, yet this client judges
+    /// it as a restarted node, by its uptime (warning).
+    FailoverRisk,
+    /// A master's replica lags further behind than the default TTL: a failover would lose
+    /// every lock key written in that time (warning).
+    ReplicationLag,
     /// Restart quarantine keeps the node's vote out right now, judged from what every node
     /// holds as an acquisition judges it (see `NodeOutcome::Quarantined`): the message says
     /// why and when it votes again (warning).
@@ -162,6 +171,8 @@ impl FindingKind {
             FindingKind::ClockSkew => "clock_skew",
             FindingKind::KnownIssue => "known_issue",
             FindingKind::PersistenceMismatch => "persistence_mismatch",
+            FindingKind::FailoverRisk => "failover_risk",
+            FindingKind::ReplicationLag => "replication_lag",
             FindingKind::KeptOut => "kept_out",
             FindingKind::NoExpiry => "no_expiry",
             FindingKind::ForeignData => "foreign_data",
@@ -256,6 +267,14 @@ pub struct NodeInfo {
     pub master_host: Option<String>,
     /// For a replica, the port of its master.
     pub master_port: Option<u16>,
+    /// `connected_slaves` from `INFO`: how many replicas follow this node.
+    pub replicas: Option<u32>,
+    /// The longest `lag` of this node's connected replicas (whole seconds since a
+    /// replica's last acknowledgement); `None` without replicas.
+    pub replica_lag: Option<Duration>,
+    /// Whether the server process was promoted from a replica since it started
+    /// (`second_repl_offset` in `INFO` is not -1).
+    pub promoted: Option<bool>,
     /// Whether the append-only file is on (`CONFIG GET appendonly`, or `aof_enabled` from
     /// `INFO` when `CONFIG` is refused).
     pub appendonly: Option<bool>,

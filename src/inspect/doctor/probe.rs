@@ -231,6 +231,9 @@ pub(super) fn apply_info(node: &mut NodeInfo, info: &Info<'_>) {
     node.master_replid = text(info.master_replid());
     node.master_host = text(info.master_host());
     node.master_port = info.master_port();
+    node.replicas = info.connected_replicas();
+    node.replica_lag = info.longest_replica_lag();
+    node.promoted = info.promoted();
     node.appendonly = info.aof_enabled();
     node.maxmemory = info.maxmemory();
     node.maxmemory_policy = text(info.maxmemory_policy());

@@ -237,6 +237,12 @@ fn node_json(out: &mut String, n: &NodeInfo) {
     o.str("master_replid", n.master_replid.as_deref());
     o.str("master_host", n.master_host.as_deref());
     o.num("master_port", n.master_port.map(i128::from));
+    o.num("replicas", n.replicas.map(i128::from));
+    o.num(
+        "replica_lag_s",
+        n.replica_lag.map(|lag| i128::from(lag.as_secs())),
+    );
+    o.bool("promoted", n.promoted);
     o.bool("appendonly", n.appendonly);
     o.str("appendfsync", n.appendfsync.as_deref());
     o.str("save", n.save.as_deref());

@@ -1,5 +1,5 @@
 //! Unit tests of the check without a server, one file per part of the check: the findings
-//! (`findings`, `durability`, `kept_out`, `keys`), the probe's reading of `INFO` and the clock
+//! (`findings`, `durability`, `failover`, `kept_out`, `keys`), the probe's reading of `INFO` and the clock
 //! estimate (`probe`), and the rendering (`render`). This file holds their fixtures.
 
 use std::time::Duration;
@@ -14,6 +14,7 @@ use FindingKind as K;
 use Severity::{Error as E, Info as I, Warning as W};
 
 mod durability;
+mod failover;
 mod findings;
 mod kept_out;
 mod keys;
@@ -44,6 +45,9 @@ fn healthy(i: usize) -> NodeInfo {
         master_replid: Some(format!("replid{i}")),
         master_host: None,
         master_port: None,
+        replicas: Some(0),
+        replica_lag: None,
+        promoted: Some(false),
         appendonly: Some(true),
         appendfsync: Some("always".into()),
         save: Some("3600 1 300 100 60 10000".into()),

@@ -1,0 +1,50 @@
+//! The findings on failover: a listed master that a failover can replace, and a replica
+//! too far behind for a failover to keep the locks.
+
+use super::findings::Limits;
+use super::{Finding, FindingKind, NodeInfo, Severity, finding};
+
+/// What this client does with a promoted replica behind a member's address: it sees a new
+/// server process, which it judges as a restarted node, by its uptime.
+const PROMOTED_REPLICA: &str = "behind an address that follows a failover (a DNS name, a \
+    virtual IP, a proxy), a promoted replica that may lack lock keys takes this node's vote, \
+    and this client judges it by its uptime, as a restarted node";
+
+/// A master with replicas, or one promoted from a replica during its life (warning).
+pub(super) fn failover_risk(node: &NodeInfo) -> Option<Finding> {
+    if node.is_replica() {
+        return None;
+    }
+    let replicas = node.replicas.unwrap_or(0);
+    let what = match (replicas, node.promoted) {
+        (0, Some(true)) => "was promoted from a replica since it started".to_owned(),
+        (0, _) => return None,
+        (1, _) => "has a replica".to_owned(),
+        (n, _) => format!("has {n} replicas"),
+    };
+    Some(finding(
+        FindingKind::FailoverRisk,
+        Severity::Warning,
+        Some(&node.name),
+        format!("{what}: {PROMOTED_REPLICA}"),
+        "give lock nodes no replicas and no automatic failover, or list each master by an \
+         address that never moves to another server",
+    ))
+}
+
+/// A replica that lags behind its master by more than the default TTL (warning).
+pub(super) fn replication_lag(node: &NodeInfo, limits: &Limits) -> Option<Finding> {
+    let lag = node.replica_lag.filter(|lag| *lag > limits.ttl)?;
+    Some(finding(
+        FindingKind::ReplicationLag,
+        Severity::Warning,
+        Some(&node.name),
+        format!(
+            "a replica last acknowledged {} s ago, longer than the default TTL ({:?}): a \
+             failover now would lose every lock key written since",
+            lag.as_secs(),
+            limits.ttl
+        ),
+        "repair the replication link, or remove the replica",
+    ))
+}

@@ -1,0 +1,69 @@
+//! Tests of the failover findings.
+
+use super::*;
+
+#[test]
+fn a_master_a_failover_can_replace() {
+    // replicas, promoted, replica lag in seconds, expected findings on node 1.
+    type Case = (Option<u32>, Option<bool>, Option<u64>, Vec<FindingKind>);
+    let table: [Case; 7] = [
+        (Some(0), Some(false), None, vec![]),
+        (None, None, None, vec![]),
+        (Some(1), Some(false), Some(0), vec![K::FailoverRisk]),
+        (Some(2), None, Some(1), vec![K::FailoverRisk]),
+        (Some(0), Some(true), None, vec![K::FailoverRisk]),
+        // The lag is judged against the default TTL (30 s): equal is not beyond.
+        (Some(1), Some(false), Some(30), vec![K::FailoverRisk]),
+        (
+            Some(1),
+            Some(true),
+            Some(31),
+            vec![K::FailoverRisk, K::ReplicationLag],
+        ),
+    ];
+    for (replicas, promoted, lag, expected) in table {
+        let mut infos = set(3);
+        infos[1].replicas = replicas;
+        infos[1].promoted = promoted;
+        infos[1].replica_lag = lag.map(Duration::from_secs);
+        let expected: Vec<_> = expected.into_iter().map(|k| (k, W, node(1))).collect();
+        assert_eq!(
+            kinds(&infos, &limits()),
+            expected,
+            "{replicas:?} {promoted:?} {lag:?}"
+        );
+    }
+}
+
+#[test]
+fn a_replica_is_not_a_failover_risk_of_its_own() {
+    let mut infos = set(3);
+    infos[1].role = Some("slave".into());
+    infos[1].promoted = Some(true);
+    infos[1].master_host = Some("10.9.9.9".into());
+    infos[1].master_port = Some(6379);
+    let found = kinds(&infos, &limits());
+    assert!(
+        found.iter().all(|(k, _, _)| *k != K::FailoverRisk),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn the_message_says_what_and_why() {
+    let mut infos = set(3);
+    infos[2].replicas = Some(2);
+    let report = findings(&infos, 2, &limits());
+    let risk = report
+        .iter()
+        .find(|f| f.kind == K::FailoverRisk)
+        .expect("a failover risk");
+    assert!(
+        risk.message.starts_with("has 2 replicas: "),
+        "{}",
+        risk.message
+    );
+    assert!(risk.message.contains("by its uptime"), "{}", risk.message);
+    assert_eq!(K::FailoverRisk.as_str(), "failover_risk");
+    assert_eq!(K::ReplicationLag.as_str(), "replication_lag");
+}
