@@ -8,8 +8,9 @@
 //!   answers (parsed by `crate::protocol::info`) fill a [`NodeInfo`].
 //! - `findings`: pure: one function per kind of finding over the probed facts and the
 //!   configuration, table-tested without a server; the findings on durability
-//!   (`durability`) and on the nodes restart quarantine keeps out now (`kept_out`) have
-//!   files of their own.
+//!   (`durability`), on failover (`failover`: masters a failover can replace, lagging
+//!   replicas) and on the nodes restart quarantine keeps out now (`kept_out`) have files
+//!   of their own.
 //! - `key_scan` and `keys`: the crate's keys on each node, read with a bounded `SCAN`
 //!   (`key_scan`, I/O) and judged (`keys`, pure): keys that never expire, foreign data in
 //!   the namespace, permit counts that differ between nodes, and each node's census.
