@@ -7,10 +7,14 @@
 mod common;
 
 use std::io;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::{Cluster, RedisServer, eventually, lock_and_release, unique, wait_until};
+use common::proxy::FaultProxy;
+use common::{
+    Cluster, RedisServer, ServerExtras, eventually, lock_and_release, unique, wait_until,
+};
 use quorum_lock::{Error, NodeOutcome, QuarantineReason, Redlock, RedlockBuilder};
 
 fn client(urls: &[String], ttl: Duration) -> Redlock {
@@ -177,6 +181,82 @@ async fn a_short_ttl_client_waits_out_another_clients_long_lease() {
             || released
                 .as_ref()
                 .is_err_and(|e| e.is_unavailable() || matches!(e, Error::NotHeld { .. })),
+        "{released:?}"
+    );
+}
+
+/// A failover behind a member's address (a DNS name, a virtual IP, a proxy) hands its
+/// vote to a promoted replica that never received a lease's key. The replica has run
+/// longer than the lease, but as a replica: it is a node in a new life, kept out for the
+/// lease, not admitted by its uptime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_behind_a_moved_address_is_kept_out() {
+    let cluster = Cluster::start(2);
+    let master = RedisServer::start();
+    let replica = RedisServer::start_extended(
+        Default::default(),
+        ServerExtras {
+            extra_args: ["--replicaof", "127.0.0.1", &master.port().to_string()]
+                .map(str::to_owned)
+                .to_vec(),
+            ..Default::default()
+        },
+    );
+    let address = FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], master.port())));
+    let urls = [
+        address.url(),
+        cluster.nodes[0].url(),
+        cluster.nodes[1].url(),
+    ];
+    let resource = unique("failover");
+    // The replica has run longer than the lease below plus drift (uptime 5: more than
+    // 4 s), then stops following its master: it never receives the lease's key.
+    wait_until(
+        Duration::from_secs(15),
+        "replica older than the lease",
+        || uptime_secs(&replica) >= 5,
+    );
+    redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query::<()>(&mut replica.conn())
+        .unwrap();
+    // Node 2 holds a stale key: the lease is on the master and node 1 only.
+    stale_key(&cluster.nodes[1], &resource, 300);
+    let lease = Duration::from_secs(3);
+    let first = client(&urls, lease);
+    let held = first
+        .lock(&resource, lease)
+        .max_attempts(1)
+        .await
+        .unwrap_or_else(|e| panic!("{e}: {:?}", e.report()));
+    assert_eq!(held.report().count(&NodeOutcome::HeldByOther), 1);
+    stale_key_expired(&cluster.nodes[1], &resource).await;
+
+    // The failover: the member's address now leads to the promoted replica.
+    address.move_to(SocketAddr::from(([127, 0, 0, 1], replica.port())));
+    let second = client(&urls, lease);
+    let err = second
+        .lock(&resource, lease)
+        .max_attempts(1)
+        .await
+        .expect_err("the promoted replica lacks the lease's key");
+    assert!(held.is_valid(), "the first holder still holds its lock");
+    let Error::Timeout { last, .. } = err else {
+        panic!("{err:?}");
+    };
+    let report = last.report().expect("a per-node report");
+    assert_eq!(report.count(&NodeOutcome::Acquired), 1, "{report}");
+    assert_eq!(report.count(&NodeOutcome::HeldByOther), 1, "{report}");
+    let NodeOutcome::Quarantined { reason, .. } = &report.results()[0].outcome else {
+        panic!("the promoted replica must be kept out: {report}");
+    };
+    assert_eq!(*reason, QuarantineReason::MemoryLost, "{report}");
+    // Its release finds its key on node 1 only: the replica never had it, and node 2's
+    // key was a stale one.
+    let released = held.release().await;
+    assert!(
+        matches!(released, Err(Error::NotHeld { .. })),
         "{released:?}"
     );
 }

@@ -74,8 +74,19 @@ pub(crate) fn classify(e: &RedisError) -> (NodeFailure, bool) {
         // connections): the connection stays.
         return (NodeFailure::TimedOut, false);
     }
-    let dead = e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error();
+    let dead = e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+        || is_demoted(e.code(), &e.to_string());
     (NodeFailure::Failed(e.to_string()), dead)
+}
+
+/// Whether a server error says the server is (now) a replica: `READONLY`, also from inside
+/// a script. The connection then leads to a server demoted behind the node's address (a
+/// failover moved the address, or demoted the server in place): it is discarded, so the
+/// next connect learns who answers there (see `ServerFacts::learn`).
+fn is_demoted(code: Option<&str>, message: &str) -> bool {
+    code == Some("READONLY") || message.contains("READONLY")
 }
 
 /// Whether a server error (its code and message) is an ACL refusal: `NOPERM` for a command,
@@ -92,6 +103,21 @@ fn is_permission_error(code: Option<&str>, message: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replica_s_refusal_means_the_server_was_demoted() {
+        assert!(is_demoted(
+            Some("READONLY"),
+            "READONLY You can't write against a read only replica."
+        ));
+        assert!(is_demoted(
+            Some("ERR"),
+            "ERR Error running script (call to f_1): @user_script:9: READONLY You can't \
+             write against a read only replica."
+        ));
+        assert!(!is_demoted(Some("ERR"), "ERR syntax error"));
+        assert!(!is_demoted(None, "broken pipe"));
+    }
 
     #[test]
     fn acl_refusals_are_permission_errors() {

@@ -223,7 +223,7 @@ impl Node {
         }
         let persistence = facts.persistence;
         if self.known.replace(facts) {
-            tracing::info!(node = %self.name, "node restarted (new run_id)");
+            tracing::info!(node = %self.name, "node in a new life (restarted, or promoted)");
             crate::metrics::node_restarted(&self.name);
         }
         if let Some(hook) = self.on_facts.get() {

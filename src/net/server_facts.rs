@@ -9,7 +9,7 @@ use redis::{RedisResult, Value};
 use tokio::time::Instant;
 
 use crate::protocol::native::Capabilities;
-use crate::rules::safety::{Persistence, Uptime};
+use crate::rules::safety::{Persistence, Uptime, process_life};
 
 /// What the ensemble wants to hear when a node's connect learnt its facts: its name and
 /// durability (see [`Node::on_facts`](super::node::Node::on_facts)).
@@ -29,8 +29,9 @@ fn parse_uptime(text: &str) -> Option<Uptime> {
 /// since seen of the node's admission in that life.
 #[derive(Debug, Clone)]
 pub(crate) struct ServerFacts {
-    /// `run_id`: one per process, so a new one means a restart. `None` when `INFO` was
-    /// refused or lacks it: the node then does not vote.
+    /// The process's life (see [`process_life`]): its `run_id`, one per process, so a new
+    /// one means a restart; joined with its replication ID once it was promoted from a
+    /// replica. `None` when `INFO` was refused or lacks it: the node then does not vote.
     pub(crate) run_id: Option<Arc<str>>,
     /// `uptime_in_seconds` from the same reply.
     pub(crate) uptime: Option<Uptime>,
@@ -91,8 +92,15 @@ impl ServerFacts {
                 Err(_) => Persistence::Unknown,
             },
         };
-        let run_id = info.run_id().map(Arc::from);
-        let uptime = info.get("uptime_in_seconds").and_then(parse_uptime);
+        let process = process_life(
+            info.run_id(),
+            info.get("uptime_in_seconds").and_then(parse_uptime),
+            persistence,
+            info.promoted() == Some(true),
+            info.master_replid(),
+        );
+        let (run_id, uptime) = (process.life.map(Arc::from), process.uptime);
+        let persistence = process.persistence;
         let refused = (run_id.is_none() || uptime.is_none())
             .then(|| "info gave no run_id or uptime_in_seconds".to_owned());
         let server = info.server().map(|s| format!("{} {}", s.kind, s.version));

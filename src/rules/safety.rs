@@ -87,6 +87,48 @@ impl Uptime {
     }
 }
 
+/// What restart quarantine reads of a server process from its `INFO`: the life it is in,
+/// the age it vouches for, and its durability ([`process_life`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessLife {
+    /// The life: the `run_id`, or `<run_id>~<replication ID>` once promoted.
+    pub life: Option<String>,
+    /// The age the process vouches for: its uptime, or zero once promoted.
+    pub uptime: Option<Uptime>,
+    /// What survives a restart of it: none of it once promoted.
+    pub persistence: Persistence,
+}
+
+/// The life of a server process whose `INFO` says `run_id`, `uptime` and `persistence`, as
+/// restart quarantine reads it. A process promoted from a replica since it started
+/// (`promoted`: behind a member's address that followed a failover) may lack writes its
+/// old master acknowledged, as replication is asynchronous, and its uptime is a replica's,
+/// which says nothing of how long it has been a master. So it is read as a restarted node
+/// of unknown durability: a life of its own, named by the `run_id` and the replication ID
+/// `replid` (which every promotion renews), of age zero when learnt (the client counts
+/// from then, later than the promotion: the quarantine only grows), volatile (its own
+/// persistence covers nothing it never received).
+pub fn process_life(
+    run_id: Option<&str>,
+    uptime: Option<Uptime>,
+    persistence: Persistence,
+    promoted: bool,
+    replid: Option<&str>,
+) -> ProcessLife {
+    if !promoted {
+        return ProcessLife {
+            life: run_id.map(str::to_owned),
+            uptime,
+            persistence,
+        };
+    }
+    ProcessLife {
+        life: run_id.map(|id| format!("{id}~{}", replid.unwrap_or(""))),
+        uptime: uptime.map(|_| Uptime::seconds(0)),
+        persistence: Persistence::Volatile,
+    }
+}
+
 /// What one client knows of one node when deciding whether its "yes" counts: `INFO`
 /// (`run_id`, `uptime_in_seconds`) read on the connection the acquire script ran on, the
 /// marker the script returned, and the persistence settings read at connect.
@@ -819,5 +861,36 @@ mod tests {
         for (i, (counters, floor, clock, want)) in table.into_iter().enumerate() {
             assert_eq!(next_token(counters, floor, clock), want, "row {i}");
         }
+    }
+
+    #[test]
+    fn a_promoted_process_is_a_new_life_of_age_zero_and_volatile() {
+        let (uptime, always) = (Some(Uptime::seconds(3600)), Persistence::AofAlways);
+        let plain = process_life(Some("r1"), uptime, always, false, Some("a1"));
+        assert_eq!(
+            plain,
+            ProcessLife {
+                life: Some("r1".into()),
+                uptime,
+                persistence: always,
+            }
+        );
+        let promoted = process_life(Some("r1"), uptime, always, true, Some("b2"));
+        assert_eq!(
+            promoted,
+            ProcessLife {
+                life: Some("r1~b2".into()),
+                uptime: Some(Uptime::seconds(0)),
+                persistence: Persistence::Volatile,
+            }
+        );
+        // Promoted again later: the replication ID is renewed, and so is the life.
+        let again = process_life(Some("r1"), uptime, always, true, Some("c3"));
+        assert_ne!(again.life, promoted.life);
+        // A marker's older `<run_id>:<0|1>` form is split at ':', which a life never has.
+        assert!(!promoted.life.unwrap().contains(':'));
+        // Nothing known stays unknown.
+        let unknown = process_life(None, None, Persistence::Unknown, true, None);
+        assert_eq!((unknown.life, unknown.uptime), (None, None));
     }
 }

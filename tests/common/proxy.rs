@@ -46,12 +46,15 @@ pub enum Link {
 struct Mode {
     link: Link,
     delay: Duration,
+    /// Where new connections go.
+    upstream: SocketAddr,
+    /// Bumped by [`FaultProxy::move_to`]: connections made before are closed.
+    moves: u64,
 }
 
 /// A running proxy on `127.0.0.1:<ephemeral>` in front of `upstream`.
 pub struct FaultProxy {
     addr: SocketAddr,
-    upstream: SocketAddr,
     mode: watch::Sender<Mode>,
     accepted: Arc<AtomicUsize>,
     stop: Option<oneshot::Sender<()>>,
@@ -69,6 +72,8 @@ impl FaultProxy {
         let (mode, mode_rx) = watch::channel(Mode {
             link: Link::Up,
             delay: Duration::ZERO,
+            upstream,
+            moves: 0,
         });
         let accepted = Arc::new(AtomicUsize::new(0));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -81,7 +86,7 @@ impl FaultProxy {
                         .enable_all()
                         .build()
                         .expect("proxy runtime");
-                    rt.block_on(accept_loop(listener, upstream, mode_rx, accepted, stop_rx));
+                    rt.block_on(accept_loop(listener, mode_rx, accepted, stop_rx));
                     // Dropping the runtime cancels every connection task and closes its sockets.
                     drop(rt);
                 })
@@ -89,7 +94,6 @@ impl FaultProxy {
         };
         FaultProxy {
             addr,
-            upstream,
             mode,
             accepted,
             stop: Some(stop_tx),
@@ -110,7 +114,16 @@ impl FaultProxy {
     }
 
     pub fn upstream(&self) -> SocketAddr {
-        self.upstream
+        self.mode.borrow().upstream
+    }
+
+    /// Moves the proxy's address to another server, as a failover moves a DNS name or a
+    /// virtual IP: the connections to the old one are closed, new ones go to `upstream`.
+    pub fn move_to(&self, upstream: SocketAddr) {
+        self.mode.send_modify(|m| {
+            m.upstream = upstream;
+            m.moves += 1;
+        });
     }
 
     /// Delay of every reply chunk from now on.
@@ -145,7 +158,6 @@ impl Drop for FaultProxy {
 
 async fn accept_loop(
     listener: std::net::TcpListener,
-    upstream: SocketAddr,
     mode: watch::Receiver<Mode>,
     accepted: Arc<AtomicUsize>,
     mut stop: oneshot::Receiver<()>,
@@ -157,7 +169,7 @@ async fn accept_loop(
             conn = listener.accept() => match conn {
                 Ok((client, _)) => {
                     accepted.fetch_add(1, Ordering::SeqCst);
-                    tokio::spawn(serve(client, upstream, mode.clone()));
+                    tokio::spawn(serve(client, mode.clone()));
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
             },
@@ -175,12 +187,19 @@ async fn link_up(mode: &mut watch::Receiver<Mode>) -> bool {
     matches!(link, Ok(Link::Up))
 }
 
-async fn reset(mut mode: watch::Receiver<Mode>) {
-    let _ = mode.wait_for(|m| m.link == Link::Reset).await;
+/// Completes when the link is reset, or the proxy moved since move number `moves`.
+async fn reset(mut mode: watch::Receiver<Mode>, moves: u64) {
+    let _ = mode
+        .wait_for(|m| m.link == Link::Reset || m.moves != moves)
+        .await;
 }
 
-/// Forwards one client connection until either side closes or the link is reset.
-async fn serve(client: TcpStream, upstream: SocketAddr, mode: watch::Receiver<Mode>) {
+/// Forwards one client connection until either side closes, the link is reset or the
+/// proxy moves.
+async fn serve(client: TcpStream, mode: watch::Receiver<Mode>) {
+    let Mode {
+        upstream, moves, ..
+    } = *mode.borrow();
     let mut before = mode.clone();
     let connected = async {
         if !link_up(&mut before).await {
@@ -193,7 +212,7 @@ async fn serve(client: TcpStream, upstream: SocketAddr, mode: watch::Receiver<Mo
     };
     let server = tokio::select! {
         server = connected => server,
-        () = reset(mode.clone()) => None,
+        () = reset(mode.clone(), moves) => None,
     };
     // Without an upstream the client is dropped here: it sees the connection closed.
     let Some(server) = server else { return };
@@ -205,7 +224,7 @@ async fn serve(client: TcpStream, upstream: SocketAddr, mode: watch::Receiver<Mo
     let replies = pump(server_rd, client_wr, mode.clone(), true);
     tokio::select! {
         _ = async { tokio::join!(requests, replies) } => {}
-        () = reset(mode) => {}
+        () = reset(mode, moves) => {}
     }
 }
 

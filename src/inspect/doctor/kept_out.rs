@@ -8,7 +8,7 @@ use super::finding;
 use super::{Finding, FindingKind, NodeInfo, Severity};
 use crate::acquire::ballot::{self, Read, Seen};
 use crate::report::QuarantineReason;
-use crate::rules::safety::{Persistence, Uptime};
+use crate::rules::safety::{Persistence, Uptime, process_life};
 
 /// What the check read of one node's restart-quarantine bookkeeping.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,10 +80,17 @@ pub(super) fn ballot_read(info: &NodeInfo, ledger: &Ledger) -> Read {
         (Some(true), Some(_)) => Persistence::Volatile,
         _ => Persistence::Unknown,
     };
-    let mut read = Read::blank(
-        info.run_id.as_deref().map(Arc::from),
+    let process = process_life(
+        info.run_id.as_deref(),
         info.uptime.map(|d| Uptime::seconds(d.as_secs())),
         persistence,
+        info.promoted == Some(true),
+        info.master_replid.as_deref(),
+    );
+    let mut read = Read::blank(
+        process.life.map(Arc::from),
+        process.uptime,
+        process.persistence,
     );
     read.marker = Seen::Read(ledger.marker.clone());
     read.record_ms = ledger.record_ms;
