@@ -6,6 +6,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use common::topology::{RedisClusterTopology, SentinelTopology};
 use common::{
     BlackHole, Cluster, PORT_HI, PORT_LO, RedisServer, ServerOptions, listed_server_bins, raw_ping,
     read_line, redis_server_bin, unique, wait_until,
@@ -357,4 +358,187 @@ fn wait_until_returns_when_true() {
         calls >= 3
     });
     assert_eq!(calls, 3);
+}
+
+/// `INFO replication`'s `role:` on `server`.
+fn role(server: &RedisServer) -> String {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut server.conn())
+        .expect("INFO replication");
+    info.lines()
+        .find_map(|l| l.strip_prefix("role:"))
+        .unwrap_or_else(|| panic!("no role: in INFO replication:\n{info}"))
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn topology_cluster_comes_up_and_fails_over() {
+    let started = Instant::now();
+    let cluster = RedisClusterTopology::start(3, 1);
+    let up = started.elapsed();
+    assert_eq!(cluster.nodes().len(), 6);
+    let urls = cluster.seed_urls();
+    assert_eq!(urls.len(), 6);
+    for node in cluster.nodes() {
+        let port = node.port();
+        assert!((PORT_LO..PORT_HI).contains(&port), "port {port}");
+        assert!(port + 10000 < 32768, "bus port of {port} is ephemeral");
+        assert!(urls.contains(&format!("redis://127.0.0.1:{port}")));
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut node.conn())
+            .expect("CLUSTER INFO");
+        for field in [
+            "cluster_state:ok",
+            "cluster_slots_assigned:16384",
+            "cluster_slots_ok:16384",
+            "cluster_slots_pfail:0",
+            "cluster_slots_fail:0",
+            "cluster_known_nodes:6",
+            "cluster_size:3",
+        ] {
+            assert!(
+                info.lines().any(|l| l.trim() == field),
+                "port {port}: no {field} in\n{info}"
+            );
+        }
+    }
+    // Initial layout: 0..3 masters, 3 + m replicates m.
+    for m in 0..3 {
+        assert_eq!(role(cluster.node(m)), "master", "node {m}");
+        assert_eq!(cluster.replicas_of(m), vec![3 + m], "replicas of {m}");
+        assert_eq!(role(cluster.node(3 + m)), "slave", "node {}", 3 + m);
+    }
+    let slots: Vec<Vec<(u16, u16)>> = (0..3)
+        .map(|m| {
+            let view = cluster.cluster_nodes(m);
+            let me = view.iter().find(|e| e.has_flag("myself")).unwrap();
+            assert_eq!(me.id, cluster.node_id(m));
+            me.slots.clone()
+        })
+        .collect();
+    assert_eq!(
+        slots,
+        vec![vec![(0, 5460)], vec![(5461, 10921)], vec![(10922, 16383)]]
+    );
+
+    let key = unique("selftest-topology-cluster");
+    let slot = cluster.key_slot(&key);
+    let master = cluster.master_for_key(&key);
+    assert!(
+        slots[master]
+            .iter()
+            .any(|&(lo, hi)| (lo..=hi).contains(&slot))
+    );
+    set(cluster.node(master), &key, "before-failover");
+    assert_eq!(
+        get(cluster.node(master), &key),
+        Some("before-failover".to_string())
+    );
+    // Another master answers with a redirection to the owner, not the value.
+    let other = (master + 1) % 3;
+    let moved = redis::cmd("GET")
+        .arg(&key)
+        .query::<Option<String>>(&mut cluster.node(other).conn())
+        .expect_err("a master that does not own the slot answered");
+    let owner = format!("127.0.0.1:{}", cluster.node(master).port());
+    assert_eq!(
+        moved.redirect_node(),
+        Some((owner.as_str(), slot)),
+        "{moved}"
+    );
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(1000)
+        .query(&mut cluster.node(master).conn())
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica acknowledged the write");
+
+    let replica = cluster.replicas_of(master)[0];
+    let old_pid = cluster.node(replica).pid();
+    let failing_over = Instant::now();
+    cluster.force_failover(replica);
+    let failover = failing_over.elapsed();
+    assert_eq!(role(cluster.node(replica)), "master");
+    assert_eq!(role(cluster.node(master)), "slave");
+    assert_eq!(cluster.master_for_key(&key), replica);
+    assert_eq!(cluster.replicas_of(replica), vec![master]);
+    assert!(cluster.replicas_of(master).is_empty());
+    assert_eq!(cluster.node(replica).pid(), old_pid, "promoted in place");
+    assert_eq!(
+        get(cluster.node(replica), &key),
+        Some("before-failover".to_string())
+    );
+    eprintln!("cluster up in {up:?}, failover in {failover:?}");
+}
+
+#[test]
+fn topology_sentinel_comes_up_and_fails_over() {
+    let started = Instant::now();
+    let topology = SentinelTopology::start(2, 3);
+    let up = started.elapsed();
+    assert_eq!(topology.servers().len(), 3);
+    assert_eq!(topology.sentinels().len(), 3);
+    assert_eq!(topology.service(), SentinelTopology::SERVICE);
+    let master_addr = format!("127.0.0.1:{}", topology.server(0).port());
+    assert_eq!(topology.master_addr().to_string(), master_addr);
+    assert_eq!(topology.master_index(), 0);
+    assert_eq!(role(topology.server(0)), "master");
+    assert_eq!(role(topology.server(1)), "slave");
+    assert_eq!(role(topology.server(2)), "slave");
+    let addrs = topology.sentinel_addrs();
+    assert_eq!(addrs.len(), 3);
+    for (s, addr) in topology.sentinels().iter().zip(&addrs) {
+        assert_eq!(addr.to_string(), format!("127.0.0.1:{}", s.port()));
+        assert!((PORT_LO..PORT_HI).contains(&s.port()));
+        let reply: Vec<String> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(topology.service())
+            .query(&mut s.conn())
+            .expect("SENTINEL get-master-addr-by-name");
+        assert_eq!(reply.join(":"), master_addr);
+        assert!(
+            std::fs::read_to_string(s.config_path())
+                .unwrap()
+                .contains("sentinel myid "),
+            "sentinel rewrote its config file"
+        );
+    }
+    assert_eq!(
+        topology.sentinel_urls(),
+        addrs
+            .iter()
+            .map(|a| format!("redis://{a}"))
+            .collect::<Vec<_>>()
+    );
+
+    let key = unique("selftest-topology-sentinel");
+    set(topology.server(0), &key, "before-failover");
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(1000)
+        .query(&mut topology.server(0).conn())
+        .expect("WAIT");
+    assert_eq!(acked, 2, "both replicas acknowledged the write");
+
+    let failing_over = Instant::now();
+    let new = topology.failover();
+    let failover = failing_over.elapsed();
+    assert!(
+        new == 1 || new == 2,
+        "new master is a former replica: {new}"
+    );
+    assert_eq!(topology.master_index(), new);
+    assert_eq!(
+        topology.master_addr().to_string(),
+        format!("127.0.0.1:{}", topology.server(new).port())
+    );
+    assert_eq!(role(topology.server(new)), "master");
+    assert_eq!(
+        get(topology.server(new), &key),
+        Some("before-failover".to_string())
+    );
+    eprintln!("sentinel topology up in {up:?}, failover in {failover:?}");
 }

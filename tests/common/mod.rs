@@ -9,6 +9,7 @@
 
 pub mod clients;
 pub mod proxy;
+pub mod topology;
 
 #[allow(unused_imports)] // Each test target uses what it needs.
 pub use clients::{NODE_TIMEOUT, builder, client, lock_and_release, safety_client};
