@@ -32,7 +32,11 @@
 //!   on `to`; a failed extension keeps `safety::after_failed_extension`.
 //! - `Release(c)`; `Tick` (keys and validities expire), also with nothing in flight: time
 //!   passes in idle gaps.
-//! - Faults: `Restart(i)` (node `i` loses its memory and gets a new `run_id`) and
+//! - Faults: `Restart(i)` (node `i` loses its memory and gets a new `run_id`),
+//!   `Failover(i)` (behind node `i`'s address a replica is promoted, whose copy lacks the
+//!   latest writes: the lock key and the fencing counter, while the marker and the record
+//!   it had replicated stay; a process as old as the node, read as a new life aged from the
+//!   promotion, as `safety::process_life` reads it) and
 //!   `Flush(i)` (`FLUSHALL`: the memory lost under the same `run_id` and uptime), as long
 //!   as the nodes lost since last admitted stay a minority; `Crash(i)` (node `i` never
 //!   answers again, while a majority stays up); nodes down from the start. A restart may
@@ -106,6 +110,21 @@ struct Node {
     via: u8,
     /// The ensemble record, in ticks.
     record: Option<u8>,
+    /// The tick this life began by a promotion (a failover behind the node's address);
+    /// `None` for a life that began with its process.
+    promoted: Option<u8>,
+}
+
+impl Node {
+    /// When the life the node answers from began, as a client reads its age: a promoted
+    /// life from its promotion (`safety::process_life`), any other from its process's
+    /// start; with [`Rule::PromotedByUptime`], always from the process's start.
+    fn began(&self, rule: Rule) -> u8 {
+        match self.promoted {
+            Some(at) if rule != Rule::PromotedByUptime => at,
+            _ => self.started,
+        }
+    }
 }
 
 /// What one acquire request returned (with the `INFO` of the process it ran on): the
@@ -187,6 +206,7 @@ struct State {
     down: u8,
     clients: [Client; CLIENTS],
     restarts: u8,
+    failovers: u8,
     flushes: u8,
     crashes: u8,
     /// The tick of the last fault (the nodes' start at first).
@@ -242,6 +262,7 @@ enum Action {
     Extend(usize, u8),
     Release(usize),
     Restart(usize),
+    Failover(usize),
     Flush(usize),
     Crash(usize),
 }
@@ -280,6 +301,8 @@ enum Rule {
     /// A fresh ensemble's nodes vote at once whatever their age (no
     /// `safety::fresh_once_old`).
     FreshAtAnyAge,
+    /// A promoted replica's age is its process's uptime (no `safety::process_life`).
+    PromotedByUptime,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -309,6 +332,9 @@ struct Lock {
     reliable: [bool; CLIENTS],
     extends: u8,
     restarts: u8,
+    /// Failovers behind a node's address (see `Action::Failover`), under the same bound as
+    /// restarts.
+    failovers: u8,
     /// Restarts go through the nodes in turn: each node at most once, only while no
     /// attempt is in flight (in the idle gaps between attempts and leases).
     in_turn: bool,
@@ -715,7 +741,7 @@ impl Lock {
         let ttl = self.ttls[c];
         match s.clients[c].known[i] {
             Some(k) if fast => {
-                let p = set_nx(s, c, i, ttl, Some(k.life));
+                let p = set_nx(s, c, i, ttl, Some(k.life), self.rule);
                 if k.life != p.life {
                     // Planned for a life the node has left: the client's reconnect would
                     // have learnt the new one before its next plan.
@@ -725,7 +751,7 @@ impl Lock {
                 p
             }
             _ => {
-                let p = set_nx(s, c, i, ttl, None);
+                let p = set_nx(s, c, i, ttl, None, self.rule);
                 let node = &mut s.nodes[i];
                 node.record = Some(node.record.unwrap_or(0).max(ttl));
                 p
@@ -826,7 +852,7 @@ fn release(s: &mut State, c: usize) {
 /// the allowance) and what the answer reads: with `cached` (the plain `SET`, planned for
 /// that life) the node's identity only, else also its marker, record and counter before
 /// this request.
-fn set_nx(s: &mut State, c: usize, i: usize, ttl: u8, cached: Option<u8>) -> Probe {
+fn set_nx(s: &mut State, c: usize, i: usize, ttl: u8, cached: Option<u8>, rule: Rule) -> Probe {
     let now = s.now;
     let node = &mut s.nodes[i];
     let scripted = cached.is_none();
@@ -834,7 +860,7 @@ fn set_nx(s: &mut State, c: usize, i: usize, ttl: u8, cached: Option<u8>) -> Pro
         set: node.key.is_none(),
         life: node.life,
         // Whole ticks, over-reported by one: the "0.3 s old reports 1" worst case.
-        uptime: now - node.started + 1,
+        uptime: now - node.began(rule) + 1,
         marker: node.marker.filter(|_| scripted),
         record: node.record.filter(|_| scripted),
         counter: node.counter.filter(|_| scripted),
@@ -864,6 +890,7 @@ impl Model for Lock {
                 marker: served.map(|_| 0),
                 via: 0,
                 record: served,
+                promoted: None,
             })
             .collect();
         let known = |c: usize| match self.start {
@@ -892,6 +919,7 @@ impl Model for Lock {
             down: u8::try_from((1u16 << self.down) - 1).unwrap_or(0),
             clients: [client(0), client(1)],
             restarts: self.restarts,
+            failovers: self.failovers,
             flushes: self.flushes,
             crashes: self.crashes,
             calm: 0,
@@ -992,6 +1020,9 @@ impl Model for Lock {
             let first = |&i: &usize| !self.in_turn || s.nodes[i].life == 0;
             out.extend(bits(up).filter(first).map(Action::Restart));
         }
+        if s.failovers > 0 && may_lose && !(self.in_turn && in_flight) {
+            out.extend(bits(up).map(Action::Failover));
+        }
         if may_lose && self.may_flush(s) {
             out.extend(bits(up).map(Action::Flush));
         }
@@ -1082,7 +1113,16 @@ impl Model for Lock {
                     marker: None,
                     via: 0,
                     record: None,
+                    promoted: None,
                 };
+                s.degraded |= 1 << i;
+                Self::fault(&mut s);
+            }
+            Action::Failover(i) => {
+                s.failovers -= 1;
+                let node = &mut s.nodes[i];
+                (node.life, node.key, node.counter) = (node.life + 1, None, None);
+                node.promoted = Some(s.now);
                 s.degraded |= 1 << i;
                 Self::fault(&mut s);
             }
@@ -1296,6 +1336,7 @@ const SERVED: Lock = Lock {
     reliable: [false, false],
     extends: 1,
     restarts: 1,
+    failovers: 0,
     in_turn: false,
     flushes: 0,
     flush_idle: false,
@@ -1368,6 +1409,36 @@ fn rules_keep_exclusion_and_fencing_with_five_nodes() {
             ..SERVED
         },
         &[],
+    );
+}
+
+/// [`SERVED`] with a failover behind a node's address at any moment instead of a restart:
+/// the promoted replica lacks the lock key and the fencing counter, keeps the marker and
+/// the record it had replicated, and runs in a process as old as the node.
+const FAILOVER: Lock = Lock {
+    restarts: 0,
+    failovers: 1,
+    ..SERVED
+};
+
+/// Read as a new life aged from its promotion, the promoted replica is kept out as after a
+/// restart, then readmitted: exclusion, fencing and liveness hold.
+#[test]
+fn rules_keep_exclusion_and_fencing_through_a_failover() {
+    assert_safe("FAILOVER", FAILOVER, &[READMITTED]);
+}
+
+/// Aged by its process's uptime, the promoted replica votes while a lease it never
+/// received is valid (what `tests/quarantine.rs` shows on real servers).
+#[test]
+fn a_promoted_replica_aged_by_its_uptime_loses_exclusion() {
+    assert_caught(
+        "FAILOVER",
+        Lock {
+            rule: Rule::PromotedByUptime,
+            ..FAILOVER
+        },
+        EXCLUSION,
     );
 }
 

@@ -4,11 +4,11 @@
 use super::findings::Limits;
 use super::{Finding, FindingKind, NodeInfo, Severity, finding};
 
-/// What this client does with a promoted replica behind a member's address: it sees a new
-/// server process, which it judges as a restarted node, by its uptime.
+/// What a failover behind a node's address means here: the promoted replica may lack lock
+/// keys, so restart quarantine reads it as a new life (`safety::process_life`).
 const PROMOTED_REPLICA: &str = "behind an address that follows a failover (a DNS name, a \
-    virtual IP, a proxy), a promoted replica that may lack lock keys takes this node's vote, \
-    and this client judges it by its uptime, as a restarted node";
+    virtual IP, a proxy), a promoted replica that may lack lock keys takes this node's place, \
+    and restart quarantine keeps it out for the longest lease, as after an empty restart";
 
 /// A master with replicas, or one promoted from a replica during its life (warning).
 pub(super) fn failover_risk(node: &NodeInfo) -> Option<Finding> {

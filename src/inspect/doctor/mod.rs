@@ -126,8 +126,9 @@ pub enum FindingKind {
     PersistenceMismatch,
     /// A listed master that a failover can replace: it has replicas, or was itself
     /// promoted from a replica. Behind an address that follows the failover (a DNS name, a
-    /// virtual IP, a proxy), the promoted replica may lack lock keys, yet this client judges
-    /// it as a restarted node, by its uptime (warning).
+    /// virtual IP, a proxy), the promoted replica may lack lock keys: restart quarantine
+    /// keeps it out for the longest lease, as after an empty restart, so every failover
+    /// costs the node's vote for that long (warning).
     FailoverRisk,
     /// A master's replica lags further behind than the default TTL: a failover would lose
     /// every lock key written in that time (warning).

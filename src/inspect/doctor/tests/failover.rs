@@ -63,7 +63,11 @@ fn the_message_says_what_and_why() {
         "{}",
         risk.message
     );
-    assert!(risk.message.contains("by its uptime"), "{}", risk.message);
+    assert!(
+        risk.message.contains("as after an empty restart"),
+        "{}",
+        risk.message
+    );
     assert_eq!(K::FailoverRisk.as_str(), "failover_risk");
     assert_eq!(K::ReplicationLag.as_str(), "replication_lag");
 }
