@@ -334,20 +334,20 @@ async fn the_same_server_listed_twice_votes_twice() {
     }
 }
 
-#[tokio::test]
-async fn replicas_are_not_independent_masters() {
+/// A master, its replica, and two independent masters.
+fn master_replica_and_two_others() -> (RedisServer, RedisServer, Cluster) {
     let master = RedisServer::start();
     let replica = RedisServer::start_extended(
         ServerOptions::default(),
         extras(&["--replicaof", "127.0.0.1", &master.port().to_string()]),
     );
-    let others = Cluster::start(2);
-    let (m, r, o1, o2) = (
-        name(&master),
-        name(&replica),
-        name(&others.nodes[0]),
-        name(&others.nodes[1]),
-    );
+    (master, replica, Cluster::start(2))
+}
+
+#[tokio::test]
+async fn replicas_are_not_independent_masters() {
+    let (master, replica, others) = master_replica_and_two_others();
+    let [m, r, o1, o2] = [&master, &replica, &others.nodes[0], &others.nodes[1]].map(name);
 
     // By address: the replica names a listed master (even before it has synchronised).
     let report = check(&client(&[
@@ -408,75 +408,53 @@ async fn replicas_are_not_independent_masters() {
 
 #[tokio::test]
 async fn a_master_that_a_failover_can_replace_is_flagged() {
-    let master = RedisServer::start();
-    let replica = RedisServer::start_extended(
-        ServerOptions::default(),
-        extras(&["--replicaof", "127.0.0.1", &master.port().to_string()]),
-    );
-    let others = Cluster::start(2);
-    let (m, r, o1, o2) = (
-        name(&master),
-        name(&replica),
-        name(&others.nodes[0]),
-        name(&others.nodes[1]),
-    );
+    let (master, replica, others) = master_replica_and_two_others();
     wait_until(Duration::from_secs(10), "replica in sync", || {
         info_field(&replica, "replication", "master_link_status").as_deref() == Some("up")
     });
 
     // The master is listed, its replica not: a failover behind the master's address
     // would hand its vote to the replica.
-    let report = check(&client(&[
-        master.url(),
-        others.nodes[0].url(),
-        others.nodes[1].url(),
-    ]))
-    .await;
-    assert_eq!(
-        summary(&report),
-        expected(
-            no_persistence([&m, &o1, &o2])
-                .chain([(K::FailoverRisk, W, Some(m.clone())), memory_loss()])
-        )
-    );
+    let (report, message) = failover_risk_alone(&master, &others).await;
     assert_eq!(report.nodes[0].replicas, Some(1));
     assert_eq!(report.nodes[0].promoted, Some(false));
-    let risk = finding_of(&report, K::FailoverRisk);
-    assert!(
-        risk.message.starts_with("has a replica: "),
-        "{}",
-        risk.message
-    );
+    assert!(message.starts_with("has a replica: "), "{message}");
 
     // The replica promoted, and listed where the master was: a master since a moment,
     // whose uptime says otherwise.
-    let mut conn = replica.conn();
     let () = redis::cmd("REPLICAOF")
         .arg("NO")
         .arg("ONE")
-        .query(&mut conn)
+        .query(&mut replica.conn())
         .unwrap();
+    let (report, message) = failover_risk_alone(&replica, &others).await;
+    assert_eq!(report.nodes[0].promoted, Some(true));
+    assert!(
+        message.starts_with("was promoted from a replica since it started: "),
+        "{message}"
+    );
+}
+
+/// The check of `first` and `others`' two independent masters, which must find the
+/// failover risk of `first` beside what such a set always has; the report and that
+/// finding's message.
+async fn failover_risk_alone(first: &RedisServer, others: &Cluster) -> (DeploymentReport, String) {
     let report = check(&client(&[
-        replica.url(),
+        first.url(),
         others.nodes[0].url(),
         others.nodes[1].url(),
     ]))
     .await;
+    let [f, o1, o2] = [first, &others.nodes[0], &others.nodes[1]].map(name);
     assert_eq!(
         summary(&report),
         expected(
-            no_persistence([&r, &o1, &o2])
-                .chain([(K::FailoverRisk, W, Some(r.clone())), memory_loss()])
+            no_persistence([&f, &o1, &o2])
+                .chain([(K::FailoverRisk, W, Some(f.clone())), memory_loss()])
         )
     );
-    assert_eq!(report.nodes[0].promoted, Some(true));
-    let risk = finding_of(&report, K::FailoverRisk);
-    assert!(
-        risk.message
-            .starts_with("was promoted from a replica since it started: "),
-        "{}",
-        risk.message
-    );
+    let message = finding_of(&report, K::FailoverRisk).message.clone();
+    (report, message)
 }
 
 #[tokio::test]

@@ -277,6 +277,24 @@ fn initial_slots(m: usize, masters: usize) -> (u16, u16) {
     )
 }
 
+/// Polls `done` until it holds, printing how long `what` took in `topology`; panics after
+/// [`TOPOLOGY_TIMEOUT`] with what `describe` says of the topology.
+fn settle_or_describe(
+    topology: &str,
+    what: &str,
+    done: impl FnMut() -> bool,
+    describe: impl FnOnce() -> String,
+) {
+    let start = Instant::now();
+    if !poll(TOPOLOGY_TIMEOUT, done) {
+        panic!(
+            "timed out after {TOPOLOGY_TIMEOUT:?} waiting for {what}\n{}",
+            describe()
+        );
+    }
+    eprintln!("{topology}: {what}: {:?}", start.elapsed());
+}
+
 /// A Redis Cluster of `masters` masters with `replicas_per_master` replicas each, all
 /// 16384 slots covered, `cluster-node-timeout` [`CLUSTER_NODE_TIMEOUT`].
 ///
@@ -544,14 +562,7 @@ impl RedisClusterTopology {
     ///
     /// [`describe`]: Self::describe
     fn settle(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
-        let start = Instant::now();
-        if !poll(TOPOLOGY_TIMEOUT, || done(self)) {
-            panic!(
-                "timed out after {TOPOLOGY_TIMEOUT:?} waiting for {what}\n{}",
-                self.describe()
-            );
-        }
-        eprintln!("cluster: {what}: {:?}", start.elapsed());
+        settle_or_describe("cluster", what, || done(self), || self.describe());
     }
 
     /// Every node's port, pid, role, cluster state, own `CLUSTER NODES` line and log tail:
@@ -1049,14 +1060,7 @@ impl SentinelTopology {
     ///
     /// [`describe`]: Self::describe
     fn settle(&self, what: &str, mut done: impl FnMut(&Self) -> bool) {
-        let start = Instant::now();
-        if !poll(TOPOLOGY_TIMEOUT, || done(self)) {
-            panic!(
-                "timed out after {TOPOLOGY_TIMEOUT:?} waiting for {what}\n{}",
-                self.describe()
-            );
-        }
-        eprintln!("sentinel: {what}: {:?}", start.elapsed());
+        settle_or_describe("sentinel", what, || done(self), || self.describe());
     }
 
     /// Every server's role and every sentinel's view, with log tails: what a timed-out
