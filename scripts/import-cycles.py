@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Import graph of the library's files from their `use crate::` lines (and `crate::a::b`
-paths in code): prints every import cycle between files, then every one between the
+"""Import graph of the library's files from their `use crate::` and `use super::` lines
+(and `crate::a::b`, `super::a` paths in code): prints every import cycle between files, then every one between the
 top-level modules of src/ (a folder taken whole, or a file), one per line, and nothing when
 there is none. With `--long N`, instead lists the functions longer than N lines and the
 files longer than 800 lines (binaries included, tests apart), and fails if there is one.
 
 A path `crate::a::b::C` names the file src/a/b.rs, else src/a/b/mod.rs, else src/a.rs or
-src/a/mod.rs (the longest prefix that is a file). Binaries (src/bin) are not part of it.
+src/a/mod.rs (the longest prefix that is a file); `super::` paths are read from the
+module's parent. Binaries (src/bin) and files of tests only are not part of it.
 """
 import pathlib
 import re
@@ -80,27 +81,49 @@ if lib.exists():
             if name and path:
                 reexports[name] = path + [name]
 
+def module_path(f):
+    """The module path of file `f` under src/: `a/b.rs` and `a/b/mod.rs` are `[a, b]`."""
+    parts = list(f.relative_to(root).with_suffix("").parts)
+    return parts[:-1] if parts[-1] in ("mod", "lib") else parts
+
+
+def imported_heads(path, braced):
+    """The paths one import names: `path` itself, and `path::item` for each item of a
+    braced list (its first segment)."""
+    heads = [path] if path else []
+    for item in re.split(r",\s*", braced or ""):
+        item = item.strip().split(" ")[0]
+        if item and item not in ("self", "*"):
+            heads.append(path + item.split("::")[:1])
+    return heads
+
+
 graph = {}
 use_re = re.compile(r"\bcrate::((?:\w+::)*\w+)(::\{([^;]*?)\})?", re.S)
+# `super::a::b`, `super::{a, b::C}`, `super::super::a`.
+super_re = re.compile(r"\b((?:super::)+)((?:\w+::)*\w+)?(\{([^;]*?)\})?", re.S)
 for f in files:
+    if is_test_file(f):
+        continue
     text = strip_tests(f.read_text())
     # Doc comments and `//` comments are no imports.
     code = "\n".join(l for l in text.splitlines() if not l.lstrip().startswith("//"))
     deps = set()
+    heads = []
     for m in use_re.finditer(code):
-        parts = m.group(1).split("::")
-        heads = [parts]
-        if m.group(3):
-            for item in re.split(r",\s*", m.group(3)):
-                item = item.strip().split(" ")[0]
-                if item and item != "self":
-                    heads.append(parts + item.split("::")[:1])
-        for h in heads:
-            if h[0] in reexports:
-                h = reexports[h[0]] + h[1:]
-            target = module_of(h)
-            if target and target != f:
-                deps.add(target)
+        heads += imported_heads(m.group(1).split("::"), m.group(3))
+    here = module_path(f)
+    for m in super_re.finditer(code):
+        ups = m.group(1).count("super::")
+        base = here[: len(here) - ups]
+        rest = m.group(2).rstrip(":").split("::") if m.group(2) else []
+        heads += [base + h for h in imported_heads(rest, m.group(4))]
+    for h in heads:
+        if h and h[0] in reexports:
+            h = reexports[h[0]] + h[1:]
+        target = module_of(h) if h else None
+        if target and target != f:
+            deps.add(target)
     # A `mod.rs` declares its children: that is no import of them.
     graph[f] = deps
 

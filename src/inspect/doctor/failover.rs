@@ -1,7 +1,7 @@
 //! The findings on failover: a listed master that a failover can replace, and a replica
 //! too far behind for a failover to keep the locks.
 
-use super::findings::Limits;
+use super::Limits;
 use super::{Finding, FindingKind, NodeInfo, Severity, finding};
 
 /// What a failover behind a node's address means here: the promoted replica may lack lock
