@@ -152,27 +152,23 @@ pub(crate) fn probe_resource(id: &str) -> String {
     internal("", "probe", id)
 }
 
-/// The semaphore name in slot lock resource `resource` (see [`permit_resource`]): what
-/// lies between the namespace and the slot number; the whole resource for any other.
+/// The semaphore name in slot lock resource `resource` (see [`permit_resource`]); the whole
+/// resource for any other.
 fn semaphore_of(resource: &str) -> &str {
-    let in_namespace = resource
-        .strip_prefix("quorum-lock:permit:")
-        .unwrap_or(resource);
-    in_namespace
-        .rsplit_once(':')
-        .map_or(in_namespace, |(name, _)| name)
+    match lock_of(resource) {
+        LockOf::PermitSlot { semaphore, .. } => semaphore,
+        _ => resource,
+    }
 }
 
 /// What the waiting list of lock resource `resource` belongs to: a semaphore's slot lock
 /// (see [`permit_resource`]) waits in its semaphore's list, `quorum-lock:permit:<name>`;
 /// any other resource in its own.
 fn waiting_resource(resource: &str) -> &str {
-    if !resource.starts_with("quorum-lock:permit:") {
-        return resource;
+    match lock_of(resource) {
+        LockOf::PermitSlot { .. } => resource.rsplit_once(':').map_or(resource, |(s, _)| s),
+        _ => resource,
     }
-    resource
-        .rsplit_once(':')
-        .map_or(resource, |(semaphore, _)| semaphore)
 }
 
 /// The resource name of permit `slot` of semaphore `name`: a slot lock, under the crate's
