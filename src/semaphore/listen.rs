@@ -16,7 +16,7 @@ use crate::ensemble::Ensemble;
 use crate::metrics;
 use crate::report::NodeOutcome;
 use crate::wait::Enqueue;
-use crate::wait::notify::{Notifier, Registration};
+use crate::wait::notify::{Notifier, Registration, Wake};
 use crate::wait::queue::LocalReleases;
 
 /// How a pause between passes ended.
@@ -42,8 +42,6 @@ pub(super) struct PermitListener<'a> {
     registration: Option<Registration>,
     /// A release woke this client since the last pass.
     woken: bool,
-    nodes: usize,
-    node_timeout: Duration,
 }
 
 impl<'a> PermitListener<'a> {
@@ -55,8 +53,6 @@ impl<'a> PermitListener<'a> {
             slot_keys,
             registration: None,
             woken: false,
-            nodes: ensemble.nodes.len(),
-            node_timeout: ensemble.config.node_timeout,
         }
     }
 
@@ -101,27 +97,16 @@ impl<'a> PermitListener<'a> {
         };
         let Some(registration) = &self.registration else {
             self.registration = Some(notifier.register(&self.slot_keys));
-            let bound = remaining.min(self.node_timeout.saturating_mul(4));
-            notifier.wait_ready(self.nodes, bound).await;
+            notifier.wait_ready(remaining).await;
             return PassAgain::Listening;
         };
-        // Registered before the check, so a change right after it still wakes us.
-        let notified = registration.notified();
-        if notifier.wake_node() != listed_on {
-            metrics::wait_event("moved");
-            return PassAgain::Moved;
-        }
-        tokio::select! {
-            moved = notified => {
-                if moved {
-                    metrics::wait_event("moved");
-                    return PassAgain::Moved;
-                }
-                metrics::wait_event("woken");
+        match registration.wake_or(listed_on, local.first_or(delay)).await {
+            Wake::Woken => {
                 self.woken = true;
                 PassAgain::Woken
             }
-            freed = local.first_or(delay) => freed_or_polled(freed),
+            Wake::Moved => PassAgain::Moved,
+            Wake::Other(freed) => freed_or_polled(freed),
         }
     }
 }

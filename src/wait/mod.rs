@@ -32,7 +32,7 @@ use crate::net::call::Call;
 use crate::net::fanout::{Round, RoundScope};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
-use notify::{Notifier, Registration};
+use notify::{Notifier, Registration, Wake};
 use queue::{LocalQueue, Turn};
 use state::{AfterFailure, QUICK_RETRY_DELAY, WaitState};
 
@@ -300,13 +300,8 @@ impl<'a> Waiting<'a> {
                     self.listening = Some(notifier.register(self.keys));
                 }
                 // A release may have been announced before we listened: once the
-                // subscriptions stand, try again at once instead of sleeping. Wait for all
-                // of them (bounded): the wake node is the first node where we listen, and
-                // one that comes up later would move us to another waiting list than the
-                // one clients configured alike use.
-                let scope = self.cx.scope;
-                let bound = remaining.min(scope.timeout.saturating_mul(4));
-                notifier.wait_ready(scope.nodes.len(), bound).await;
+                // subscriptions stand, try again at once instead of sleeping.
+                notifier.wait_ready(remaining).await;
             }
             AfterFailure::QuickRetry => {
                 // Woken, yet the attempt failed: the release that woke us comes from the
@@ -328,27 +323,19 @@ impl<'a> Waiting<'a> {
     /// described (a subscription came up or dropped), before or while it waits: releases
     /// pop the new node's list, where the next attempt lists this client.
     async fn wait_for_release(&mut self, enqueue: Option<Enqueue<'_>>, delay: Duration) {
-        let (Some(registration), Some(notifier)) = (&self.listening, self.cx.notifier) else {
+        let Some(registration) = &self.listening else {
             tokio::time::sleep(delay).await;
             metrics::wait_event("poll");
             return;
         };
-        // Registered before the check, so a change right after it still wakes us.
-        let notified = registration.notified();
-        if notifier.wake_node() != enqueue.map(|e| e.node) {
-            metrics::wait_event("moved");
-            return;
-        }
-        tokio::select! {
-            moved = notified => {
-                if moved {
-                    metrics::wait_event("moved");
-                } else {
-                    metrics::wait_event("woken");
-                    self.state.woken();
-                }
-            }
-            () = tokio::time::sleep(delay) => metrics::wait_event("poll"),
+        let listed_on = enqueue.map(|e| e.node);
+        match registration
+            .wake_or(listed_on, tokio::time::sleep(delay))
+            .await
+        {
+            Wake::Woken => self.state.woken(),
+            Wake::Moved => {}
+            Wake::Other(()) => metrics::wait_event("poll"),
         }
     }
 }

@@ -85,6 +85,17 @@ struct Signal {
     moved: AtomicBool,
 }
 
+/// How [`Registration::wake_or`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake<T> {
+    /// A release of the keys was announced to this client.
+    Woken,
+    /// The client's waiting-list node changed: list again where releases pop.
+    Moved,
+    /// The other future completed first, with this.
+    Other(T),
+}
+
 /// A waiter's interest in some keys; withdrawn on drop.
 #[derive(Debug)]
 pub(crate) struct Registration {
@@ -112,6 +123,32 @@ impl Registration {
         async move {
             notified.await;
             self.signal.moved.swap(false, Ordering::AcqRel)
+        }
+    }
+
+    /// Waits for a release of the keys announced to this client, while `other` runs:
+    /// [`Wake::Moved`] at once when the client's waiting-list node is no longer `listed_on`
+    /// (the node its last request listed it on) or changes while it waits (releases then
+    /// pop the new node's list, where the next request lists it), [`Wake::Woken`] on a
+    /// release, else what `other` gives.
+    pub(crate) async fn wake_or<T>(
+        &self,
+        listed_on: Option<usize>,
+        other: impl Future<Output = T>,
+    ) -> Wake<T> {
+        // Registered before the check, so a change right after it still wakes us.
+        let notified = self.notified();
+        if self.notifier.wake_node() != listed_on {
+            metrics::wait_event("moved");
+            return Wake::Moved;
+        }
+        tokio::select! {
+            moved = notified => {
+                let wake = if moved { Wake::Moved } else { Wake::Woken };
+                metrics::wait_event(if moved { "moved" } else { "woken" });
+                wake
+            }
+            out = other => Wake::Other(out),
         }
     }
 
@@ -335,10 +372,15 @@ impl Notifier {
         }
     }
 
-    /// Waits until `count` nodes confirmed their subscription, or `timeout`.
-    pub(crate) async fn wait_ready(&self, count: usize, timeout: Duration) {
+    /// Waits until every node confirmed its subscription, for at most four node timeouts
+    /// and `remaining`. A waiter that just started listening waits for all of them: the
+    /// wake node is the first node where it listens, and one that comes up later would move
+    /// it to another waiting list than the one clients configured alike use.
+    pub(crate) async fn wait_ready(&self, remaining: Duration) {
+        let (count, bound) = (self.nodes.len(), self.node_timeout.saturating_mul(4));
         let mut ready = self.ready.subscribe();
-        let _ = tokio::time::timeout(timeout, ready.wait_for(|n| *n >= count)).await;
+        let waiting = ready.wait_for(|n| *n >= count);
+        let _ = tokio::time::timeout(bound.min(remaining), waiting).await;
     }
 
     /// Starts a subscriber task for every node that has none running.
