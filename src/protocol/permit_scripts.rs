@@ -4,7 +4,7 @@
 //! lock is released by the mutex's scripts).
 
 use super::keys::{Global, Kind};
-use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_raise_record};
+use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_raise_record};
 
 /// Takes one slot lock on one node, with the semaphore's count record, its waiting list
 /// and the restart quarantine data of the mutex's acquire script.
@@ -31,7 +31,7 @@ use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_raise_record};
 /// held slot answers as `SET NX PX` does (status `OK`, nil).
 pub(crate) const PERMIT_ACQUIRE_SRC: &str = concat!(
     lua_ballot_facts!(),
-    lua_enqueue!(),
+    lua_keep_listed!(),
     r"
 local fast = ARGV[4] == '1'
 local record, marker = ballot_facts(KEYS[4], KEYS[5], ARGV[2], fast)
@@ -49,12 +49,7 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
 elseif redis.call('TYPE', KEYS[1]).ok ~= 'string' then
     acquired = -1
 end
-local client = ARGV[5] or ''
-if client ~= '' and (acquired == 0 or (acquired == 1 and ARGV[6] == '1')) then
-    enqueue(KEYS[3], client, ARGV[7], 2 * ttl)
-elseif client ~= '' and acquired == 1 then
-    redis.call('LREM', KEYS[3], 0, client)
-end
+keep_listed(KEYS[3], ARGV[5] or '', acquired, ARGV[6], ARGV[7], 2 * ttl)
 if fast and acquired == 1 then
     return redis.status_reply('OK')
 elseif fast and acquired == 0 then

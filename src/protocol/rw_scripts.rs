@@ -10,7 +10,8 @@
 //! gets in.
 
 use super::keys::{self, Global, Kind};
-use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_raise_record, lua_server_ms};
+use super::scripts::lua_server_ms;
+use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_raise_record};
 
 /// Acquisition of a read-write lock's read or write side on one node, with the same
 /// waiting-list bookkeeping, fencing counter read and restart quarantine data as the
@@ -39,7 +40,7 @@ use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_raise_record, lua_s
 /// the path). On the fast path, a status `OK` on entry and nil when refused, as `SET NX PX`
 /// answers. A readers key of another type fails the script (`WRONGTYPE`).
 pub(crate) const RW_ACQUIRE_SRC: &str = concat!(
-    lua_enqueue!(),
+    lua_keep_listed!(),
     lua_ballot_facts!(),
     lua_server_ms!(),
     r"
@@ -51,13 +52,7 @@ if ARGV[5] == '1' then
 end
 local ttl = tonumber(ARGV[2])
 local function answer(acquired)
-    if ARGV[3] ~= '' then
-        if acquired == 1 and ARGV[4] ~= '1' then
-            redis.call('LREM', KEYS[3], 0, ARGV[3])
-        elseif acquired ~= -1 then
-            enqueue(KEYS[3], ARGV[3], ARGV[6], 2 * ttl)
-        end
-    end
+    keep_listed(KEYS[3], ARGV[3], acquired, ARGV[4], ARGV[6], 2 * ttl)
     if fast and acquired ~= -1 then
         if acquired == 1 then
             return redis.status_reply('OK')

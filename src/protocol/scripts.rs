@@ -119,6 +119,32 @@ end
 }
 pub(super) use lua_enqueue;
 
+/// Lua source of `keep_listed(list, id, acquired, stay, front, expire_ms)` (with `enqueue`),
+/// shared by the scripts whose reply says `acquired` (1 taken, 0 held by another, below 0
+/// refused for another reason): client `id` (none when `''`) stays in the waiting list
+/// `list` where the lock is held, or where it was taken while other tasks of the client
+/// still wait (`stay` is `'1'`), and leaves it where it was taken otherwise.
+macro_rules! lua_keep_listed {
+    () => {
+        concat!(
+            lua_enqueue!(),
+            r"
+local function keep_listed(list, id, acquired, stay, front, expire_ms)
+    if id == '' or acquired < 0 then
+        return
+    end
+    if acquired == 1 and stay ~= '1' then
+        redis.call('LREM', list, 0, id)
+    else
+        enqueue(list, id, front, expire_ms)
+    end
+end
+"
+        )
+    };
+}
+pub(super) use lua_keep_listed;
+
 /// Lua source of `raise_record(record_key, ttl_ms)`, shared by every script that acquires or
 /// extends: raises the ensemble record to the TTL (never lowers it) and returns the record as
 /// it was (nil: none).
