@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Cluster, builder, client, unique};
+use common::proxy::{FaultProxy, Link};
+use common::{Cluster, NODE_TIMEOUT, builder, client, unique};
 use quorum_lock::{Error, Semaphore};
 
 const TTL: Duration = Duration::from_secs(5);
@@ -167,6 +168,57 @@ async fn a_permit_given_back_wakes_a_client_waiting_in_another_process() {
     // The win took the waiter off the list: nothing is left on any node.
     assert_eq!(cluster.keys_everywhere("quorum-lock:waiters:*"), vec![]);
     assert_eq!(slot_keys(&cluster), vec![]);
+}
+
+/// A woken client may pass before the release that woke it (on the waiting-list node)
+/// reached the other nodes: its messages there are late, within the node timeout. The
+/// client keeps passing, at growing intervals, for a node timeout after its wake-up, and
+/// gets the permit once they arrive, though it polls only every 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_client_that_outruns_the_release_still_gets_the_permit() {
+    let cluster = Cluster::start(3);
+    let port = |i: usize| std::net::SocketAddr::from(([127, 0, 0, 1], cluster.nodes[i].port()));
+    let late = [1, 2].map(|i| FaultProxy::start(port(i)));
+    let mut urls = cluster.urls();
+    for (i, proxy) in [1, 2].into_iter().zip(&late) {
+        urls[i] = proxy.url();
+    }
+    let slow_poll = |urls: &[String]| {
+        (builder(urls).retry_delay(Duration::from_secs(30)))
+            .max_retry_delay(Duration::from_secs(30))
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (slow_poll(&urls), slow_poll(&cluster.urls()));
+    let name = unique("outrun");
+    let held = the_only_permit(&holder, &name).await;
+    let semaphore = waiter.semaphore(&name, 1).unwrap();
+    let waiting =
+        tokio::spawn(async move { semaphore.acquire(TTL).wait(Duration::from_secs(20)).await });
+    let list = format!("quorum-lock:waiters:quorum-lock:permit:{name}");
+    let mut node0 = cluster.nodes[0].conn();
+    common::eventually(Duration::from_secs(5), "the waiter is listed", || {
+        redis::cmd("LLEN").arg(&list).query::<u64>(&mut node0) == Ok(1)
+    })
+    .await;
+    // The release reaches node 0 (which wakes the waiter) at once, the others late.
+    late.iter().for_each(|p| p.set_link(Link::Blackhole));
+    let release = tokio::spawn(held.release());
+    let slot = format!("quorum-lock:permit:{name}:0");
+    let value = |i: usize| -> Option<String> {
+        let mut conn = cluster.nodes[i].conn();
+        redis::cmd("GET").arg(&slot).query(&mut conn).unwrap()
+    };
+    common::eventually(Duration::from_secs(5), "released on node 0", || {
+        value(0) != value(1)
+    })
+    .await;
+    tokio::time::sleep(NODE_TIMEOUT / 4).await;
+    late.iter().for_each(|p| p.set_link(Link::Up));
+    let _ = release.await;
+    let in_time = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+    let permit = (in_time.expect("not polling: 30 s").unwrap()).expect("retried after the wake-up");
+    permit.release().await.unwrap();
 }
 
 #[tokio::test]

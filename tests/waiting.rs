@@ -72,6 +72,13 @@ fn foreign_lock(cluster: &Cluster, resource: &str) {
     }
 }
 
+fn value(server: &RedisServer, key: &str) -> Option<String> {
+    redis::cmd("GET")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
 fn pttl(server: &RedisServer, key: &str) -> i64 {
     redis::cmd("PTTL")
         .arg(key)
@@ -1069,6 +1076,45 @@ async fn a_waiter_moves_to_the_list_that_releases_pop() {
     let second = acquired(task, "woken").await;
     let gap = released.elapsed();
     assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
+    second.release().await.unwrap();
+}
+
+/// A woken waiter may try before the release that woke it (on the waiting-list node)
+/// reached the other nodes: its messages there are late, within the node timeout. The
+/// waiter keeps retrying, at growing intervals, for a node timeout after its wake-up, and
+/// gets the lock once they arrive; it polls only every minute, and nobody else releases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_outruns_the_release_and_still_acquires() {
+    let cluster = Cluster::start(3);
+    let port = |n: &RedisServer| std::net::SocketAddr::from(([127, 0, 0, 1], n.port()));
+    let late = [1, 2].map(|i| FaultProxy::start(port(&cluster.nodes[i])));
+    let mut urls = cluster.urls();
+    for (i, proxy) in [1, 2].into_iter().zip(&late) {
+        urls[i] = proxy.url();
+    }
+    let resource = unique("outrun");
+    let holder = client(&urls);
+    let guard = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let minute = Duration::from_secs(60);
+    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
+    eventually(Duration::from_secs(10), "waiter queued on node 0", || {
+        waiting_list(&cluster.nodes[0], &resource).len() == 1
+    })
+    .await;
+    // The release reaches node 0 (which wakes the waiter) at once, the others late.
+    late.iter().for_each(|p| p.set_link(Link::Blackhole));
+    let release = tokio::spawn(async move { guard.release().await });
+    eventually(Duration::from_secs(5), "released on node 0", || {
+        value(&cluster.nodes[0], &resource) != value(&cluster.nodes[1], &resource)
+    })
+    .await;
+    tokio::time::sleep(NODE_TIMEOUT / 4).await;
+    late.iter().for_each(|p| p.set_link(Link::Up));
+    let _ = release.await;
+    let second = acquired(task, "woken").await;
     second.release().await.unwrap();
 }
 

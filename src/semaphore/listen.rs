@@ -18,6 +18,7 @@ use crate::report::NodeOutcome;
 use crate::wait::Enqueue;
 use crate::wait::notify::{Notifier, Registration, Wake};
 use crate::wait::queue::LocalReleases;
+use crate::wait::state::QuickRetries;
 
 /// How a pause between passes ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +26,8 @@ pub(super) enum PassAgain {
     /// The task listens now: pass again at once (a release may have been announced
     /// before it listened).
     Listening,
-    /// A release of some slot woke this client: pass again, at the head of the list.
+    /// A release of some slot woke this client, or it retries quickly after a pass that
+    /// followed a wake-up failed: pass again, at the head of the list.
     Woken,
     /// The waiting-list node changed: pass again, which lists the client there.
     Moved,
@@ -42,6 +44,9 @@ pub(super) struct PermitListener<'a> {
     registration: Option<Registration>,
     /// A release woke this client since the last pass.
     woken: bool,
+    /// The quick retries after a wake-up: the release that woke this client may reach the
+    /// other nodes after the pass did.
+    quick: QuickRetries,
 }
 
 impl<'a> PermitListener<'a> {
@@ -53,6 +58,7 @@ impl<'a> PermitListener<'a> {
             slot_keys,
             registration: None,
             woken: false,
+            quick: QuickRetries::new(ensemble.config.node_timeout),
         }
     }
 
@@ -82,8 +88,9 @@ impl<'a> PermitListener<'a> {
     }
 
     /// After a pass that won no slot, with `remaining` of the wait budget: starts
-    /// listening, or waits up to `delay` for a wake-up, a release in `local`, or a change
-    /// of the waiting-list node from `listed_on` (the node the pass used).
+    /// listening, retries quickly after a wake-up (see [`QuickRetries`]), or waits up to
+    /// `delay` for a wake-up, a release in `local`, or a change of the waiting-list node
+    /// from `listed_on` (the node the pass used).
     pub(super) async fn pause(
         &mut self,
         local: LocalReleases,
@@ -91,7 +98,6 @@ impl<'a> PermitListener<'a> {
         remaining: Duration,
         listed_on: Option<usize>,
     ) -> PassAgain {
-        self.woken = false;
         let Some(notifier) = self.notifier else {
             return freed_or_polled(local.first_or(delay).await);
         };
@@ -100,9 +106,16 @@ impl<'a> PermitListener<'a> {
             notifier.wait_ready(remaining).await;
             return PassAgain::Listening;
         };
+        if let Some(quick) = self.quick.next_delay() {
+            metrics::wait_event("quick_retry");
+            tokio::time::sleep(quick.min(remaining)).await;
+            return PassAgain::Woken;
+        }
+        self.woken = false;
         match registration.wake_or(listed_on, local.first_or(delay)).await {
             Wake::Woken => {
                 self.woken = true;
+                self.quick.woken();
                 PassAgain::Woken
             }
             Wake::Moved => PassAgain::Moved,

@@ -34,7 +34,7 @@ use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration, Wake};
 use queue::{LocalQueue, Turn};
-use state::{AfterFailure, QUICK_RETRY_DELAY, WaitState};
+use state::{AfterFailure, WaitState};
 
 /// How an attempt keeps this client in the waiting list of the keys (see
 /// [`scripts::ACQUIRE`]).
@@ -168,7 +168,7 @@ impl<'a> Waiting<'a> {
             keys,
             listening,
             waited_ready: false,
-            state: WaitState::new(courtesy),
+            state: WaitState::new(courtesy, cx.scope.timeout),
         })
     }
 
@@ -303,13 +303,13 @@ impl<'a> Waiting<'a> {
                 // subscriptions stand, try again at once instead of sleeping.
                 notifier.wait_ready(remaining).await;
             }
-            AfterFailure::QuickRetry => {
+            AfterFailure::QuickRetry { delay } => {
                 // Woken, yet the attempt failed: the release that woke us comes from the
                 // node that keeps the waiting list, and the same release may not have
                 // reached the other nodes yet when our SET did. Retry after a moment,
                 // still at the head of the list, instead of waiting for the next release.
                 metrics::wait_event("quick_retry");
-                tokio::time::sleep(QUICK_RETRY_DELAY.min(remaining)).await;
+                tokio::time::sleep(delay.min(remaining)).await;
             }
             AfterFailure::Wait { shift } => {
                 let delay = poll(shift).min(remaining);

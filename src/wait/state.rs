@@ -6,10 +6,12 @@
 
 use std::time::Duration;
 
-/// How many times a woken waiter retries at once when its attempt fails, and after how
-/// long: enough for the release that woke it to reach the other nodes, well inside the head
-/// start the releasing client gives it.
-pub(crate) const QUICK_RETRIES: u32 = 2;
+/// How long after a failed attempt a woken waiter first retries; each further quick retry
+/// waits twice as long. The release that woke it (on the waiting-list node) may not have
+/// reached the other nodes when the attempt did: its messages there arrive within the
+/// releasing client's node timeout or not at all, so the quick retries sleep at most one
+/// node timeout in all (see [`WaitState::new`]) before the waiter waits for the next
+/// release or poll.
 pub(crate) const QUICK_RETRY_DELAY: Duration = Duration::from_millis(1);
 
 /// How many doublings later a waiter's polls start while it is known to be in a waiting
@@ -27,11 +29,50 @@ pub(crate) struct WaitState {
     /// The coming attempt follows a wake-up (a release chose us) or a quick retry after
     /// one: a failure then puts us back at the head of the waiting list.
     front: bool,
-    /// Quick retries left since the last wake-up.
-    quick: u32,
+    /// The quick retries the last wake-up still allows.
+    quick: QuickRetries,
     /// The coming attempt is the one made at once after this call started listening: the
     /// call's first listed attempt, ungated as a first attempt is.
     listened: bool,
+}
+
+/// The quick retries of a woken waiter whose attempt failed: from [`QUICK_RETRY_DELAY`],
+/// doubling, for at most a window (the node timeout) in all since the wake-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct QuickRetries {
+    /// The next one's delay.
+    delay: Duration,
+    /// How long they may still sleep.
+    left: Duration,
+    /// How long they may sleep in all after one wake-up.
+    window: Duration,
+}
+
+impl QuickRetries {
+    /// None allowed until [`QuickRetries::woken`]; `window` for each wake-up.
+    pub(crate) fn new(window: Duration) -> Self {
+        QuickRetries {
+            window,
+            ..QuickRetries::default()
+        }
+    }
+
+    /// A release woke the waiter: the quick retries start afresh.
+    pub(crate) fn woken(&mut self) {
+        self.delay = QUICK_RETRY_DELAY;
+        self.left = self.window;
+    }
+
+    /// The delay before the next quick retry, or `None` once the window is spent.
+    pub(crate) fn next_delay(&mut self) -> Option<Duration> {
+        if self.left.is_zero() {
+            return None;
+        }
+        let delay = self.delay.min(self.left);
+        self.left -= delay;
+        self.delay = self.delay.saturating_mul(2);
+        Some(delay)
+    }
 }
 
 /// How the next attempt is made.
@@ -49,8 +90,12 @@ pub(crate) struct Next {
 pub(crate) enum AfterFailure {
     /// Start listening for releases, then try again at once.
     Listen,
-    /// Woken, yet failed: retry after [`QUICK_RETRY_DELAY`], still at the head.
-    QuickRetry,
+    /// Woken, yet failed: retry after `delay` (from [`QUICK_RETRY_DELAY`], doubling),
+    /// still at the head.
+    QuickRetry {
+        /// How long to wait first.
+        delay: Duration,
+    },
     /// Wait for a wake-up or the next poll, whose backoff starts `shift` doublings later.
     Wait {
         /// Extra doublings of the poll delay.
@@ -60,10 +105,12 @@ pub(crate) enum AfterFailure {
 
 impl WaitState {
     /// The state of a fresh `lock()` call; `courtesy` when it starts gated (see
-    /// [`WaitState::gate`]).
-    pub(crate) fn new(courtesy: bool) -> Self {
+    /// [`WaitState::gate`]); the quick retries after a wake-up sleep at most
+    /// `quick_window` in all (the node timeout).
+    pub(crate) fn new(courtesy: bool, quick_window: Duration) -> Self {
         WaitState {
             gate: courtesy,
+            quick: QuickRetries::new(quick_window),
             ..WaitState::default()
         }
     }
@@ -89,10 +136,9 @@ impl WaitState {
             self.listened = true;
             return AfterFailure::Listen;
         }
-        if self.quick > 0 && listening {
-            self.quick -= 1;
+        if let Some(delay) = listening.then(|| self.quick.next_delay()).flatten() {
             self.front = true;
-            return AfterFailure::QuickRetry;
+            return AfterFailure::QuickRetry { delay };
         }
         let shift = if listed { LISTED_POLL_SHIFT } else { 0 };
         AfterFailure::Wait { shift }
@@ -101,13 +147,15 @@ impl WaitState {
     /// A release woke this client.
     pub(crate) fn woken(&mut self) {
         self.front = true;
-        self.quick = QUICK_RETRIES;
+        self.quick.woken();
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const WINDOW: Duration = Duration::from_millis(50);
 
     #[test]
     fn next_attempt_gates() {
@@ -121,7 +169,7 @@ mod tests {
             (false, true, 1, true, false),
         ];
         for (courtesy, woken, attempt, front, gated) in table {
-            let mut s = WaitState::new(courtesy);
+            let mut s = WaitState::new(courtesy, WINDOW);
             if woken {
                 s.woken();
             }
@@ -138,7 +186,7 @@ mod tests {
 
     #[test]
     fn failures_listen_first_then_quick_retries_then_wait() {
-        let mut s = WaitState::new(false);
+        let mut s = WaitState::new(false, WINDOW);
         assert_eq!(s.failed(true, false, false), AfterFailure::Listen);
         assert_eq!(
             s.failed(false, true, false),
@@ -152,8 +200,12 @@ mod tests {
         );
         s.woken();
         assert!(s.next(2).front);
-        for _ in 0..QUICK_RETRIES {
-            assert_eq!(s.failed(false, true, true), AfterFailure::QuickRetry);
+        // 1 + 2 + 4 + 8 + 16 + 19 ms: doubling, and 50 ms in all.
+        for delay in [1, 2, 4, 8, 16, 19].map(Duration::from_millis) {
+            assert_eq!(
+                s.failed(false, true, true),
+                AfterFailure::QuickRetry { delay }
+            );
             // A quick retry keeps the head of the list and is not gated.
             assert_eq!(
                 s.next(3),
@@ -182,7 +234,7 @@ mod tests {
     fn the_attempt_right_after_listening_is_not_gated() {
         // A call that did not listen yet failed its first (plain) attempt: it listens and
         // tries again at once, as the first attempt of a listening call would, ungated.
-        let mut s = WaitState::new(false);
+        let mut s = WaitState::new(false, WINDOW);
         assert!(!s.next(1).gated);
         assert_eq!(s.failed(true, false, false), AfterFailure::Listen);
         assert_eq!(
@@ -203,8 +255,32 @@ mod tests {
     }
 
     #[test]
+    fn each_wake_up_starts_the_quick_retries_afresh() {
+        let mut s = WaitState::new(false, Duration::from_millis(3));
+        s.woken();
+        let quick = |delay| AfterFailure::QuickRetry {
+            delay: Duration::from_millis(delay),
+        };
+        assert_eq!(s.failed(false, true, true), quick(1));
+        assert_eq!(s.failed(false, true, true), quick(2));
+        assert!(matches!(
+            s.failed(false, true, true),
+            AfterFailure::Wait { .. }
+        ));
+        s.woken();
+        assert_eq!(s.failed(false, true, true), quick(1));
+        // No window, no quick retry.
+        let mut none = WaitState::new(false, Duration::ZERO);
+        none.woken();
+        assert!(matches!(
+            none.failed(false, true, true),
+            AfterFailure::Wait { .. }
+        ));
+    }
+
+    #[test]
     fn quick_retries_need_listening() {
-        let mut s = WaitState::new(false);
+        let mut s = WaitState::new(false, WINDOW);
         s.woken();
         assert_eq!(
             s.failed(false, false, false),
