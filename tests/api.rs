@@ -311,6 +311,17 @@ fn node_lists_split_on_commas() {
         ["redis://a:1", "redis://b:2", "redis://c:3"]
     );
     assert!(RedlockBuilder::parse_node_list(" , ").is_empty());
+    // A Sentinel member keeps the commas between its sentinels.
+    assert_eq!(
+        RedlockBuilder::parse_node_list(
+            "redis://a:1, redis+sentinel://s1:26379, s2:26379/svc, redis://b:2"
+        ),
+        [
+            "redis://a:1",
+            "redis+sentinel://s1:26379,s2:26379/svc",
+            "redis://b:2"
+        ]
+    );
     assert_eq!(RedlockBuilder::NODES_ENV, "QUORUM_LOCK_NODES");
 }
 

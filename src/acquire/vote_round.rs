@@ -250,8 +250,13 @@ fn read_vote(
 }
 
 /// What the ballot of an acquisition knows of `node` before its reply: its `run_id`, its
-/// age now (rounded down) and its durability, from what its last connect learnt.
+/// age now (rounded down) and its durability, from what its last connect learnt. A
+/// Sentinel member whose master its sentinels have not confirmed lately has no identity:
+/// its vote does not count (see `net::sentinel`).
 pub(crate) fn blank_read(node: &Node) -> Read {
+    if !node.vouches() {
+        return Read::blank(None, None, Persistence::Unknown);
+    }
     node.known().with_facts(|facts| match facts {
         None => Read::blank(None, None, Persistence::Unknown),
         Some(facts) => {

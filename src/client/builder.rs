@@ -8,11 +8,12 @@ use redis::io::tcp::TcpSettings;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::Redlock;
+use crate::client::sentinel_url::{SentinelUrl, sentinel_member};
 use crate::config::{Config, MAX_TTL, check_ceiling, check_ttl};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::net::coalesce::Yield;
-use crate::net::node::Node;
+use crate::net::node::{Member, Node};
 use crate::protocol::holder;
 use crate::rules::retry::RetryPolicy;
 
@@ -109,12 +110,21 @@ impl RedlockBuilder {
 
     /// Splits a comma-separated node list (`redis://a:6379, redis://b:6379`) into URLs,
     /// trimmed, empty entries dropped: the format of [`NODES_ENV`](Self::NODES_ENV) and of
-    /// the CLI's `--nodes`.
+    /// the CLI's `--nodes`. A Sentinel member's URL lists its sentinels with commas
+    /// (`redis+sentinel://s1:26379,s2:26379/service`): an entry without a scheme that
+    /// follows one continues it.
     pub fn parse_node_list(list: &str) -> Vec<String> {
-        (list.split(',').map(str::trim))
-            .filter(|u| !u.is_empty())
-            .map(str::to_owned)
-            .collect()
+        let mut urls: Vec<String> = Vec::new();
+        for entry in (list.split(',').map(str::trim)).filter(|u| !u.is_empty()) {
+            match urls.last_mut() {
+                Some(last) if !entry.contains("://") && SentinelUrl::is_sentinel(last) => {
+                    last.push(',');
+                    last.push_str(entry);
+                }
+                _ => urls.push(entry.to_owned()),
+            }
+        }
+        urls
     }
 
     /// Adds the nodes listed in the environment variable `QUORUM_LOCK_NODES` (see
@@ -449,11 +459,12 @@ impl RedlockBuilder {
         let mut nodes = Vec::with_capacity(self.nodes.len());
         let coalescing = Yield::for_nodes(self.nodes.len());
         for spec in &self.nodes {
-            let (name, client) = match spec {
-                NodeSpec::Url(url) => self.client_for(url)?,
+            let (name, member) = match spec {
+                NodeSpec::Url(url) if SentinelUrl::is_sentinel(url) => self.sentinel_for(url)?,
+                NodeSpec::Url(url) => self.client_for(url).map(server)?,
                 NodeSpec::Info(info) => {
                     let shown = info.addr().to_string();
-                    self.client_for_info((**info).clone(), &shown)?
+                    self.client_for_info((**info).clone(), &shown).map(server)?
                 }
             };
             if !seen.insert(name.clone()) {
@@ -464,7 +475,7 @@ impl RedlockBuilder {
             }
             nodes.push(Arc::new(Node::new(
                 name,
-                client,
+                member,
                 self.connect_timeout,
                 coalescing,
             )));
@@ -502,6 +513,30 @@ impl RedlockBuilder {
         self.client_for_info(info, &shown)
     }
 
+    /// A display name and the member for one `redis+sentinel://` URL.
+    fn sentinel_for(&self, url: &str) -> Result<(String, Member)> {
+        let shown = redact(url);
+        let parsed = SentinelUrl::parse(url)
+            .map_err(|e| config(format!("malformed Sentinel member URL {shown:?}: {e}")))?;
+        if !self.quarantine {
+            return Err(config(format!(
+                "Sentinel member {shown:?} needs restart quarantine: a failover puts a \
+                 replica that may lack locks in its master's place"
+            )));
+        }
+        let name = parsed.name();
+        let member = sentinel_member(parsed, self.tcp_settings())
+            .map_err(|e| config(format!("Sentinel member {shown:?}: {e}")))?;
+        Ok((name, Member::Sentinel(Arc::new(member))))
+    }
+
+    /// The TCP settings of every node connection (see [`tcp_nodelay`](Self::tcp_nodelay)).
+    fn tcp_settings(&self) -> TcpSettings {
+        TcpSettings::default()
+            .set_nodelay(self.tcp_nodelay)
+            .set_user_timeout(TCP_USER_TIMEOUT)
+    }
+
     /// A display name and a client for one node's connection info; `shown` names the node
     /// in errors.
     fn client_for_info(&self, info: ConnectionInfo, shown: &str) -> Result<(String, Client)> {
@@ -531,11 +566,7 @@ impl RedlockBuilder {
         // connection whose data stays unacknowledged (a partition) instead of retransmitting
         // it for minutes: a lock request can then not be delivered long after its attempt
         // gave up.
-        let info = info.set_tcp_settings(
-            TcpSettings::default()
-                .set_nodelay(self.tcp_nodelay)
-                .set_user_timeout(TCP_USER_TIMEOUT),
-        );
+        let info = info.set_tcp_settings(self.tcp_settings());
         let client = if tls {
             tls_client(info, self.tls_root_cert.clone(), shown)?
         } else {
@@ -555,6 +586,11 @@ enum NodeSpec {
 
 /// See [`RedlockBuilder::build`]'s use: bounds how long unacknowledged data may linger.
 const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A node at a fixed address.
+fn server((name, client): (String, Client)) -> (String, Member) {
+    (name, Member::Server(client))
+}
 
 fn config(msg: impl Into<String>) -> Error {
     Error::Config(msg.into())

@@ -6,6 +6,7 @@
 //! - [`builder`]: [`RedlockBuilder`], validation, the node list;
 //! - [`fenced`]: fenced requests, guards and contexts;
 //! - [`scoped`]: running a future under a lock;
+//! - [`sentinel_url`]: the `redis+sentinel://` URL of a member under Sentinel;
 //! - [`shutdown`]: closing the client, behind [`Redlock::shutdown`].
 //!
 //! Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
@@ -15,6 +16,7 @@
 pub(crate) mod builder;
 pub(crate) mod fenced;
 pub(crate) mod scoped;
+pub(crate) mod sentinel_url;
 pub(crate) mod shutdown;
 
 use std::sync::Arc;

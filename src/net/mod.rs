@@ -2,6 +2,8 @@
 //! driver's async connection types (`redis::aio`).
 //!
 //! - [`node`]: one node and the lifecycle of its lazily made, shared connection;
+//! - [`sentinel`]: a member that is a master under Sentinel, and the sentinels'
+//!   confirmation its votes need;
 //! - [`server_facts`]: what a connect learns of the server behind a node, for restart
 //!   quarantine and the fast path;
 //! - [`call`]: the command a round sends (script, native stand-in, delivery);
@@ -33,5 +35,6 @@ pub(crate) mod node;
 pub(crate) mod probe_connection;
 pub(crate) mod request;
 pub(crate) mod send_gate;
+pub(crate) mod sentinel;
 pub(crate) mod server_facts;
 pub(crate) mod subscription;

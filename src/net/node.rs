@@ -14,6 +14,7 @@ use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult, Value};
 use crate::net::call::{Call, SendError};
 use crate::net::coalesce::Yield;
 use crate::net::failure::{NodeFailure, classify};
+use crate::net::sentinel::{CONFIRM_WINDOW, MasterAddr, SentinelMaster};
 use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
 use crate::protocol;
 use crate::protocol::native::Capabilities;
@@ -111,11 +112,22 @@ impl Drop for Liveness {
     }
 }
 
+/// Where a node's connection goes. (One per node, made once: the plain server's client is
+/// kept inline.)
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum Member {
+    /// A server at a fixed address.
+    Server(Client),
+    /// The master its sentinels name (see [`SentinelMaster`]).
+    Sentinel(Arc<SentinelMaster>),
+}
+
 /// One node of the ensemble: its address, its connection, and what its connects learnt.
 pub(crate) struct Node {
-    /// `host:port`, without credentials.
+    /// `host:port`, without credentials (`sentinel:<service>@<sentinels>` for a Sentinel
+    /// member).
     name: String,
-    client: Client,
+    member: Member,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     /// How the connection's writes yield to let other tasks' requests share them.
@@ -165,7 +177,7 @@ impl std::fmt::Debug for Node {
 impl Node {
     pub(crate) fn new(
         name: String,
-        client: Client,
+        member: Member,
         connect_timeout: Duration,
         coalescing: Yield,
     ) -> Self {
@@ -179,7 +191,7 @@ impl Node {
             .set_pipeline_buffer_size(PIPELINE_BUFFER);
         Node {
             name,
-            client,
+            member,
             config,
             connect_timeout,
             coalescing,
@@ -217,7 +229,13 @@ impl Node {
     /// Learns the facts of the server behind a new connection (see [`ServerFacts::learn`]); a new
     /// `run_id` is logged and counted as a restart.
     async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
-        let facts = ServerFacts::learn(conn).await?;
+        let mut facts = ServerFacts::learn(conn).await?;
+        if facts.promoted && self.is_sentinel() {
+            // A client still connected to the old master may vote there up to a
+            // confirmation window after this client resolved the new one (see
+            // `net::sentinel`): the promoted life's quarantine counts from then.
+            facts.at += CONFIRM_WINDOW;
+        }
         if let Some(why) = &facts.refused {
             tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
         }
@@ -254,9 +272,35 @@ impl Node {
     }
 
     /// The driver client, for the connections of their own that a probe or a subscription
-    /// opens.
-    pub(super) fn client(&self) -> &Client {
-        &self.client
+    /// opens: a Sentinel member's goes to the master its sentinels name now.
+    pub(super) async fn client(&self) -> RedisResult<Client> {
+        match &self.member {
+            Member::Server(client) => Ok(client.clone()),
+            Member::Sentinel(sentinel) => Ok(sentinel.master_client(self.connect_timeout).await?.1),
+        }
+    }
+
+    /// Whether this node's votes may count now, as far as its membership goes: a Sentinel
+    /// member's only while its sentinels confirm the connection's master (see
+    /// [`SentinelMaster::vouches`]).
+    pub(crate) fn vouches(&self) -> bool {
+        match &self.member {
+            Member::Server(_) => true,
+            Member::Sentinel(sentinel) => sentinel.vouches(),
+        }
+    }
+
+    /// For a Sentinel member, the master's `host:port` its sentinels last named.
+    pub(crate) fn sentinel_named(&self) -> Option<String> {
+        match &self.member {
+            Member::Server(_) => None,
+            Member::Sentinel(sentinel) => sentinel.named().map(|(h, p)| format!("{h}:{p}")),
+        }
+    }
+
+    /// Whether this node is a Sentinel member.
+    pub(crate) fn is_sentinel(&self) -> bool {
+        matches!(self.member, Member::Sentinel(_))
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -338,15 +382,21 @@ impl Node {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let connect = async move {
             let result = tokio::time::timeout(node.connect_timeout, async {
+                let (client, master) = node.member_client().await?;
                 let mut conn =
-                    crate::net::coalesce::connect(&node.client, &node.config, node.coalescing)
-                        .await?;
+                    crate::net::coalesce::connect(&client, &node.config, node.coalescing).await?;
+                if master.is_some() {
+                    require_master_role(&mut conn).await?;
+                }
                 preload_scripts(&mut conn).await?;
                 let mut probe = conn.clone();
                 let (facts, capabilities) =
                     futures::join!(node.learn_facts(&mut conn), learn_capabilities(&mut probe));
                 facts?;
                 *node.capabilities.lock().unwrap_or_else(|p| p.into_inner()) = capabilities?;
+                if let (Member::Sentinel(sentinel), Some(addr)) = (&node.member, master) {
+                    sentinel.connected_to(addr);
+                }
                 Ok::<_, RedisError>(conn)
             })
             .await;
@@ -379,6 +429,18 @@ impl Node {
             Err(_) => connect.boxed(),
         };
         (generation, connect.shared())
+    }
+
+    /// The client a connect uses, and for a Sentinel member the master's address, resolved
+    /// anew (a reconnect may follow a failover).
+    async fn member_client(&self) -> RedisResult<(Client, Option<MasterAddr>)> {
+        match &self.member {
+            Member::Server(client) => Ok((client.clone(), None)),
+            Member::Sentinel(sentinel) => {
+                let (addr, client) = sentinel.master_client(self.connect_timeout).await?;
+                Ok((client, Some(addr)))
+            }
+        }
     }
 
     /// Puts the outcome of connect `generation` in the slot, unless a newer connect
@@ -427,7 +489,36 @@ impl Node {
     /// runtime is gone) is sent once more on a fresh connection, within the same bound.
     /// A call that may have been written is never sent again, and neither is one that may
     /// set a lock key.
+    ///
+    /// A Sentinel member's request also renews the sentinels' confirmation of its master
+    /// (see [`SentinelMaster::keep_confirmed`]), and drops the connection once they name
+    /// another master.
     pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
+        let Member::Sentinel(sentinel) = &self.member else {
+            return self.send_here(call).await;
+        };
+        let (reply, current) = futures::join!(
+            self.send_here(call),
+            sentinel.keep_confirmed(self.connect_timeout)
+        );
+        if !current {
+            tracing::info!(node = %self.name, "the sentinels name another master; reconnecting");
+            self.drop_connection();
+        }
+        reply
+    }
+
+    /// Drops the current connection, whatever its generation: the next request connects
+    /// again.
+    fn drop_connection(&self) {
+        let mut slot = self.lock_slot();
+        if matches!(&*slot, Slot::Ready(..)) {
+            *slot = Slot::Empty;
+        }
+    }
+
+    /// [`Node::send`] on the current connection.
+    async fn send_here(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
         let mut retried = false;
         loop {
             let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
@@ -447,6 +538,19 @@ impl Node {
                 }
             }
         }
+    }
+}
+
+/// Refuses a connection whose server is not a master (`ROLE`): the sentinels named a
+/// replica that is still being promoted, or one that was demoted since.
+async fn require_master_role(conn: &mut MultiplexedConnection) -> RedisResult<()> {
+    let role: Vec<Value> = redis::cmd("ROLE").query_async(conn).await?;
+    match role.first() {
+        Some(Value::BulkString(r)) if r.as_slice() == b"master" => Ok(()),
+        _ => Err(RedisError::from((
+            redis::ErrorKind::Io,
+            "the sentinels' master is not a master (yet)",
+        ))),
     }
 }
 

@@ -32,8 +32,7 @@ impl ProbeConnection {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect))
             .set_response_timeout(Some(response));
-        let conn = node
-            .client()
+        let conn = (node.client().await?)
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         Ok(ProbeConnection(conn))

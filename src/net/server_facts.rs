@@ -50,6 +50,8 @@ pub(crate) struct ServerFacts {
     pub(crate) record_ms: u64,
     /// The server's kind and version (`"valkey 9.1.2"`), from the same `INFO`.
     pub(crate) server: Option<String>,
+    /// The process was promoted from a replica since it started (see [`process_life`]).
+    pub(crate) promoted: bool,
 }
 
 impl ServerFacts {
@@ -71,6 +73,7 @@ impl ServerFacts {
                     admitted: false,
                     record_ms: 0,
                     server: None,
+                    promoted: false,
                 });
             }
         };
@@ -92,11 +95,12 @@ impl ServerFacts {
                 Err(_) => Persistence::Unknown,
             },
         };
+        let promoted = info.promoted() == Some(true);
         let process = process_life(
             info.run_id(),
             info.get("uptime_in_seconds").and_then(parse_uptime),
             persistence,
-            info.promoted() == Some(true),
+            promoted,
             info.master_replid(),
         );
         let (run_id, uptime) = (process.life.map(Arc::from), process.uptime);
@@ -113,6 +117,7 @@ impl ServerFacts {
             admitted: false,
             record_ms: 0,
             server,
+            promoted,
         })
     }
 }

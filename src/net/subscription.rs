@@ -23,7 +23,7 @@ impl std::fmt::Debug for Subscription {
 impl Subscription {
     /// Connects to `node` and subscribes to `channel`. Unbounded: the caller bounds it.
     pub(crate) async fn open(node: &Node, channel: &str) -> RedisResult<Subscription> {
-        let (mut sink, stream) = node.client().get_async_pubsub().await?.split();
+        let (mut sink, stream) = node.client().await?.get_async_pubsub().await?.split();
         sink.subscribe(channel).await?;
         Ok(Subscription {
             _sink: sink,

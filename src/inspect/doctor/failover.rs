@@ -11,8 +11,11 @@ const PROMOTED_REPLICA: &str = "behind an address that follows a failover (a DNS
     and restart quarantine keeps it out for the longest lease, as after an empty restart";
 
 /// A master with replicas, or one promoted from a replica during its life (warning).
+///
+/// Not for a member under Sentinel: it follows its master through failovers by design,
+/// and restart quarantine with the sentinels' confirmation covers them (DESIGN.md).
 pub(super) fn failover_risk(node: &NodeInfo) -> Option<Finding> {
-    if node.is_replica() {
+    if node.is_replica() || node.sentinel_master.is_some() {
         return None;
     }
     let replicas = node.replicas.unwrap_or(0);

@@ -292,6 +292,9 @@ pub struct NodeInfo {
     pub maxmemory_policy: Option<String>,
     /// `cluster_enabled` from `INFO`.
     pub cluster_enabled: Option<bool>,
+    /// For a member under Sentinel (`redis+sentinel://`), the master's `host:port` as a
+    /// majority of its sentinels named it for this check; `None` for a plain server.
+    pub sentinel_master: Option<String>,
     /// `uptime_in_seconds` from `INFO`: time since the server process started.
     pub uptime: Option<Duration>,
     /// The clock offset from the best of a few `TIME` samples.

@@ -89,7 +89,10 @@ async fn read_ledger(conn: &ProbeConnection, prefix: &str) -> Option<Ledger> {
 async fn connect(node: &Node, info: &mut NodeInfo) -> Option<ProbeConnection> {
     let connect = ProbeConnection::open(node, CONNECT_TIMEOUT, RESPONSE_TIMEOUT);
     match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(Ok(conn)) => Some(conn),
+        Ok(Ok(conn)) => {
+            info.sentinel_master = node.sentinel_named();
+            Some(conn)
+        }
         Ok(Err(e)) => {
             info.error = Some(failure(&e));
             None

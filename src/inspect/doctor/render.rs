@@ -183,7 +183,10 @@ fn node_row(n: &NodeInfo) -> [String; 8] {
         n.name.clone(),
         state.to_owned(),
         version(n),
-        opt(&n.role),
+        match (&n.role, &n.sentinel_master) {
+            (Some(role), Some(at)) => format!("{role} {at} (sentinel)"),
+            (role, _) => opt(role),
+        },
         aof,
         cluster,
         uptime,
@@ -249,6 +252,7 @@ fn node_json(out: &mut String, n: &NodeInfo) {
     o.num("maxmemory", n.maxmemory.map(i128::from));
     o.str("maxmemory_policy", n.maxmemory_policy.as_deref());
     o.bool("cluster_enabled", n.cluster_enabled);
+    o.str("sentinel_master", n.sentinel_master.as_deref());
     o.num("uptime_secs", n.uptime.map(|d| i128::from(d.as_secs())));
     o.key("clock");
     match &n.clock {

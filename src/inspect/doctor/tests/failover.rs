@@ -50,6 +50,21 @@ fn a_replica_is_not_a_failover_risk_of_its_own() {
 }
 
 #[test]
+fn a_member_under_sentinel_follows_its_failovers_by_design() {
+    let mut infos = set(3);
+    infos[1].replicas = Some(2);
+    infos[1].promoted = Some(true);
+    infos[1].sentinel_master = Some("10.0.0.2:6379".into());
+    assert_eq!(kinds(&infos, &limits()), vec![]);
+    // Its lagging replica still matters: a failover would lose more.
+    infos[1].replica_lag = Some(Duration::from_secs(31));
+    assert_eq!(
+        kinds(&infos, &limits()),
+        vec![(K::ReplicationLag, W, node(1))]
+    );
+}
+
+#[test]
 fn the_message_says_what_and_why() {
     let mut infos = set(3);
     infos[2].replicas = Some(2);

@@ -54,6 +54,7 @@ fn healthy(i: usize) -> NodeInfo {
         maxmemory: Some(0),
         maxmemory_policy: Some("noeviction".into()),
         cluster_enabled: Some(false),
+        sentinel_master: None,
         uptime: Some(Duration::from_secs(3600)),
         clock: Some(ClockOffset {
             offset_micros: 200,

@@ -1,0 +1,243 @@
+//! A member that is a master under Redis Sentinel: the node's connection goes to the
+//! address a majority of its sentinels report for the service, and its votes count only
+//! while such a majority has confirmed that address recently.
+//!
+//! Why the confirmation: after a failover the old master may go on accepting writes for a
+//! while (until Sentinel reconfigures it, seconds later, or for as long as it stays
+//! partitioned), so a client still connected to it and one that resolved the new master
+//! would each get this member's vote. Every vote of this member is counted only if a
+//! sentinel majority named the connection's address in a round that started less than
+//! [`CONFIRM_WINDOW`] before the vote was judged. Two majorities of the sentinels share
+//! one, which answered the old address before it answered the new one (its view only moves
+//! forward), so a vote on the old master is made less than [`CONFIRM_WINDOW`] after the
+//! client that reached the new master resolved it; and the new master, a promoted replica,
+//! is quarantined from then on for a TTL and that window (see `Node::learn_facts`), so no
+//! lock it may lack can still be valid when it votes.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
+use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
+
+/// How long a sentinel majority's confirmation of the master's address lets this member's
+/// votes count (see the module documentation); renewed in the background of a request once
+/// half of it has passed, and before the request's vote is judged once all of it has.
+pub(crate) const CONFIRM_WINDOW: Duration = Duration::from_millis(500);
+
+/// An address as the sentinels report it.
+pub(crate) type MasterAddr = (String, u16);
+
+/// One member under Sentinel.
+pub(crate) struct SentinelMaster {
+    service: String,
+    sentinels: Vec<Client>,
+    /// The master's connection settings (credentials, database, TCP), its address aside.
+    template: ConnectionInfo,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The address the node's current connection goes to.
+    connected: Option<MasterAddr>,
+    /// The last confirmation: when its round started, and the address it agreed on.
+    confirmed: Option<(Instant, MasterAddr)>,
+    /// A confirmation round under way, which every request that needs one awaits.
+    confirming: Option<Shared<BoxFuture<'static, ()>>>,
+}
+
+impl std::fmt::Debug for SentinelMaster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelMaster")
+            .field("service", &self.service)
+            .finish()
+    }
+}
+
+impl SentinelMaster {
+    /// The member for `service`, asking `sentinels`; `template` holds the master's
+    /// connection settings.
+    pub(crate) fn new(service: String, sentinels: Vec<Client>, template: ConnectionInfo) -> Self {
+        SentinelMaster {
+            service,
+            sentinels,
+            template,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks the sentinels for the master (each within `timeout`) and returns a client for
+    /// the address a majority of them report, recording that as a confirmation.
+    ///
+    /// # Errors
+    ///
+    /// When no address has a majority of the sentinels (too few answer, or they disagree
+    /// while a failover is in progress).
+    pub(crate) async fn master_client(
+        &self,
+        timeout: Duration,
+    ) -> RedisResult<(MasterAddr, Client)> {
+        let started = Instant::now();
+        let addr = self.agreed_master(timeout).await?;
+        self.lock().confirmed = Some((started, addr.clone()));
+        let (host, port) = addr.clone();
+        let info = self
+            .template
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(host, port));
+        Ok((addr, Client::open(info)?))
+    }
+
+    /// The address of the master that a majority of the sentinels report now.
+    async fn agreed_master(&self, timeout: Duration) -> RedisResult<MasterAddr> {
+        let asks = self
+            .sentinels
+            .iter()
+            .map(|s| ask(s, &self.service, timeout));
+        let reports = futures::future::join_all(asks).await;
+        agreed(&reports, self.sentinels.len()).ok_or_else(|| {
+            let seen: Vec<String> = reports
+                .iter()
+                .map(|r| {
+                    r.as_ref()
+                        .map_or("no answer".into(), |(h, p)| format!("{h}:{p}"))
+                })
+                .collect();
+            RedisError::from((
+                redis::ErrorKind::Io,
+                "no sentinel majority names the master",
+                format!("service {:?}: {}", self.service, seen.join(", ")),
+            ))
+        })
+    }
+
+    /// Notes that the node's connection now goes to `addr`.
+    pub(crate) fn connected_to(&self, addr: MasterAddr) {
+        self.lock().connected = Some(addr);
+    }
+
+    /// The address the last confirmation agreed on.
+    pub(crate) fn named(&self) -> Option<MasterAddr> {
+        self.lock().confirmed.as_ref().map(|(_, addr)| addr.clone())
+    }
+
+    /// Whether this member's votes count now: a confirmation that started less than
+    /// [`CONFIRM_WINDOW`] ago named the connection's address.
+    pub(crate) fn vouches(&self) -> bool {
+        let state = self.lock();
+        matches!(
+            (&state.confirmed, &state.connected),
+            (Some((at, addr)), Some(connected)) if addr == connected && at.elapsed() < CONFIRM_WINDOW
+        )
+    }
+
+    /// How old the last confirmation is (`None`: there is none).
+    fn confirmation_age(&self) -> Option<Duration> {
+        self.lock().confirmed.as_ref().map(|(at, _)| at.elapsed())
+    }
+
+    /// Renews the confirmation when half of its window has passed: awaited when all of it
+    /// has (the coming vote would not count without it), else left to run in the
+    /// background. Returns `false` when the sentinels name another master than the
+    /// connection's: the connection must be dropped.
+    pub(crate) async fn keep_confirmed(self: &Arc<Self>, timeout: Duration) -> bool {
+        let age = self.confirmation_age();
+        if age.is_some_and(|a| a < CONFIRM_WINDOW / 2) {
+            return true;
+        }
+        let round = self.confirming(timeout);
+        if age.is_none_or(|a| a >= CONFIRM_WINDOW) {
+            round.await;
+        }
+        let state = self.lock();
+        match (&state.confirmed, &state.connected) {
+            (Some((_, addr)), Some(connected)) => addr == connected,
+            _ => true,
+        }
+    }
+
+    /// The confirmation round under way, or a new one (spawned, so that it completes
+    /// whoever waits for it).
+    fn confirming(self: &Arc<Self>, timeout: Duration) -> Shared<BoxFuture<'static, ()>> {
+        let mut state = self.lock();
+        if let Some(round) = &state.confirming {
+            return round.clone();
+        }
+        let member = Arc::clone(self);
+        let confirm = async move {
+            let started = Instant::now();
+            let agreed = member.agreed_master(timeout).await;
+            let mut state = member.lock();
+            if let Ok(addr) = agreed {
+                state.confirmed = Some((started, addr));
+            }
+            state.confirming = None;
+        };
+        let round = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let task = handle.spawn(confirm);
+                async move {
+                    let _ = task.await;
+                }
+                .boxed()
+            }
+            Err(_) => confirm.boxed(),
+        }
+        .shared();
+        state.confirming = Some(round.clone());
+        round
+    }
+}
+
+/// One sentinel's answer to `SENTINEL get-master-addr-by-name`, or `None`.
+async fn ask(sentinel: &Client, service: &str, timeout: Duration) -> Option<MasterAddr> {
+    let query = async {
+        let mut conn = sentinel.get_multiplexed_async_connection().await.ok()?;
+        let reply: Option<(String, String)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(service)
+            .query_async(&mut conn)
+            .await
+            .ok()?;
+        let (host, port) = reply?;
+        Some((host.to_ascii_lowercase(), port.parse().ok()?))
+    };
+    tokio::time::timeout(timeout, query).await.ok().flatten()
+}
+
+/// The address at least a majority of the `configured` sentinels reported.
+fn agreed(reports: &[Option<MasterAddr>], configured: usize) -> Option<MasterAddr> {
+    let needed = configured / 2 + 1;
+    let named = reports.iter().flatten();
+    named
+        .clone()
+        .find(|addr| named.clone().filter(|a| a == addr).count() >= needed)
+        .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(port: u16) -> Option<MasterAddr> {
+        Some(("127.0.0.1".to_owned(), port))
+    }
+
+    #[test]
+    fn a_majority_of_the_configured_sentinels_must_agree() {
+        assert_eq!(agreed(&[at(1), at(1), None], 3), at(1));
+        assert_eq!(agreed(&[at(1), at(2), at(2)], 3), at(2));
+        assert_eq!(agreed(&[at(1), None, None], 3), None);
+        assert_eq!(agreed(&[at(1), at(2), None], 3), None);
+        // A majority of those configured, not of those that answered.
+        assert_eq!(agreed(&[at(1), at(1), None, None], 4), None);
+        assert_eq!(agreed(&[at(1)], 1), at(1));
+        assert_eq!(agreed(&[], 0), None);
+    }
+}

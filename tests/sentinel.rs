@@ -1,0 +1,189 @@
+//! Members under Redis Sentinel, against a real master with two replicas and three
+//! sentinels on loopback: a `redis+sentinel://` member locks as a plain one does, follows a
+//! failover, keeps a promoted replica that lacks a lock out until that lock's TTL is over,
+//! and gives a client still connected to the old master no vote there.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::topology::SentinelTopology;
+use common::{RedisServer, unique};
+use quorum_lock::{Error, FindingKind, Redlock};
+
+fn member_url(topology: &SentinelTopology) -> String {
+    let sentinels: Vec<String> = (topology.sentinel_addrs().iter())
+        .map(|a| a.to_string())
+        .collect();
+    format!(
+        "redis+sentinel://{}/{}",
+        sentinels.join(","),
+        topology.service()
+    )
+}
+
+/// A client of one Sentinel member, restart quarantine on (as it must be).
+fn client(url: &str) -> Redlock {
+    Redlock::builder()
+        .nodes([url])
+        .retry_delay(Duration::from_millis(20))
+        .max_retry_delay(Duration::from_millis(100))
+        .build()
+        .unwrap()
+}
+
+fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(pattern)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+fn role(server: &RedisServer) -> String {
+    let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut server.conn()).unwrap();
+    match role.first() {
+        Some(redis::Value::BulkString(r)) => String::from_utf8_lossy(r).into_owned(),
+        other => panic!("ROLE answered {other:?}"),
+    }
+}
+
+/// Takes `key` off every replica of the topology, as if replication had not carried it.
+fn lost_on_replicas(topology: &SentinelTopology, key: &str) {
+    for server in &topology.servers()[1..] {
+        let mut conn = server.conn();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("replica-read-only")
+            .arg("no")
+            .query(&mut conn)
+            .unwrap();
+        let deleted: i64 = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
+        assert_eq!(deleted, 1, "the replica had received the key");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_member_locks_on_the_master_the_sentinels_name() {
+    let topology = SentinelTopology::start(2, 3);
+    let redlock = client(&member_url(&topology));
+    let resource = unique("sentinel-plain");
+    let guard = redlock
+        .lock(&resource, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(keys(topology.server(0), &resource), vec![resource.clone()]);
+    guard.release().await.unwrap();
+    assert_eq!(keys(topology.server(0), &resource), Vec::<String>::new());
+    // The deployment check names the master the sentinels chose, and does not warn of
+    // its replicas: the member follows their failovers by design.
+    let report = redlock.check_deployment().await;
+    let master = format!("127.0.0.1:{}", topology.server(0).port());
+    assert_eq!(report.nodes[0].sentinel_master.as_deref(), Some(&*master));
+    assert_eq!(report.nodes[0].replicas, Some(2));
+    let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
+    assert!(!kinds.contains(&FindingKind::FailoverRisk), "{kinds:?}");
+    redlock.shutdown().await;
+}
+
+#[test]
+fn a_sentinel_member_without_quarantine_or_with_a_bad_url_is_a_config_error() {
+    let refused = |builder: quorum_lock::RedlockBuilder| match builder.build() {
+        Err(Error::Config(why)) => why,
+        other => panic!("built: {:?}", other.map(|_| ())),
+    };
+    let url = "redis+sentinel://127.0.0.1:26379/svc";
+    let why = refused(Redlock::builder().nodes([url]).restart_quarantine(false));
+    assert!(why.contains("needs restart quarantine"), "{why}");
+    let why = refused(Redlock::builder().nodes(["redis+sentinel://:secret@h:1"]));
+    assert!(why.contains("names no service"), "{why}");
+    assert!(!why.contains("secret"), "the password is not shown: {why}");
+    let twice = [
+        "redis+sentinel://a:1,b:2/svc",
+        "redis+sentinel://b:2,a:1/svc",
+    ];
+    let why = refused(Redlock::builder().nodes(twice));
+    assert!(why.contains("listed twice"), "{why}");
+}
+
+/// The lock's key never reached the replicas; a failover promotes one. The member follows
+/// the sentinels to it, and it does not vote until the lock it lacks is over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl() {
+    const TTL: Duration = Duration::from_secs(3);
+    let topology = SentinelTopology::start(2, 3);
+    let url = member_url(&topology);
+    let (first, second) = (client(&url), client(&url));
+    let resource = unique("sentinel-lost");
+    let acquired = Instant::now();
+    let held = first.lock(&resource, TTL).await.unwrap();
+    let held_until = acquired + TTL;
+    let waited: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(1000)
+        .query(&mut topology.server(0).conn())
+        .unwrap();
+    assert_eq!(
+        waited, 2,
+        "both replicas had the key before it was taken off"
+    );
+    lost_on_replicas(&topology, &resource);
+
+    let failing_over = Instant::now();
+    let promoted = topology.failover();
+    let failed_over = failing_over.elapsed();
+    let next = second
+        .lock(&resource, TTL)
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    assert!(
+        granted >= held_until,
+        "granted {:?} before the first holder's TTL ran out",
+        held_until - granted
+    );
+    assert_eq!(
+        keys(topology.server(promoted), &resource),
+        vec![resource.clone()]
+    );
+    eprintln!(
+        "failover took {failed_over:?}; the promoted master voted {:?} after it, {:?} after \
+         the lost lock's TTL",
+        granted - failing_over - failed_over,
+        granted - held_until
+    );
+    next.release().await.unwrap();
+    drop(held);
+    first.shutdown().await;
+    second.shutdown().await;
+}
+
+/// After a failover the old master still accepts writes for a while (Sentinel
+/// reconfigures it later): a client still connected to it gets no vote there once the
+/// sentinels' last confirmation of it is half a second old.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_connected_to_the_old_master_gets_no_vote_there() {
+    let topology = SentinelTopology::start(2, 3);
+    let redlock = client(&member_url(&topology));
+    // Connected to the first master, admitted, with a lock's record written.
+    let warm = unique("sentinel-warm");
+    let guard = redlock.lock(&warm, Duration::from_secs(2)).await.unwrap();
+    guard.release().await.unwrap();
+
+    topology.failover();
+    // The confirmation window: a vote within it may still count on the old master (the
+    // promoted one is quarantined for it on top of the TTL).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let resource = unique("sentinel-old-master");
+    let refused = redlock.try_lock(&resource, Duration::from_secs(2)).await;
+    assert_eq!(
+        role(topology.server(0)),
+        "master",
+        "the old master was still a master: it would have voted"
+    );
+    match refused {
+        Ok(Some(guard)) => panic!("the old master voted after the failover: {}", guard.token()),
+        outcome => eprintln!("after the failover: {:?}", outcome.map(|_| ())),
+    }
+    redlock.shutdown().await;
+}
