@@ -25,6 +25,8 @@
 //!     the semaphore (K = 4; 4 clients x 4 tasks, 16 x 1), the read-write lock (3 writer
 //!     and 3 reader clients) and the mutex (4 x 4): per-client shares and waits, Jain's
 //!     index
+//! 11. a member under Sentinel against the same master as a plain member, N = 1:
+//!     uncontended lock + unlock, p50, p99, CPU of the master and the sentinels
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
@@ -87,15 +89,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=10) => selected.push(n),
+            Ok(n @ 1..=11) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-10)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-11)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -126,7 +128,8 @@ fn main() {
                 7 => scenarios::native::run(cfg).await,
                 8 => scenarios::semaphore::run(cfg).await,
                 9 => scenarios::rwlock::run(cfg).await,
-                _ => scenarios::fairness::run(cfg).await,
+                10 => scenarios::fairness::run(cfg).await,
+                _ => scenarios::sentinel::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

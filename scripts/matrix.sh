@@ -17,14 +17,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock metrics faults cli doctor harness_selftest})
+TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock metrics faults cli doctor harness_selftest sentinel})
 # Per target, arguments for its test binary. The lock kinds' fault rows run once, in the
 # main suite: the matrix checks their scripts on every build through the semaphore and
 # rwlock targets, and the mutex's fault rows on every build here. So does the majority
 # row: with a majority down nothing is granted whatever the build, and its control run
-# tests the checker, not the server.
+# tests the checker, not the server. So does the Sentinel failover row: the sentinel target
+# fails members over on every build.
 declare -A TARGET_ARGS=(
-    [faults]="--skip nemesis_semaphore_holds_at_most_k --skip nemesis_rwlock_writers_exclude_everyone --skip nemesis_majority_faults_block_and_stay_safe"
+    [faults]="--skip nemesis_semaphore_holds_at_most_k --skip nemesis_rwlock_writers_exclude_everyone --skip nemesis_majority_faults_block_and_stay_safe --skip nemesis_sentinel_members_fail_over"
 )
 # The mixed ensemble, by server name: node i of a test runs entry i mod 5.
 MIXED=(redis-6.2 redis-7.0 redis-7.4 valkey-9.1 valkey-9.1)

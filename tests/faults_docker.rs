@@ -282,7 +282,7 @@ impl Ensemble for DockerEnsemble {
     fn supports(&self, fault: &Fault) -> bool {
         match fault {
             Fault::Pause | Fault::Kill | Fault::Partition(Cut::Silent) => true,
-            Fault::Partition(Cut::Reset) => false,
+            Fault::Partition(Cut::Reset) | Fault::Failover => false,
             Fault::Drop => self.drops.is_ok(),
             Fault::ClockJump(_) => self.clocks.is_ok(),
             Fault::Delay(_) => !self.proxies.is_empty(),
@@ -302,6 +302,7 @@ impl Ensemble for DockerEnsemble {
                     panic!("{e}");
                 }
             }
+            Fault::Failover => panic!("the Docker tier has no members under Sentinel"),
         }
     }
 
@@ -318,6 +319,7 @@ impl Ensemble for DockerEnsemble {
                     panic!("{e}");
                 }
             }
+            Fault::Failover => {}
         }
     }
 }

@@ -9,5 +9,6 @@ pub mod native;
 pub mod rwlock;
 pub mod scale;
 pub mod semaphore;
+pub mod sentinel;
 pub mod slow_node;
 pub mod throughput;

@@ -497,6 +497,9 @@ impl Node {
         let Member::Sentinel(sentinel) = &self.member else {
             return self.send_here(call).await;
         };
+        if sentinel.is_fresh() {
+            return self.send_here(call).await;
+        }
         let (reply, current) = futures::join!(
             self.send_here(call),
             sentinel.keep_confirmed(self.connect_timeout)

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
+use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
 
 /// How long a sentinel majority's confirmation of the master's address lets this member's
@@ -32,7 +33,7 @@ pub(crate) type MasterAddr = (String, u16);
 /// One member under Sentinel.
 pub(crate) struct SentinelMaster {
     service: String,
-    sentinels: Vec<Client>,
+    sentinels: Vec<SentinelLink>,
     /// The master's connection settings (credentials, database, TCP), its address aside.
     template: ConnectionInfo,
     state: Mutex<State>,
@@ -62,7 +63,7 @@ impl SentinelMaster {
     pub(crate) fn new(service: String, sentinels: Vec<Client>, template: ConnectionInfo) -> Self {
         SentinelMaster {
             service,
-            sentinels,
+            sentinels: sentinels.into_iter().map(SentinelLink::new).collect(),
             template,
             state: Mutex::new(State::default()),
         }
@@ -96,10 +97,7 @@ impl SentinelMaster {
 
     /// The address of the master that a majority of the sentinels report now.
     async fn agreed_master(&self, timeout: Duration) -> RedisResult<MasterAddr> {
-        let asks = self
-            .sentinels
-            .iter()
-            .map(|s| ask(s, &self.service, timeout));
+        let asks = self.sentinels.iter().map(|s| s.ask(&self.service, timeout));
         let reports = futures::future::join_all(asks).await;
         agreed(&reports, self.sentinels.len()).ok_or_else(|| {
             let seen: Vec<String> = reports
@@ -135,6 +133,13 @@ impl SentinelMaster {
             (&state.confirmed, &state.connected),
             (Some((at, addr)), Some(connected)) if addr == connected && at.elapsed() < CONFIRM_WINDOW
         )
+    }
+
+    /// Whether the last confirmation is less than half a window old: a request needs no
+    /// new one.
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.confirmation_age()
+            .is_some_and(|age| age < CONFIRM_WINDOW / 2)
     }
 
     /// How old the last confirmation is (`None`: there is none).
@@ -195,20 +200,57 @@ impl SentinelMaster {
     }
 }
 
-/// One sentinel's answer to `SENTINEL get-master-addr-by-name`, or `None`.
-async fn ask(sentinel: &Client, service: &str, timeout: Duration) -> Option<MasterAddr> {
-    let query = async {
-        let mut conn = sentinel.get_multiplexed_async_connection().await.ok()?;
-        let reply: Option<(String, String)> = redis::cmd("SENTINEL")
-            .arg("get-master-addr-by-name")
-            .arg(service)
-            .query_async(&mut conn)
-            .await
-            .ok()?;
-        let (host, port) = reply?;
-        Some((host.to_ascii_lowercase(), port.parse().ok()?))
-    };
-    tokio::time::timeout(timeout, query).await.ok().flatten()
+/// One sentinel, and the connection to it kept between confirmations.
+struct SentinelLink {
+    client: Client,
+    conn: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl SentinelLink {
+    fn new(client: Client) -> Self {
+        SentinelLink {
+            client,
+            conn: Mutex::new(None),
+        }
+    }
+
+    fn kept(&self) -> MutexGuard<'_, Option<MultiplexedConnection>> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The sentinel's answer to `SENTINEL get-master-addr-by-name`, within `timeout`, or
+    /// `None`. On the kept connection, else (or when that one fails: its runtime may be
+    /// gone) on a new one, which is kept.
+    async fn ask(&self, service: &str, timeout: Duration) -> Option<MasterAddr> {
+        let query = async {
+            let kept = self.kept().clone();
+            if let Some(conn) = kept {
+                if let Ok(reply) = ask_on(conn, service).await {
+                    return reply;
+                }
+                *self.kept() = None;
+            }
+            let conn = self.client.get_multiplexed_async_connection().await.ok()?;
+            *self.kept() = Some(conn.clone());
+            ask_on(conn, service).await.ok().flatten()
+        };
+        let answer = tokio::time::timeout(timeout, query).await;
+        if answer.is_err() {
+            *self.kept() = None;
+        }
+        answer.ok().flatten()
+    }
+}
+
+/// `SENTINEL get-master-addr-by-name service` on `conn`: the address, `None` when the
+/// sentinel knows no such service or answers something else.
+async fn ask_on(mut conn: MultiplexedConnection, service: &str) -> RedisResult<Option<MasterAddr>> {
+    let reply: Option<(String, String)> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(service)
+        .query_async(&mut conn)
+        .await?;
+    Ok(reply.and_then(|(host, port)| Some((host.to_ascii_lowercase(), port.parse().ok()?))))
 }
 
 /// The address at least a majority of the `configured` sentinels reported.

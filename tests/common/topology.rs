@@ -1021,6 +1021,25 @@ impl SentinelTopology {
         new.expect("settled on a known server")
     }
 
+    /// Waits until every sentinel reports a replica of the current master that is linked
+    /// (`master-link-status` ok) and not the old master still acting alone: a next
+    /// [`failover`](Self::failover) then has a replica to promote.
+    pub fn wait_replicated(&self) {
+        let mut probe = Probe::default();
+        let master = self.master_addr();
+        self.settle("a replica to follow the new master", |t| {
+            t.sentinels.iter().all(|s| {
+                t.reported_master(&mut probe, s.port()) == Some(master)
+                    && t.known_replicas(&mut probe, s.port()).is_some_and(|known| {
+                        known.iter().any(|r| {
+                            r.get("flags").map(String::as_str) == Some("slave")
+                                && r.get("master-link-status").map(String::as_str) == Some("ok")
+                        })
+                    })
+            })
+        });
+    }
+
     fn reported_master(&self, probe: &mut Probe, sentinel_port: u16) -> Option<SocketAddr> {
         let reply: Option<Vec<String>> = probe.query(
             sentinel_port,

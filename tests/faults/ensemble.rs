@@ -43,6 +43,9 @@ pub enum Fault {
     /// The node's wall clock jumps forward by this much (clock shim); healed by setting it
     /// back.
     ClockJump(Duration),
+    /// A member under Sentinel fails over (`SENTINEL FAILOVER`): a replica becomes its
+    /// master. Healed once a replica follows the new master again.
+    Failover,
 }
 
 impl Fault {
@@ -55,6 +58,7 @@ impl Fault {
             Fault::Drop => "drop".into(),
             Fault::Delay(d) => format!("delay {}ms", d.as_millis()),
             Fault::ClockJump(d) => format!("clock +{}ms", d.as_millis()),
+            Fault::Failover => "failover".into(),
         }
     }
 }
@@ -256,7 +260,7 @@ impl Ensemble for LocalEnsemble {
         match fault {
             Fault::Pause | Fault::Kill => true,
             Fault::Partition(_) | Fault::Delay(_) => !self.proxies.is_empty(),
-            Fault::Drop => false,
+            Fault::Drop | Fault::Failover => false,
             Fault::ClockJump(_) => self.clocks.iter().any(Option::is_some),
         }
     }
@@ -270,6 +274,7 @@ impl Ensemble for LocalEnsemble {
             Fault::Delay(d) => self.proxy(i).set_delay(*d),
             Fault::ClockJump(d) => self.set_clock(i, *d),
             Fault::Drop => panic!("packet drops need the Docker tier"),
+            Fault::Failover => panic!("failovers need members under Sentinel"),
         }
     }
 
@@ -284,7 +289,7 @@ impl Ensemble for LocalEnsemble {
             Fault::Partition(_) => self.proxy(i).set_link(Link::Up),
             Fault::Delay(_) => self.proxy(i).set_delay(Duration::ZERO),
             Fault::ClockJump(_) => self.set_clock(i, Duration::ZERO),
-            Fault::Drop => {}
+            Fault::Drop | Fault::Failover => {}
         }
     }
 }

@@ -12,6 +12,7 @@
 //! - [`scenarios`]: the deterministic bare-majority and paused-holder scenarios;
 //! - [`liveness`]: rows that restart nodes empty (or keep a minority down) around idle
 //!   workers and measure how fast locks are granted again;
+//! - [`sentinel_members`]: members under Sentinel, whose fault is a failover;
 //! - [`rng`]: a small seeded generator, so a failing schedule can be replayed.
 #![allow(dead_code)]
 
@@ -22,6 +23,7 @@ pub mod liveness;
 pub mod nemesis;
 pub mod rng;
 pub mod scenarios;
+pub mod sentinel_members;
 pub mod worker;
 
 pub use crate::common::proxy;

@@ -131,7 +131,8 @@ impl WorkerSpec {
         }
         let ms = |k: &str| Duration::from_millis(n(k));
         WorkerSpec {
-            urls: var("URLS").split(',').map(str::to_owned).collect(),
+            // The node list format: a Sentinel member's URL keeps its commas.
+            urls: quorum_lock::RedlockBuilder::parse_node_list(&var("URLS")),
             store_url: var("STORE"),
             resource: var("RESOURCE"),
             counter: var("COUNTER"),
