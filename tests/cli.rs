@@ -731,6 +731,37 @@ fn no_wait_against_a_held_lock_exits_75_at_once() {
 // ---------------------------------------------------------------------------------------
 // The program
 
+/// An operator lists a member under Sentinel in `QUORUM_LOCK_NODES` (its sentinels
+/// separated by commas, like the members): a run holds the lock on the master the
+/// sentinels name, and `doctor` names that master.
+#[test]
+fn a_member_under_sentinel_in_the_node_list() {
+    let topology = common::topology::SentinelTopology::start(1, 3);
+    let sentinels: Vec<String> = (topology.sentinel_addrs().iter())
+        .map(|a| a.to_string())
+        .collect();
+    let member = format!(
+        "redis+sentinel://{}/{}",
+        sentinels.join(","),
+        topology.service()
+    );
+    let urls = [member];
+    let resource = unique("cli-sentinel");
+    let key_there = format!(
+        "redis-cli -p {} exists {resource} | grep -qx 1",
+        topology.server(0).port()
+    );
+    output(run_cmd(
+        &urls,
+        &["--ttl", TTL_ARG],
+        &resource,
+        &["sh", "-c", &key_there],
+    ))
+    .expect(0);
+    let master = format!("127.0.0.1:{}", topology.server(0).port());
+    output(cli(&urls, ["doctor"])).expect(0).stdout_has(&master);
+}
+
 #[test]
 fn program_status_and_environment_pass_through() {
     let (_cluster, urls, scratch, resource) = setup(TTL, "status");
