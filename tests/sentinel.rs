@@ -105,6 +105,28 @@ fn a_sentinel_member_without_quarantine_or_with_a_bad_url_is_a_config_error() {
     assert!(why.contains("listed twice"), "{why}");
 }
 
+/// A member under Sentinel and its master listed again as a plain member are one server:
+/// a configuration error naming both, as two URLs of one server are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_member_and_its_master_listed_plainly_are_refused() {
+    let topology = SentinelTopology::start(1, 3);
+    let plain = RedisServer::start();
+    let urls = [
+        member_url(&topology),
+        plain.url(),
+        format!("redis://127.0.0.1:{}", topology.server(0).port()),
+    ];
+    let redlock = Redlock::builder().nodes(&urls).build().unwrap();
+    let names: Vec<String> = redlock.nodes().map(str::to_owned).collect();
+    match redlock.connect().await {
+        Err(Error::SameServer { first, second }) => {
+            assert_eq!((first, second), (names[0].clone(), names[2].clone()));
+        }
+        other => panic!("{other:?}"),
+    }
+    redlock.shutdown().await;
+}
+
 /// The lock's key never reached the replicas; a failover promotes one. The member follows
 /// the sentinels to it, and it does not vote until the lock it lacks is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
