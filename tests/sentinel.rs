@@ -209,3 +209,31 @@ async fn a_client_connected_to_the_old_master_gets_no_vote_there() {
     }
     redlock.shutdown().await;
 }
+
+/// A holder still connected to the old master cannot extend its lock there once the
+/// sentinels' confirmation is half a second old: the promoted master may lack the lock,
+/// and its quarantine covers only the lock's TTL from then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_cannot_extend_on_the_old_master() {
+    let topology = SentinelTopology::start(2, 3);
+    let redlock = client(&member_url(&topology));
+    let resource = unique("sentinel-extend");
+    let guard = redlock
+        .lock(&resource, Duration::from_secs(10))
+        .await
+        .unwrap();
+    topology.failover();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let extended = guard.extend(Duration::from_secs(10)).await;
+    assert_eq!(
+        role(topology.server(0)),
+        "master",
+        "the old master was still a master: it would have extended"
+    );
+    assert!(
+        extended.is_err(),
+        "extended on the old master after the failover: {extended:?}"
+    );
+    drop(guard);
+    redlock.shutdown().await;
+}

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::Value;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -21,7 +22,7 @@ use crate::net::send_gate::SendGate;
 use crate::protocol::access::Access;
 use crate::protocol::{native, reply, scripts};
 use crate::protocol::{permit_scripts, rw_scripts};
-use crate::report::{NodeOutcome, NodeReport};
+use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
 
@@ -239,7 +240,7 @@ impl Lease {
             start,
         };
         let call = self.extend_call(ttl);
-        let interpret = |_, r| reply::one_or(r, NodeOutcome::Extended, NodeOutcome::NotHeld);
+        let interpret = |i: usize, r| vouched(ensemble, i, extended_or_not(r));
         let is_yes = |o: &NodeOutcome| *o == NodeOutcome::Extended;
         let collected = if let [node] = &ensemble.nodes[..] {
             // The direct path of a single node (see `fanout::direct`).
@@ -285,6 +286,25 @@ impl Lease {
             metrics::extended(decision.label());
         }
         decision.into_result(|| collected.report(&ensemble.nodes))
+    }
+}
+
+/// What one node answered an extension.
+fn extended_or_not(reply: Value) -> NodeOutcome {
+    reply::one_or(reply, NodeOutcome::Extended, NodeOutcome::NotHeld)
+}
+
+/// `outcome` of node `i`, unless it is a yes that the node's membership does not vouch for
+/// (a member under Sentinel whose master was not confirmed lately, see `net::sentinel`):
+/// that one does not count, as in an acquisition.
+fn vouched(ensemble: &Ensemble, i: usize, outcome: NodeOutcome) -> NodeOutcome {
+    let unvouched = (ensemble.nodes.get(i)).is_some_and(|node| !node.vouches());
+    match outcome {
+        NodeOutcome::Extended if unvouched => NodeOutcome::Quarantined {
+            reason: QuarantineReason::NoIdentity,
+            remaining: None,
+        },
+        outcome => outcome,
     }
 }
 
