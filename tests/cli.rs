@@ -737,15 +737,7 @@ fn no_wait_against_a_held_lock_exits_75_at_once() {
 #[test]
 fn a_member_under_sentinel_in_the_node_list() {
     let topology = common::topology::SentinelTopology::start(1, 3);
-    let sentinels: Vec<String> = (topology.sentinel_addrs().iter())
-        .map(|a| a.to_string())
-        .collect();
-    let member = format!(
-        "redis+sentinel://{}/{}",
-        sentinels.join(","),
-        topology.service()
-    );
-    let urls = [member];
+    let urls = [topology.member_url()];
     let resource = unique("cli-sentinel");
     let key_there = format!(
         "redis-cli -p {} exists {resource} | grep -qx 1",

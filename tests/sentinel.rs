@@ -11,17 +11,6 @@ use common::topology::SentinelTopology;
 use common::{RedisServer, unique};
 use quorum_lock::{Error, FindingKind, Redlock};
 
-fn member_url(topology: &SentinelTopology) -> String {
-    let sentinels: Vec<String> = (topology.sentinel_addrs().iter())
-        .map(|a| a.to_string())
-        .collect();
-    format!(
-        "redis+sentinel://{}/{}",
-        sentinels.join(","),
-        topology.service()
-    )
-}
-
 /// A client of one Sentinel member, restart quarantine on (as it must be).
 fn client(url: &str) -> Redlock {
     Redlock::builder()
@@ -65,7 +54,7 @@ fn lost_on_replicas(topology: &SentinelTopology, key: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_member_locks_on_the_master_the_sentinels_name() {
     let topology = SentinelTopology::start(2, 3);
-    let redlock = client(&member_url(&topology));
+    let redlock = client(&topology.member_url());
     let resource = unique("sentinel-plain");
     let guard = redlock
         .lock(&resource, Duration::from_secs(5))
@@ -112,7 +101,7 @@ async fn a_sentinel_member_and_its_master_listed_plainly_are_refused() {
     let topology = SentinelTopology::start(1, 3);
     let plain = RedisServer::start();
     let urls = [
-        member_url(&topology),
+        topology.member_url(),
         plain.url(),
         format!("redis://127.0.0.1:{}", topology.server(0).port()),
     ];
@@ -133,7 +122,7 @@ async fn a_sentinel_member_and_its_master_listed_plainly_are_refused() {
 async fn a_promotion_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl() {
     const TTL: Duration = Duration::from_secs(3);
     let topology = SentinelTopology::start(2, 3);
-    let url = member_url(&topology);
+    let url = topology.member_url();
     let (first, second) = (client(&url), client(&url));
     let resource = unique("sentinel-lost");
     let acquired = Instant::now();
@@ -186,7 +175,7 @@ async fn a_promotion_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_connected_to_the_old_master_gets_no_vote_there() {
     let topology = SentinelTopology::start(2, 3);
-    let redlock = client(&member_url(&topology));
+    let redlock = client(&topology.member_url());
     // Connected to the first master, admitted, with a lock's record written.
     let warm = unique("sentinel-warm");
     let guard = redlock.lock(&warm, Duration::from_secs(2)).await.unwrap();
@@ -216,7 +205,7 @@ async fn a_client_connected_to_the_old_master_gets_no_vote_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_holder_cannot_extend_on_the_old_master() {
     let topology = SentinelTopology::start(2, 3);
-    let redlock = client(&member_url(&topology));
+    let redlock = client(&topology.member_url());
     let resource = unique("sentinel-extend");
     let guard = redlock
         .lock(&resource, Duration::from_secs(10))

@@ -21,14 +21,7 @@ pub async fn run(cfg: Cfg) {
     let iters = cfg.n(3000);
     let topology = SentinelTopology::start(1, 3);
     let master = format!("redis://{}", topology.master_addr());
-    let sentinels: Vec<String> = (topology.sentinel_addrs().iter())
-        .map(|a| a.to_string())
-        .collect();
-    let member = format!(
-        "redis+sentinel://{}/{}",
-        sentinels.join(","),
-        topology.service()
-    );
+    let member = topology.member_url();
     let mut subjects = lock_contenders(std::slice::from_ref(&master), &[Kind::TwoRounds]).await;
     for (name, url) in [(PLAIN_MEMBER, &master), (SENTINEL_MEMBER, &member)] {
         let client = quorum(std::slice::from_ref(url), quarantined).await;

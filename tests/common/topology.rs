@@ -922,6 +922,14 @@ impl SentinelTopology {
     }
 
     /// `redis://127.0.0.1:PORT` of every sentinel.
+    /// The `redis+sentinel://` URL of this topology as one quorum member.
+    pub fn member_url(&self) -> String {
+        let sentinels: Vec<String> = (self.sentinel_addrs().iter())
+            .map(|a| a.to_string())
+            .collect();
+        format!("redis+sentinel://{}/{}", sentinels.join(","), self.service)
+    }
+
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels.iter().map(SentinelProcess::url).collect()
     }

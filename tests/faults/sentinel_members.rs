@@ -25,12 +25,9 @@ impl Ensemble for SentinelMembers {
     }
 
     fn client_urls(&self) -> Vec<String> {
-        (self.members.iter())
-            .map(|m| {
-                let sentinels: Vec<String> =
-                    m.sentinel_addrs().iter().map(|a| a.to_string()).collect();
-                format!("redis+sentinel://{}/{}", sentinels.join(","), m.service())
-            })
+        self.members
+            .iter()
+            .map(SentinelTopology::member_url)
             .collect()
     }
 
