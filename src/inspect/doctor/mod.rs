@@ -322,7 +322,7 @@ pub struct KeyCensus {
     /// Waiting lists, of locks of any kind.
     pub waiting_lists: u64,
     /// Keys found under the namespace, of every kind (fencing counters and the node's
-    /// quarantine records included).
+    /// quarantine records included), and still there when read.
     pub scanned: u64,
     /// Whether the count stopped at its bound (about 20 000 keys examined) before the end
     /// of the keyspace: the numbers are then lower bounds.

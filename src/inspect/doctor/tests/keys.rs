@@ -95,7 +95,8 @@ fn the_census_counts_each_kind_of_key() {
         permits: 2,
         count_records: 1,
         waiting_lists: 2,
-        scanned: 12,
+        // The key gone since the scan is not counted.
+        scanned: 11,
         partial: true,
     };
     assert_eq!(got, want);
