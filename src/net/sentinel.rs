@@ -135,11 +135,12 @@ impl SentinelMaster {
         )
     }
 
-    /// Whether the last confirmation is less than half a window old: a request needs no
-    /// new one.
+    /// Whether a request needs no confirmation round of its own: the last confirmation is
+    /// less than half a window old, or there is none yet, so the request's connect resolves
+    /// the master, which confirms it.
     pub(crate) fn is_fresh(&self) -> bool {
         self.confirmation_age()
-            .is_some_and(|age| age < CONFIRM_WINDOW / 2)
+            .is_none_or(|age| age < CONFIRM_WINDOW / 2)
     }
 
     /// How old the last confirmation is (`None`: there is none).
