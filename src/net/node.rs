@@ -230,11 +230,14 @@ impl Node {
     /// `run_id` is logged and counted as a restart.
     async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let mut facts = ServerFacts::learn(conn).await?;
-        if facts.promoted && self.is_sentinel() {
+        if facts.promoted
+            && self.is_sentinel()
+            && let Some(later) = facts.at.checked_add(CONFIRM_WINDOW)
+        {
             // A client still connected to the old master may vote there up to a
             // confirmation window after this client resolved the new one (see
             // `net::sentinel`): the promoted life's quarantine counts from then.
-            facts.at += CONFIRM_WINDOW;
+            facts.at = later;
         }
         if let Some(why) = &facts.refused {
             tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
@@ -274,10 +277,7 @@ impl Node {
     /// The driver client, for the connections of their own that a probe or a subscription
     /// opens: a Sentinel member's goes to the master its sentinels name now.
     pub(super) async fn client(&self) -> RedisResult<Client> {
-        match &self.member {
-            Member::Server(client) => Ok(client.clone()),
-            Member::Sentinel(sentinel) => Ok(sentinel.master_client(self.connect_timeout).await?.1),
-        }
+        Ok(self.member_client().await?.0)
     }
 
     /// Whether this node's votes may count now, as far as its membership goes: a Sentinel

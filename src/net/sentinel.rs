@@ -84,15 +84,22 @@ impl SentinelMaster {
         &self,
         timeout: Duration,
     ) -> RedisResult<(MasterAddr, Client)> {
-        let started = Instant::now();
-        let addr = self.agreed_master(timeout).await?;
-        self.lock().confirmed = Some((started, addr.clone()));
+        let addr = self.confirm(timeout).await?;
         let (host, port) = addr.clone();
         let info = self
             .template
             .clone()
             .set_addr(ConnectionAddr::Tcp(host, port));
         Ok((addr, Client::open(info)?))
+    }
+
+    /// Asks the sentinels for the master (each within `timeout`) and records the address a
+    /// majority of them report as the confirmation, from when the round started.
+    async fn confirm(&self, timeout: Duration) -> RedisResult<MasterAddr> {
+        let started = Instant::now();
+        let addr = self.agreed_master(timeout).await?;
+        self.lock().confirmed = Some((started, addr.clone()));
+        Ok(addr)
     }
 
     /// The address of the master that a majority of the sentinels report now.
@@ -148,17 +155,16 @@ impl SentinelMaster {
         self.lock().confirmed.as_ref().map(|(at, _)| at.elapsed())
     }
 
-    /// Renews the confirmation when half of its window has passed: awaited when all of it
-    /// has (the coming vote would not count without it), else left to run in the
-    /// background. Returns `false` when the sentinels name another master than the
-    /// connection's: the connection must be dropped.
+    /// Renews a confirmation that is no longer fresh (see [`is_fresh`](Self::is_fresh)):
+    /// awaited once a whole window has passed (the coming vote would not count without
+    /// it), else left to run in the background. Returns `false` when the sentinels name
+    /// another master than the connection's: the connection must be dropped.
     pub(crate) async fn keep_confirmed(self: &Arc<Self>, timeout: Duration) -> bool {
-        let age = self.confirmation_age();
-        if age.is_some_and(|a| a < CONFIRM_WINDOW / 2) {
-            return true;
-        }
         let round = self.confirming(timeout);
-        if age.is_none_or(|a| a >= CONFIRM_WINDOW) {
+        if self
+            .confirmation_age()
+            .is_none_or(|age| age >= CONFIRM_WINDOW)
+        {
             round.await;
         }
         let state = self.lock();
@@ -177,13 +183,9 @@ impl SentinelMaster {
         }
         let member = Arc::clone(self);
         let confirm = async move {
-            let started = Instant::now();
-            let agreed = member.agreed_master(timeout).await;
-            let mut state = member.lock();
-            if let Ok(addr) = agreed {
-                state.confirmed = Some((started, addr));
-            }
-            state.confirming = None;
+            // A round without a majority leaves the last confirmation to age out.
+            let _ = member.confirm(timeout).await;
+            member.lock().confirming = None;
         };
         let round = match tokio::runtime::Handle::try_current() {
             Ok(handle) => {

@@ -69,7 +69,7 @@ impl QuickRetries {
             return None;
         }
         let delay = self.delay.min(self.left);
-        self.left -= delay;
+        self.left = self.left.saturating_sub(delay);
         self.delay = self.delay.saturating_mul(2);
         Some(delay)
     }
