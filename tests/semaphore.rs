@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::proxy::{FaultProxy, Link};
+use common::proxy::Link;
 use common::{Cluster, NODE_TIMEOUT, builder, client, unique};
 use quorum_lock::{Error, Semaphore};
 
@@ -177,12 +177,7 @@ async fn a_permit_given_back_wakes_a_client_waiting_in_another_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_woken_client_that_outruns_the_release_still_gets_the_permit() {
     let cluster = Cluster::start(3);
-    let port = |i: usize| std::net::SocketAddr::from(([127, 0, 0, 1], cluster.nodes[i].port()));
-    let late = [1, 2].map(|i| FaultProxy::start(port(i)));
-    let mut urls = cluster.urls();
-    for (i, proxy) in [1, 2].into_iter().zip(&late) {
-        urls[i] = proxy.url();
-    }
+    let (late, urls) = cluster.proxied([1, 2]);
     let slow_poll = |urls: &[String]| {
         (builder(urls).retry_delay(Duration::from_secs(30)))
             .max_retry_delay(Duration::from_secs(30))

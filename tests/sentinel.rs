@@ -36,6 +36,14 @@ fn role(server: &RedisServer) -> String {
     }
 }
 
+/// Fails the topology over, then waits out the sentinels' confirmation window (500 ms): a
+/// vote within it may still count on the old master (the promoted one is quarantined for
+/// it on top of the TTL), none after it.
+async fn fail_over_past_the_confirmation_window(topology: &SentinelTopology) {
+    topology.failover();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+}
+
 /// Takes `key` off every replica of the topology, as if replication had not carried it.
 fn lost_on_replicas(topology: &SentinelTopology, key: &str) {
     for server in &topology.servers()[1..] {
@@ -181,10 +189,7 @@ async fn a_client_connected_to_the_old_master_gets_no_vote_there() {
     let guard = redlock.lock(&warm, Duration::from_secs(2)).await.unwrap();
     guard.release().await.unwrap();
 
-    topology.failover();
-    // The confirmation window: a vote within it may still count on the old master (the
-    // promoted one is quarantined for it on top of the TTL).
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    fail_over_past_the_confirmation_window(&topology).await;
     let resource = unique("sentinel-old-master");
     let refused = redlock.try_lock(&resource, Duration::from_secs(2)).await;
     assert_eq!(
@@ -211,8 +216,7 @@ async fn a_holder_cannot_extend_on_the_old_master() {
         .lock(&resource, Duration::from_secs(10))
         .await
         .unwrap();
-    topology.failover();
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    fail_over_past_the_confirmation_window(&topology).await;
     let extended = guard.extend(Duration::from_secs(10)).await;
     assert_eq!(
         role(topology.server(0)),

@@ -765,10 +765,8 @@ async fn locked_everywhere(cluster: &Cluster, redlock: &Redlock, ttl: Duration) 
 /// The cluster's URLs with node 0 reached through a proxy that delays its replies by
 /// `delay` (the proxy, kept alive by the caller, and the URLs).
 fn first_node_delayed(cluster: &Cluster, delay: Duration) -> (FaultProxy, Vec<String>) {
-    let upstream = format!("127.0.0.1:{}", cluster.nodes[0].port());
-    let proxy = FaultProxy::with_delay(upstream.parse().unwrap(), delay);
-    let mut urls = cluster.urls();
-    urls[0] = proxy.url();
+    let ([proxy], urls) = cluster.proxied([0]);
+    proxy.set_delay(delay);
     (proxy, urls)
 }
 
@@ -1086,12 +1084,7 @@ async fn a_waiter_moves_to_the_list_that_releases_pop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_woken_waiter_outruns_the_release_and_still_acquires() {
     let cluster = Cluster::start(3);
-    let port = |n: &RedisServer| std::net::SocketAddr::from(([127, 0, 0, 1], n.port()));
-    let late = [1, 2].map(|i| FaultProxy::start(port(&cluster.nodes[i])));
-    let mut urls = cluster.urls();
-    for (i, proxy) in [1, 2].into_iter().zip(&late) {
-        urls[i] = proxy.url();
-    }
+    let (late, urls) = cluster.proxied([1, 2]);
     let resource = unique("outrun");
     let holder = client(&urls);
     let guard = holder

@@ -745,6 +745,26 @@ impl Cluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// The cluster's URLs with each node of `proxied` reached through a proxy of its own
+    /// (link up, no delay): the proxies, in that order, kept alive by the caller, and the
+    /// URLs.
+    pub fn proxied<const K: usize>(
+        &self,
+        proxied: [usize; K],
+    ) -> ([proxy::FaultProxy; K], Vec<String>) {
+        let proxies = proxied.map(|i| {
+            proxy::FaultProxy::start(std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                self.nodes[i].port(),
+            )))
+        });
+        let mut urls = self.urls();
+        for (i, proxy) in proxied.into_iter().zip(&proxies) {
+            urls[i] = proxy.url();
+        }
+        (proxies, urls)
+    }
+
     /// `(node index, key)` for every key matching `pattern` on every node
     /// that is running and not paused.
     pub fn keys_everywhere(&self, pattern: &str) -> Vec<(usize, String)> {
