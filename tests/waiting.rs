@@ -1081,18 +1081,29 @@ async fn a_waiter_moves_to_the_list_that_releases_pop() {
 /// reached the other nodes: its messages there are late, within the node timeout. The
 /// waiter keeps retrying, at growing intervals, for a node timeout after its wake-up, and
 /// gets the lock once they arrive; it polls only every minute, and nobody else releases.
+///
+/// The holder's node timeout (5 s) outlasts the partition, so its release is still waiting
+/// for nodes 1 and 2 when their link heals; the waiter's (1 s) leaves its retries ample
+/// room past the 100 ms the late messages are held after node 0 released.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_woken_waiter_outruns_the_release_and_still_acquires() {
     let cluster = Cluster::start(3);
     let (late, urls) = cluster.proxied([1, 2]);
     let resource = unique("outrun");
-    let holder = client(&urls);
+    let with_timeout = |urls: &[String], node_timeout: Duration, poll: Duration| {
+        polling_builder(urls, poll, poll)
+            .node_timeout(node_timeout)
+            .build()
+            .unwrap()
+    };
+    let holder = with_timeout(&urls, Duration::from_secs(5), Duration::from_millis(5));
     let guard = holder
         .lock(&resource, Duration::from_secs(30))
         .await
         .unwrap();
     let minute = Duration::from_secs(60);
-    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
+    let waiting = with_timeout(&cluster.urls(), Duration::from_secs(1), minute);
+    let task = waiter_for(waiting, &resource, minute);
     eventually(Duration::from_secs(10), "waiter queued on node 0", || {
         waiting_list(&cluster.nodes[0], &resource).len() == 1
     })
@@ -1104,9 +1115,9 @@ async fn a_woken_waiter_outruns_the_release_and_still_acquires() {
         value(&cluster.nodes[0], &resource) != value(&cluster.nodes[1], &resource)
     })
     .await;
-    tokio::time::sleep(NODE_TIMEOUT / 4).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     late.iter().for_each(|p| p.set_link(Link::Up));
-    let _ = release.await;
+    release.await.unwrap().unwrap();
     let second = acquired(task, "woken").await;
     second.release().await.unwrap();
 }
