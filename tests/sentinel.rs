@@ -230,3 +230,81 @@ async fn a_holder_cannot_extend_on_the_old_master() {
     drop(guard);
     redlock.shutdown().await;
 }
+
+/// The master stops answering (paused, as a stalled VM is), and the sentinels replace it by
+/// themselves with a replica that never received a 6 s lock. A request sent into the pause
+/// gets no vote, though the old master applies it when it resumes, still a master for a
+/// moment; the holder cannot extend there; the promoted master votes only once the lost
+/// lock's TTL is over; and the resumed master, demoted, keeps nothing of the late request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_master_replaced_by_the_sentinels_keeps_its_lost_lock_exclusive() {
+    const TTL: Duration = Duration::from_secs(6);
+    let topology = SentinelTopology::start(2, 3);
+    let url = topology.member_url();
+    let (first, second) = (client(&url), client(&url));
+    let resource = unique("sentinel-paused");
+    let acquired = Instant::now();
+    let held = first.lock(&resource, TTL).await.unwrap();
+    let held_until = acquired + TTL;
+    let waited: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(1000)
+        .query(&mut topology.server(0).conn())
+        .unwrap();
+    assert_eq!(
+        waited, 2,
+        "both replicas had the key before it was taken off"
+    );
+    lost_on_replicas(&topology, &resource);
+
+    let old = topology.master_addr();
+    topology.server(0).pause();
+    let paused = Instant::now();
+    let late = unique("sentinel-late");
+    let into_the_pause = second.try_lock(&late, TTL).await;
+    assert!(
+        !matches!(into_the_pause, Ok(Some(_))),
+        "a paused master voted: {:?}",
+        into_the_pause.map(|g| g.map(|g| g.token().to_owned()))
+    );
+    let promoted = topology.await_new_master(old);
+    let promotion = paused.elapsed();
+    topology.server(0).resume();
+
+    let extended = held.extend(TTL).await;
+    assert!(
+        extended.is_err(),
+        "extended on the resumed old master after the promotion: {extended:?}"
+    );
+    let next = second
+        .lock(&resource, TTL)
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    assert!(
+        granted >= held_until,
+        "granted {:?} before the first holder's TTL ran out",
+        held_until - granted
+    );
+    assert_eq!(
+        keys(topology.server(promoted), &resource),
+        vec![resource.clone()]
+    );
+    eprintln!(
+        "promoted {promotion:?} after the pause; the member voted again {:?} after the \
+         promotion, {:?} after the lost lock's TTL",
+        granted - paused - promotion,
+        granted - held_until
+    );
+    next.release().await.unwrap();
+    common::eventually(
+        Duration::from_secs(20),
+        "the old master demoted and resynced",
+        || role(topology.server(0)) == "slave" && keys(topology.server(0), &late).is_empty(),
+    )
+    .await;
+    drop(held);
+    first.shutdown().await;
+    second.shutdown().await;
+}

@@ -1000,7 +1000,13 @@ impl SentinelTopology {
             accepted,
             "no sentinel accepted SENTINEL FAILOVER: {errors:?}"
         );
+        self.await_new_master(old)
+    }
 
+    /// Waits until every sentinel that answers reports the same master address other than
+    /// `old` and that server says `role:master` (the sentinels failed over, asked to or
+    /// because `old` stopped answering); returns the new master's index.
+    pub fn await_new_master(&self, old: SocketAddr) -> usize {
         let mut probe = Probe::default();
         let mut new = None;
         self.settle(
