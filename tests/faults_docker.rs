@@ -2,7 +2,8 @@
 //! (`docker/docker-compose.yml`), faults through the engine (`docker/fault.sh`): pause,
 //! kill and start (with and without AOF), network disconnect and reconnect with the same
 //! address, packet drops inside a node's network namespace (root only), and latency through
-//! the user-space proxy. Workers are processes on the host that reach the nodes by container
+//! the user-space proxy; then three members under Sentinel in containers of their own
+//! (`faults_docker/sentinel.rs`), a master frozen until its replica is promoted. Workers are processes on the host that reach the nodes by container
 //! address; the counter lives in a host-local `redis-server` that is never faulted.
 //!
 //! Runs when `docker info` succeeds; otherwise prints one line saying why it was skipped
@@ -10,6 +11,8 @@
 //! (also when it fails). `cargo test --test faults_docker -- --nocapture` shows the table.
 
 mod common;
+#[path = "faults_docker/sentinel.rs"]
+mod docker_sentinel;
 #[path = "faults/mod.rs"]
 mod kit;
 
@@ -351,6 +354,103 @@ fn silent(mut run: NemesisRun) -> NemesisRun {
     run
 }
 
+/// Three members under Sentinel, each in turn frozen until the sentinels promote its
+/// replica, the next one once a client has readmitted the promoted master; workers lock with
+/// fencing and quarantine on. The promoted master may lack the last locks: it is kept out
+/// for the longest TTL and the confirmation window while the two other members carry on,
+/// and the thawed old master, a master until the sentinels turn it into a replica, gets no
+/// vote. `readmitted-after` is how long after the promotion a member voted again.
+fn sentinel_failovers() -> NemesisRun {
+    let plan = Plan {
+        faults: vec![FaultGen::Fixed(Fault::Failover)],
+        nodes: (1, 1),
+        hold: (Duration::from_millis(2000), Duration::from_millis(2500)),
+        gap: (Duration::from_millis(300), Duration::from_millis(600)),
+        max_windows: usize::MAX,
+        order: Order::Rolling,
+        readmit: true,
+    };
+    let mut run = NemesisRun::new(
+        "docker members under Sentinel: each master paused until its replica is promoted",
+        Some(plan),
+        Expect::SafeAndLive,
+    )
+    .fencing(true)
+    .quarantine(true);
+    // Each member takes about 7 s: 3-4 s to be found silent and replaced, the hold, and
+    // its readmission 2.6 s after the promotion.
+    run.run_for = Duration::from_secs(24);
+    run
+}
+
+/// The tests of this binary use the Docker engine one at a time: rows measured while the
+/// other test's containers start, fail and stop would be measured on a busier machine.
+fn engine() -> std::sync::MutexGuard<'static, ()> {
+    static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ENGINE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Builds the tier's image (`docker/build-image.sh`) once for the tests of this binary,
+/// which run at once, or panics saying why it failed.
+fn build_image() {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let script = docker_dir().join("build-image.sh");
+        let build = run(
+            script.to_str().expect("utf-8 path"),
+            &[],
+            &[],
+            Duration::from_secs(300),
+        )?;
+        if build.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "docker/build-image.sh failed:\n{}{}",
+                String::from_utf8_lossy(&build.stdout),
+                String::from_utf8_lossy(&build.stderr)
+            ))
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+}
+
+/// The Sentinel row on containers of its own, beside [`docker_tier`]'s five nodes.
+#[test]
+fn docker_sentinel_members() {
+    if let Some(reason) = unavailable() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "docker sentinel members skipped: {reason}"
+        );
+        return;
+    }
+    let _engine = engine();
+    build_image();
+    let began = Instant::now();
+    let store = RedisServer::start();
+    let base = kit::rng::seed();
+    let mut members = docker_sentinel::DockerSentinelMembers::up()
+        .unwrap_or_else(|e| panic!("cannot bring up the members under Sentinel: {e}"));
+    let row = nemesis::run(
+        &mut members,
+        &store,
+        WORKER_TEST,
+        &sentinel_failovers(),
+        base,
+    );
+    drop(members);
+    history::report(
+        &format!(
+            "docker tier: 3 members under Sentinel, 9 containers ({:.0} s with up and down) [QL_FAULTS_SEED={base}]",
+            began.elapsed().as_secs_f64()
+        ),
+        &[row],
+    );
+}
+
 #[test]
 fn docker_tier() {
     if let Some(reason) = unavailable() {
@@ -358,23 +458,9 @@ fn docker_tier() {
         let _ = writeln!(std::io::stderr(), "docker tier skipped: {reason}");
         return;
     }
+    let _engine = engine();
     let began = Instant::now();
-    let build = run(
-        docker_dir()
-            .join("build-image.sh")
-            .to_str()
-            .expect("utf-8 path"),
-        &[],
-        &[],
-        Duration::from_secs(300),
-    )
-    .expect("run docker/build-image.sh");
-    assert!(
-        build.status.success(),
-        "docker/build-image.sh failed:\n{}{}",
-        String::from_utf8_lossy(&build.stdout),
-        String::from_utf8_lossy(&build.stderr)
-    );
+    build_image();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -625,10 +711,10 @@ fn docker_tier() {
             Verdict::Safe,
         ),
     ));
+    drop(ens);
     for line in &skipped {
         let _ = writeln!(std::io::stderr(), "docker tier: {line}");
     }
-    drop(ens);
     history::report(
         &format!(
             "docker tier: 5 containers, faults through the engine ({:.0} s with build, up and down) [QL_FAULTS_SEED={base}]",

@@ -312,8 +312,9 @@ pub fn run(
     }
     let mut second = run_once(ens, store, worker_test, run, seed.wrapping_add(1_000));
     second.notes = format!(
-        "RETRIED (1st try, seed={seed}: {}) {}",
+        "RETRIED (1st try, seed={seed}: {}; {}) {}",
         first.liveness.join("; "),
+        first.notes,
         second.notes
     );
     second.secs += first.secs;
@@ -670,7 +671,9 @@ impl Schedule {
             ens.heal(i, &fault);
         }
         let healed = clock::now();
-        if readmit && fault == Fault::Kill {
+        // A killed node restarts empty and a failed-over member serves from a promoted
+        // replica: either is a new life, kept out until a client readmits it.
+        if readmit && matches!(fault, Fault::Kill | Fault::Failover) {
             self.pending.extend(nodes.iter().map(|&node| Restart {
                 node,
                 killed: from,

@@ -1,0 +1,415 @@
+//! Members under Sentinel in containers: three members, each a master and a replica, and
+//! three sentinels that watch all three, on a private bridge network of their own. The
+//! fault is the one a stalled host makes: a member's master is frozen (`docker pause`)
+//! until the sentinels, finding it silent, promote its replica; healing thaws it, and the
+//! sentinels turn it into the new master's replica.
+//!
+//! The containers run the tier's image (`docker/build-image.sh`), which has a writable
+//! `/tmp` for the sentinels' configuration files, which they rewrite. Every container and
+//! the network carry this run's name and are removed when the ensemble is dropped.
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use crate::common::topology::{SENTINEL_DOWN_AFTER, SENTINEL_FAILOVER_TIMEOUT};
+use crate::kit::ensemble::{Ensemble, Fault, MARKER};
+use crate::{run, used_subnets};
+
+const IMAGE: &str = "quorum-lock/redis:local";
+const MEMBERS: usize = 3;
+const SENTINELS: usize = 3;
+const SENTINEL_PORT: u16 = 26379;
+/// How long the topology gets to come up, to fail over or to take a thawed master back.
+const SETTLE: Duration = Duration::from_secs(30);
+/// Connect and read timeout of the checks: a frozen master must not stall one for long.
+const CHECK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The running containers of one set of members.
+pub struct DockerSentinelMembers {
+    name: String,
+    prefix: String,
+    /// Per member, the container frozen by its fault, while it lasts.
+    frozen: Vec<Option<String>>,
+}
+
+impl DockerSentinelMembers {
+    /// Creates the network and the containers on a free subnet, and waits until every
+    /// replica is linked and every sentinel knows every member's replica and the other
+    /// sentinels.
+    pub fn up() -> Result<DockerSentinelMembers, String> {
+        let name = format!("qlsentinel{}", std::process::id());
+        let used = used_subnets();
+        let prefix = (0..100u32)
+            .map(|k| format!("172.30.{}", 100 + (std::process::id() + k) % 100))
+            .find(|p| !used.contains(&format!("{p}.")))
+            .ok_or("no free 172.30.x.0/24 subnet")?;
+        let members = DockerSentinelMembers {
+            name,
+            prefix,
+            frozen: vec![None; MEMBERS],
+        };
+        members.start()?;
+        members.settle("the members and sentinels to come up", |m| {
+            m.linked_everywhere()
+        })?;
+        Ok(members)
+    }
+
+    fn start(&self) -> Result<(), String> {
+        let subnet = format!("{}.0/24", self.prefix);
+        docker(&["network", "create", "--subnet", &subnet, &self.name])?;
+        for m in 0..MEMBERS {
+            self.run_server(&self.server(m, 0), self.server_ip(m, 0), None)?;
+            let master = self.server_ip(m, 0);
+            self.run_server(&self.server(m, 1), self.server_ip(m, 1), Some(&master))?;
+        }
+        for s in 0..SENTINELS {
+            self.run_sentinel(s)?;
+        }
+        Ok(())
+    }
+
+    fn run_server(
+        &self,
+        container: &str,
+        ip: String,
+        replica_of: Option<&str>,
+    ) -> Result<(), String> {
+        let mut args = vec![
+            "run",
+            "-d",
+            "--name",
+            container,
+            "--label",
+            &self.name,
+            "--network",
+            &self.name,
+            "--ip",
+            &ip,
+            IMAGE,
+            "--port",
+            "6379",
+            "--bind",
+            "0.0.0.0",
+            "--protected-mode",
+            "no",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--repl-diskless-sync-delay",
+            "0",
+        ];
+        if let Some(master) = replica_of {
+            args.extend(["--replicaof", master, "6379"]);
+        }
+        docker(&args).map(|_| ())
+    }
+
+    /// A sentinel: created, given its configuration in `/tmp`, then started.
+    fn run_sentinel(&self, s: usize) -> Result<(), String> {
+        let container = format!("{}_s{s}", self.name);
+        let ip = self.sentinel_ip(s);
+        docker(&[
+            "create",
+            "--name",
+            &container,
+            "--label",
+            &self.name,
+            "--network",
+            &self.name,
+            "--ip",
+            &ip,
+            IMAGE,
+            "/tmp/sentinel.conf",
+            "--sentinel",
+        ])?;
+        let conf = std::env::temp_dir().join(format!("{container}.conf"));
+        std::fs::write(&conf, self.sentinel_conf()).map_err(|e| format!("write {conf:?}: {e}"))?;
+        let copied = docker(&[
+            "cp",
+            conf.to_str().expect("utf-8 path"),
+            &format!("{container}:/tmp/sentinel.conf"),
+        ]);
+        let _ = std::fs::remove_file(&conf);
+        copied?;
+        docker(&["start", &container]).map(|_| ())
+    }
+
+    fn sentinel_conf(&self) -> String {
+        let mut conf = format!("port {SENTINEL_PORT}\nbind 0.0.0.0\nprotected-mode no\n");
+        for m in 0..MEMBERS {
+            let service = service(m);
+            conf.push_str(&format!(
+                "sentinel monitor {service} {} 6379 {}\n\
+                 sentinel down-after-milliseconds {service} {}\n\
+                 sentinel failover-timeout {service} {}\n\
+                 sentinel parallel-syncs {service} 1\n",
+                self.server_ip(m, 0),
+                SENTINELS / 2 + 1,
+                SENTINEL_DOWN_AFTER.as_millis(),
+                SENTINEL_FAILOVER_TIMEOUT.as_millis(),
+            ));
+        }
+        conf
+    }
+
+    fn server(&self, m: usize, k: usize) -> String {
+        format!("{}_m{m}_{k}", self.name)
+    }
+
+    fn server_ip(&self, m: usize, k: usize) -> String {
+        format!("{}.{}", self.prefix, 21 + 2 * m + k)
+    }
+
+    fn sentinel_ip(&self, s: usize) -> String {
+        format!("{}.{}", self.prefix, 31 + s)
+    }
+
+    fn sentinel_addr(&self, s: usize) -> String {
+        format!("{}:{SENTINEL_PORT}", self.sentinel_ip(s))
+    }
+
+    /// The container at `ip` among member `m`'s two.
+    fn container_at(&self, m: usize, ip: &str) -> String {
+        let k = (0..2)
+            .find(|&k| self.server_ip(m, k) == ip)
+            .unwrap_or_else(|| panic!("the sentinels name a stranger for {}: {ip}", service(m)));
+        self.server(m, k)
+    }
+
+    /// The address every sentinel that answers names for member `m`, if they agree.
+    fn named_master(&self, m: usize) -> Option<String> {
+        let mut named = (0..SENTINELS).filter_map(|s| {
+            let reply: Vec<String> = query(
+                &self.sentinel_addr(s),
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(service(m)),
+            )
+            .ok()?;
+            reply.first().cloned()
+        });
+        let first = named.next()?;
+        named.all(|ip| ip == first).then_some(first)
+    }
+
+    /// Whether every sentinel sees member `m`'s master with one linked replica and the
+    /// two other sentinels.
+    fn linked(&self, m: usize) -> bool {
+        (0..SENTINELS).all(|s| {
+            let addr = self.sentinel_addr(s);
+            let master = fields(query(
+                &addr,
+                redis::cmd("SENTINEL").arg("master").arg(service(m)),
+            ));
+            let replicas: Vec<Vec<String>> = query(
+                &addr,
+                redis::cmd("SENTINEL").arg("replicas").arg(service(m)),
+            )
+            .unwrap_or_default();
+            field(&master, "flags") == Some("master")
+                && field(&master, "num-other-sentinels") == Some("2")
+                && replicas.len() == 1
+                && field(&replicas[0], "flags") == Some("slave")
+                && field(&replicas[0], "master-link-status") == Some("ok")
+        })
+    }
+
+    fn linked_everywhere(&self) -> bool {
+        (0..MEMBERS).all(|m| self.linked(m))
+    }
+
+    fn settle(&self, what: &str, done: impl Fn(&Self) -> bool) -> Result<(), String> {
+        let start = Instant::now();
+        while !done(self) {
+            if start.elapsed() > SETTLE {
+                return Err(format!("timed out after {SETTLE:?} waiting for {what}"));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn must_settle(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        if let Err(e) = self.settle(what, done) {
+            panic!("{e}\n{}", self.describe());
+        }
+    }
+
+    /// Each server's role and each sentinel's view: what a timed-out wait prints.
+    fn describe(&self) -> String {
+        let mut out = String::new();
+        for m in 0..MEMBERS {
+            for k in 0..2 {
+                let ip = self.server_ip(m, k);
+                let role =
+                    query::<String>(&format!("{ip}:6379"), redis::cmd("INFO").arg("replication"))
+                        .map(|info| info.lines().take(4).collect::<Vec<_>>().join(" "));
+                out.push_str(&format!("{} {ip}: {role:?}\n", self.server(m, k)));
+            }
+            out.push_str(&format!(
+                "{} named: {:?}\n",
+                service(m),
+                self.named_master(m)
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for DockerSentinelMembers {
+    fn drop(&mut self) {
+        let label = format!("label={}", self.name);
+        if let Ok(out) = docker(&["ps", "-aq", "--filter", &label]) {
+            let ids: Vec<&str> = out.split_whitespace().collect();
+            for id in &ids {
+                let _ = docker(&["unpause", id]);
+            }
+            if !ids.is_empty() {
+                let mut args = vec!["rm", "-f"];
+                args.extend(ids);
+                if let Err(e) = docker(&args) {
+                    eprintln!("docker sentinel teardown: {e}");
+                }
+            }
+        }
+        if let Err(e) = docker(&["network", "rm", &self.name]) {
+            eprintln!("docker sentinel teardown: {e}");
+        }
+    }
+}
+
+impl Ensemble for DockerSentinelMembers {
+    fn size(&self) -> usize {
+        MEMBERS
+    }
+
+    fn client_urls(&self) -> Vec<String> {
+        let sentinels: Vec<String> = (0..SENTINELS).map(|s| self.sentinel_addr(s)).collect();
+        (0..MEMBERS)
+            .map(|m| format!("redis+sentinel://{}/{}", sentinels.join(","), service(m)))
+            .collect()
+    }
+
+    /// The member's current master.
+    fn admin_url(&self, i: usize) -> String {
+        let ip = self
+            .named_master(i)
+            .expect("the sentinels agree on a master");
+        format!("redis://{ip}:6379")
+    }
+
+    fn supports(&self, fault: &Fault) -> bool {
+        *fault == Fault::Failover
+    }
+
+    /// Whether a client has admitted member `i`'s current master in its current life: its
+    /// marker names the life the client reads from `INFO`, which for a promoted replica is
+    /// its `run_id` and replication ID (DESIGN.md section 7).
+    fn admitted(&self, i: usize) -> bool {
+        let Some(ip) = self.named_master(i) else {
+            return false;
+        };
+        let addr = format!("{ip}:6379");
+        let Ok(info) = query::<String>(&addr, redis::cmd("INFO").arg("server").arg("replication"))
+        else {
+            return false;
+        };
+        let value = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        };
+        let (Some(run_id), Some(replid)) = (value("run_id"), value("master_replid")) else {
+            return false;
+        };
+        let life = match value("second_repl_offset") {
+            Some("-1") | None => run_id.to_owned(),
+            Some(_) => format!("{run_id}~{replid}"),
+        };
+        let marker = query::<Option<String>>(&addr, redis::cmd("GET").arg(MARKER));
+        marker.is_ok_and(|m| m.is_some_and(|m| m.split(':').next() == Some(life.as_str())))
+    }
+
+    /// Freezes member `i`'s master and returns once the sentinels have promoted its
+    /// replica and it says it is a master. A member failed over before first waits until
+    /// the sentinels see its thawed master linked as a replica, one they can promote.
+    fn inject(&mut self, i: usize, fault: &Fault) {
+        assert_eq!(*fault, Fault::Failover, "these members only fail over");
+        self.must_settle("a replica the sentinels can promote", |t| t.linked(i));
+        let old = self
+            .named_master(i)
+            .expect("the sentinels agree on a master");
+        let container = self.container_at(i, &old);
+        docker(&["pause", &container]).unwrap_or_else(|e| panic!("{e}"));
+        self.frozen[i] = Some(container);
+        self.must_settle("the sentinels to promote the replica", |t| {
+            t.named_master(i).is_some_and(|ip| {
+                ip != old
+                    && query::<String>(&format!("{ip}:6379"), redis::cmd("INFO").arg("replication"))
+                        .is_ok_and(|info| info.contains("role:master"))
+            })
+        });
+    }
+
+    /// Thaws the frozen master and returns once it answers. It is still a master, and
+    /// accepts writes, until the sentinels turn it into the new master's replica (8 s
+    /// later, Sentinel's wait for a stale master to be reconfigured): the workers go on
+    /// meanwhile, and any vote it gives must not count.
+    fn heal(&mut self, i: usize, _: &Fault) {
+        let Some(container) = self.frozen[i].take() else {
+            return;
+        };
+        docker(&["unpause", &container]).unwrap_or_else(|e| panic!("{e}"));
+        let ip = (0..2)
+            .map(|k| self.server_ip(i, k))
+            .find(|ip| self.container_at(i, ip) == container)
+            .expect("the frozen container is one of the member's");
+        self.must_settle("the thawed master to answer", |_| {
+            query::<String>(&format!("{ip}:6379"), &redis::cmd("PING")).is_ok()
+        });
+    }
+}
+
+fn service(m: usize) -> String {
+    format!("m{m}")
+}
+
+/// `docker args`, its standard output when it succeeded.
+fn docker(args: &[&str]) -> Result<String, String> {
+    let out: Output = run("docker", args, &[], Duration::from_secs(60))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "docker {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn query<T: redis::FromRedisValue>(addr: &str, cmd: &redis::Cmd) -> Result<T, String> {
+    let client = redis::Client::open(format!("redis://{addr}")).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_connection_with_timeout(CHECK_TIMEOUT)
+        .map_err(|e| format!("{addr}: {e}"))?;
+    conn.set_read_timeout(Some(CHECK_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    cmd.query(&mut conn).map_err(|e| format!("{addr}: {e}"))
+}
+
+/// A `SENTINEL master` / `replicas` entry: field names and values in turn.
+fn fields(reply: Result<Vec<String>, String>) -> Vec<String> {
+    reply.unwrap_or_default()
+}
+
+fn field<'a>(entry: &'a [String], name: &str) -> Option<&'a str> {
+    entry
+        .chunks(2)
+        .find(|pair| pair[0] == name)
+        .and_then(|pair| pair.get(1))
+        .map(String::as_str)
+}
