@@ -79,6 +79,63 @@ async fn a_sentinel_member_locks_on_the_master_the_sentinels_name() {
     assert_eq!(report.nodes[0].replicas, Some(2));
     let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
     assert!(!kinds.contains(&FindingKind::FailoverRisk), "{kinds:?}");
+    let named: Vec<_> = report.nodes[0]
+        .sentinels
+        .iter()
+        .map(|s| s.master.clone())
+        .collect();
+    assert_eq!(
+        named,
+        vec![Some(master.clone()); 3],
+        "every sentinel names it"
+    );
+    assert!(!kinds.contains(&FindingKind::SentinelQuorum), "{kinds:?}");
+    redlock.shutdown().await;
+}
+
+/// The deployment check shows what each sentinel says: a member with one sentinel of three
+/// gone still votes, with a warning that one more loss stops it; with two gone it has no
+/// master to vote through: unreachable, and the sentinels' answers say why (an error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_shows_a_member_losing_its_sentinels() {
+    let mut topology = SentinelTopology::start(1, 3);
+    let redlock = client(&topology.member_url());
+    let sentinel_findings = |report: &quorum_lock::DeploymentReport| -> Vec<_> {
+        report
+            .findings
+            .iter()
+            .filter(|f| f.kind == FindingKind::SentinelQuorum)
+            .map(|f| (f.severity, f.message.clone()))
+            .collect()
+    };
+    topology.sentinel_mut(2).kill();
+    let gone = topology.sentinels()[2].addr().to_string();
+    let report = redlock.check_deployment().await;
+    let found = sentinel_findings(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, quorum_lock::Severity::Warning, "{found:?}");
+    assert!(
+        found[0].1.contains(&format!("{gone}: no answer")),
+        "{found:?}"
+    );
+    assert!(
+        redlock
+            .try_lock(&unique("sentinel-two-left"), Duration::from_secs(2))
+            .await
+            .unwrap()
+            .is_some(),
+        "two sentinels of three still confirm the master"
+    );
+
+    topology.sentinel_mut(1).kill();
+    let report = redlock.check_deployment().await;
+    assert!(
+        !report.nodes[0].reachable,
+        "no sentinel majority names a master to connect to"
+    );
+    let found = sentinel_findings(&report);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, quorum_lock::Severity::Error, "{found:?}");
     redlock.shutdown().await;
 }
 

@@ -298,6 +298,25 @@ impl Node {
         }
     }
 
+    /// For a Sentinel member, each configured sentinel's `host:port` and the master's
+    /// `host:port` it names now (`None`: no answer within `timeout`); `None` for a plain
+    /// server.
+    pub(crate) async fn sentinel_survey(
+        &self,
+        timeout: Duration,
+    ) -> Option<Vec<(String, Option<String>)>> {
+        let Member::Sentinel(sentinel) = &self.member else {
+            return None;
+        };
+        let answers = sentinel.survey(timeout).await;
+        Some(
+            answers
+                .into_iter()
+                .map(|(at, named)| (at, named.map(|(h, p)| format!("{h}:{p}"))))
+                .collect(),
+        )
+    }
+
     /// Whether this node is a Sentinel member.
     pub(crate) fn is_sentinel(&self) -> bool {
         matches!(self.member, Member::Sentinel(_))

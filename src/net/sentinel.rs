@@ -122,6 +122,20 @@ impl SentinelMaster {
         })
     }
 
+    /// What each configured sentinel names as the master now (each within `timeout`), in
+    /// the order of the member's URL: the sentinel's `host:port` and its answer, `None`
+    /// when it gave none in time or knows no such service. Records no confirmation: the
+    /// deployment check reads it, no vote depends on it.
+    pub(crate) async fn survey(&self, timeout: Duration) -> Vec<(String, Option<MasterAddr>)> {
+        let asks = self.sentinels.iter().map(|s| s.ask(&self.service, timeout));
+        let reports = futures::future::join_all(asks).await;
+        self.sentinels
+            .iter()
+            .map(|s| s.client.get_connection_info().addr().to_string())
+            .zip(reports)
+            .collect()
+    }
+
     /// Notes that the node's connection now goes to `addr`.
     pub(crate) fn connected_to(&self, addr: MasterAddr) {
         self.lock().connected = Some(addr);

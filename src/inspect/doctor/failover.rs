@@ -1,5 +1,6 @@
-//! The findings on failover: a listed master that a failover can replace, and a replica
-//! too far behind for a failover to keep the locks.
+//! The findings on failover: a listed master that a failover can replace, a replica too
+//! far behind for a failover to keep the locks, and a member under Sentinel whose
+//! sentinels do not all name one master.
 
 use super::Limits;
 use super::{Finding, FindingKind, NodeInfo, Severity, finding};
@@ -49,5 +50,62 @@ pub(super) fn replication_lag(node: &NodeInfo, limits: &Limits) -> Option<Findin
             limits.ttl
         ),
         "repair the replication link, or remove the replica",
+    ))
+}
+
+/// A member under Sentinel whose configured sentinels do not all name one master: a
+/// warning while a majority still does, an error when none does.
+pub(super) fn sentinel_quorum(node: &NodeInfo) -> Option<Finding> {
+    let configured = node.sentinels.len();
+    let named: Vec<&str> = node
+        .sentinels
+        .iter()
+        .filter_map(|s| s.master.as_deref())
+        .collect();
+    let agreeing = named
+        .iter()
+        .map(|m| named.iter().filter(|n| *n == m).count())
+        .max()
+        .unwrap_or(0);
+    if agreeing == configured {
+        return None;
+    }
+    let answers: Vec<String> = node
+        .sentinels
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {}",
+                s.sentinel,
+                s.master.as_deref().unwrap_or("no answer")
+            )
+        })
+        .collect();
+    let majority = configured / 2 + 1;
+    let (severity, what) = if agreeing < majority {
+        (
+            Severity::Error,
+            format!(
+                "no majority of its {configured} sentinels names one master ({}): the member                  does not vote until one does",
+                answers.join(", ")
+            ),
+        )
+    } else {
+        (
+            Severity::Warning,
+            format!(
+                "{agreeing} of its {configured} sentinels name the master ({}): {} more lost                  and the member stops voting",
+                answers.join(", "),
+                agreeing + 1 - majority
+            ),
+        )
+    };
+    Some(finding(
+        FindingKind::SentinelQuorum,
+        severity,
+        Some(&node.name),
+        what,
+        "bring back or reconnect the sentinels that do not name the master; during a \
+         failover, check again once it has settled",
     ))
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::durability::{known_issue, majority_memory_loss, persistence, persistence_mismatch};
-use super::failover::{failover_risk, replication_lag};
+use super::failover::{failover_risk, replication_lag, sentinel_quorum};
 use super::finding;
 use super::{Finding, FindingKind, NodeInfo, Severity};
 use crate::config::Config;
@@ -50,6 +50,7 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
     let mut out: Vec<Finding> = node_count(votes.nodes, quorum).into_iter().collect();
     let related = pairs(infos, &mut out);
     for (node, related) in infos.iter().zip(related) {
+        out.extend(sentinel_quorum(node));
         if !node.reachable {
             out.push(unreachable(node, votes));
             continue;

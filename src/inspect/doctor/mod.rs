@@ -149,6 +149,12 @@ pub enum FindingKind {
     /// The nodes record different permit counts for one semaphore: its clients use
     /// different counts for one name (warning).
     PermitCountMismatch,
+    /// A member under Sentinel whose configured sentinels do not all name one master: some
+    /// are down, cut off, or see the topology otherwise. The member votes only while a
+    /// majority of them names its master, so with a bare majority left one more loss stops
+    /// its votes (warning); without a majority it does not vote now (error; during a
+    /// failover, until the sentinels agree again).
+    SentinelQuorum,
 }
 
 impl FindingKind {
@@ -179,6 +185,7 @@ impl FindingKind {
             FindingKind::NoExpiry => "no_expiry",
             FindingKind::ForeignData => "foreign_data",
             FindingKind::PermitCountMismatch => "permit_count_mismatch",
+            FindingKind::SentinelQuorum => "sentinel_quorum",
         }
     }
 }
@@ -295,6 +302,10 @@ pub struct NodeInfo {
     /// For a member under Sentinel (`redis+sentinel://`), the master's `host:port` as a
     /// majority of its sentinels named it for this check; `None` for a plain server.
     pub sentinel_master: Option<String>,
+    /// For a member under Sentinel, what each of its configured sentinels named as the
+    /// master during this check, in the order of the member's URL; empty for a plain
+    /// server.
+    pub sentinels: Vec<SentinelAnswer>,
     /// `uptime_in_seconds` from `INFO`: time since the server process started.
     pub uptime: Option<Duration>,
     /// The clock offset from the best of a few `TIME` samples.
@@ -302,6 +313,18 @@ pub struct NodeInfo {
     /// The crate's keys on the node; `None` when not counted: a request of the count
     /// (`SCAN`, `TYPE`, `PTTL`, `GET`, `ZCARD`) refused, or no answer in time.
     pub keys: Option<KeyCensus>,
+}
+
+/// One sentinel's answer to the deployment check: the master it names for the member's
+/// service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SentinelAnswer {
+    /// The sentinel's `host:port`, as the member's URL lists it.
+    pub sentinel: String,
+    /// The master's `host:port` the sentinel named; `None` when it gave no answer in time
+    /// or knows no such service.
+    pub master: Option<String>,
 }
 
 /// The crate's keys on one node, as the check counted them: the keys under

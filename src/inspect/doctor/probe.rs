@@ -11,7 +11,7 @@ use redis::{ErrorKind, FromRedisValue, RedisError};
 use super::kept_out::Ledger;
 use super::key_scan::scan_keys;
 use super::keys::KeyScan;
-use super::{ClockOffset, NodeInfo};
+use super::{ClockOffset, NodeInfo, SentinelAnswer};
 use crate::net::node::Node;
 use crate::net::probe_connection::ProbeConnection;
 use crate::protocol::info::{self, Info};
@@ -57,6 +57,14 @@ pub(super) async fn probe(node: &Node, prefix: &str) -> Probed {
 }
 
 async fn probe_into(node: &Node, prefix: &str, probed: &mut Probed) {
+    // First, and whether or not the master answers: the sentinels' view is what explains
+    // an unreachable member.
+    if let Some(answers) = node.sentinel_survey(RESPONSE_TIMEOUT).await {
+        probed.info.sentinels = answers
+            .into_iter()
+            .map(|(sentinel, master)| SentinelAnswer { sentinel, master })
+            .collect();
+    }
     let Some(conn) = connect(node, &mut probed.info).await else {
         return;
     };

@@ -184,7 +184,7 @@ fn node_row(n: &NodeInfo) -> [String; 8] {
         state.to_owned(),
         version(n),
         match (&n.role, &n.sentinel_master) {
-            (Some(role), Some(at)) => format!("{role} {at} (sentinel)"),
+            (Some(role), Some(at)) => format!("{role} {at} ({})", sentinels_agreeing(n, at)),
             (role, _) => opt(role),
         },
         aof,
@@ -192,6 +192,16 @@ fn node_row(n: &NodeInfo) -> [String; 8] {
         uptime,
         clock,
     ]
+}
+
+/// `sentinels 3/3`: how many of the member's configured sentinels named `master`.
+fn sentinels_agreeing(n: &NodeInfo, master: &str) -> String {
+    let agreeing = n
+        .sentinels
+        .iter()
+        .filter(|s| s.master.as_deref() == Some(master))
+        .count();
+    format!("sentinels {agreeing}/{}", n.sentinels.len())
 }
 
 /// `redis 7.0.15` or `valkey 9.1.2`; just `redis_version` when the kind is unknown.
@@ -253,6 +263,12 @@ fn node_json(out: &mut String, n: &NodeInfo) {
     o.str("maxmemory_policy", n.maxmemory_policy.as_deref());
     o.bool("cluster_enabled", n.cluster_enabled);
     o.str("sentinel_master", n.sentinel_master.as_deref());
+    o.array("sentinels", &n.sentinels, |out, answer| {
+        let mut a = JsonObject::new(out);
+        a.str("sentinel", Some(&answer.sentinel));
+        a.str("master", answer.master.as_deref());
+        a.end();
+    });
     o.num("uptime_secs", n.uptime.map(|d| i128::from(d.as_secs())));
     o.key("clock");
     match &n.clock {

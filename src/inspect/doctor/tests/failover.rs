@@ -86,3 +86,61 @@ fn the_message_says_what_and_why() {
     assert_eq!(K::FailoverRisk.as_str(), "failover_risk");
     assert_eq!(K::ReplicationLag.as_str(), "replication_lag");
 }
+
+fn answers(named: &[Option<&str>]) -> Vec<SentinelAnswer> {
+    named
+        .iter()
+        .enumerate()
+        .map(|(i, m)| SentinelAnswer {
+            sentinel: format!("10.0.1.{i}:26379"),
+            master: m.map(str::to_owned),
+        })
+        .collect()
+}
+
+#[test]
+fn a_member_whose_sentinels_do_not_all_name_one_master() {
+    const A: Option<&str> = Some("10.0.0.2:6379");
+    const B: Option<&str> = Some("10.0.0.3:6379");
+    // What each sentinel named, the finding expected on node 1 (none: all agree).
+    let table: [(&[Option<&str>], Option<Severity>); 8] = [
+        (&[A, A, A], None),
+        (&[A], None),
+        (&[A, A, None], Some(W)),
+        (&[A, A, B], Some(W)),
+        (&[A, None, None], Some(E)),
+        (&[A, B, None], Some(E)),
+        (&[None, None, None], Some(E)),
+        (&[A, A, A, None, None], Some(W)),
+    ];
+    for (named, expected) in table {
+        let mut infos = set(3);
+        infos[1].sentinels = answers(named);
+        infos[1].sentinel_master = A.map(str::to_owned);
+        let expected: Vec<_> = expected
+            .map(|severity| (K::SentinelQuorum, severity, node(1)))
+            .into_iter()
+            .collect();
+        assert_eq!(kinds(&infos, &limits()), expected, "{named:?}");
+    }
+    // A plain server has no sentinels to agree.
+    assert_eq!(kinds(&set(3), &limits()), vec![]);
+}
+
+#[test]
+fn an_unreachable_member_still_shows_what_its_sentinels_say() {
+    let mut infos = set(3);
+    infos[1].reachable = false;
+    infos[1].sentinels = answers(&[Some("10.0.0.2:6379"), None, None]);
+    let report = findings(&infos, 2, &limits());
+    let quorum = report
+        .iter()
+        .find(|f| f.kind == K::SentinelQuorum)
+        .expect("a sentinel finding");
+    assert_eq!(quorum.severity, E);
+    assert!(
+        quorum.message.contains("10.0.1.1:26379: no answer"),
+        "{}",
+        quorum.message
+    );
+}

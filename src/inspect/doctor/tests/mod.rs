@@ -55,6 +55,7 @@ fn healthy(i: usize) -> NodeInfo {
         maxmemory_policy: Some("noeviction".into()),
         cluster_enabled: Some(false),
         sentinel_master: None,
+        sentinels: Vec::new(),
         uptime: Some(Duration::from_secs(3600)),
         clock: Some(ClockOffset {
             offset_micros: 200,
