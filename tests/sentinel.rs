@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::topology::SentinelTopology;
 use common::{RedisServer, unique};
-use quorum_lock::{Error, FindingKind, Redlock};
+use quorum_lock::{Error, FindingKind, LockGuard, Redlock};
 
 /// A client of one Sentinel member, restart quarantine on (as it must be).
 fn client(url: &str) -> Redlock {
@@ -42,6 +42,29 @@ fn role(server: &RedisServer) -> String {
 async fn fail_over_past_the_confirmation_window(topology: &SentinelTopology) {
     topology.failover();
     tokio::time::sleep(Duration::from_millis(600)).await;
+}
+
+/// A lock on `resource` for `ttl` through `redlock`, replicated and then taken off every
+/// replica, as if replication had not carried it: the guard, and when the lock's TTL ends.
+async fn held_and_lost_on_replicas(
+    topology: &SentinelTopology,
+    redlock: &Redlock,
+    resource: &str,
+    ttl: Duration,
+) -> (LockGuard, Instant) {
+    let acquired = Instant::now();
+    let held = redlock.lock(resource, ttl).await.unwrap();
+    let waited: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(1000)
+        .query(&mut topology.server(0).conn())
+        .unwrap();
+    assert_eq!(
+        waited, 2,
+        "both replicas had the key before it was taken off"
+    );
+    lost_on_replicas(topology, resource);
+    (held, acquired + ttl)
 }
 
 /// Takes `key` off every replica of the topology, as if replication had not carried it.
@@ -190,19 +213,7 @@ async fn a_promotion_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl(
     let url = topology.member_url();
     let (first, second) = (client(&url), client(&url));
     let resource = unique("sentinel-lost");
-    let acquired = Instant::now();
-    let held = first.lock(&resource, TTL).await.unwrap();
-    let held_until = acquired + TTL;
-    let waited: i64 = redis::cmd("WAIT")
-        .arg(2)
-        .arg(1000)
-        .query(&mut topology.server(0).conn())
-        .unwrap();
-    assert_eq!(
-        waited, 2,
-        "both replicas had the key before it was taken off"
-    );
-    lost_on_replicas(&topology, &resource);
+    let (held, held_until) = held_and_lost_on_replicas(&topology, &first, &resource, TTL).await;
 
     let failing_over = Instant::now();
     let promoted = topology.failover();
@@ -300,19 +311,7 @@ async fn a_paused_master_replaced_by_the_sentinels_keeps_its_lost_lock_exclusive
     let url = topology.member_url();
     let (first, second) = (client(&url), client(&url));
     let resource = unique("sentinel-paused");
-    let acquired = Instant::now();
-    let held = first.lock(&resource, TTL).await.unwrap();
-    let held_until = acquired + TTL;
-    let waited: i64 = redis::cmd("WAIT")
-        .arg(2)
-        .arg(1000)
-        .query(&mut topology.server(0).conn())
-        .unwrap();
-    assert_eq!(
-        waited, 2,
-        "both replicas had the key before it was taken off"
-    );
-    lost_on_replicas(&topology, &resource);
+    let (held, held_until) = held_and_lost_on_replicas(&topology, &first, &resource, TTL).await;
 
     let old = topology.master_addr();
     topology.server(0).pause();

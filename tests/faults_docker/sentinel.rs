@@ -75,17 +75,9 @@ impl DockerSentinelMembers {
         ip: String,
         replica_of: Option<&str>,
     ) -> Result<(), String> {
-        let mut args = vec![
-            "run",
-            "-d",
-            "--name",
-            container,
-            "--label",
-            &self.name,
-            "--network",
-            &self.name,
-            "--ip",
-            &ip,
+        let mut args = vec!["run", "-d"];
+        args.extend(self.placed(container, &ip));
+        args.extend([
             IMAGE,
             "--port",
             "6379",
@@ -99,7 +91,7 @@ impl DockerSentinelMembers {
             "no",
             "--repl-diskless-sync-delay",
             "0",
-        ];
+        ]);
         if let Some(master) = replica_of {
             args.extend(["--replicaof", master, "6379"]);
         }
@@ -110,20 +102,10 @@ impl DockerSentinelMembers {
     fn run_sentinel(&self, s: usize) -> Result<(), String> {
         let container = format!("{}_s{s}", self.name);
         let ip = self.sentinel_ip(s);
-        docker(&[
-            "create",
-            "--name",
-            &container,
-            "--label",
-            &self.name,
-            "--network",
-            &self.name,
-            "--ip",
-            &ip,
-            IMAGE,
-            "/tmp/sentinel.conf",
-            "--sentinel",
-        ])?;
+        let mut args = vec!["create"];
+        args.extend(self.placed(&container, &ip));
+        args.extend([IMAGE, "/tmp/sentinel.conf", "--sentinel"]);
+        docker(&args)?;
         let conf = std::env::temp_dir().join(format!("{container}.conf"));
         std::fs::write(&conf, self.sentinel_conf()).map_err(|e| format!("write {conf:?}: {e}"))?;
         let copied = docker(&[
@@ -134,6 +116,21 @@ impl DockerSentinelMembers {
         let _ = std::fs::remove_file(&conf);
         copied?;
         docker(&["start", &container]).map(|_| ())
+    }
+
+    /// The `docker run`/`create` options that name a container of this run, label it for
+    /// the teardown and give it `ip` on the run's network.
+    fn placed<'a>(&'a self, container: &'a str, ip: &'a str) -> [&'a str; 8] {
+        [
+            "--name",
+            container,
+            "--label",
+            &self.name,
+            "--network",
+            &self.name,
+            "--ip",
+            ip,
+        ]
     }
 
     fn sentinel_conf(&self) -> String {
