@@ -15,7 +15,7 @@
 //   ensemble   the shared state: nodes, configuration, majority, queue, notifier
 //   net/       connections, the command wrapper, node facts, fan-out rounds
 //   protocol/  the wire: Lua scripts, key names, native commands, reply decoding
-//   rules/     pure rules: quorum, safety (quarantine, fencing), retry, deadlines
+//   rules/     pure rules: quorum, safety (quarantine, fencing), sentinel, retry, deadlines
 //   config, error, report, fencing, metrics: settings, the error, per-node outcomes,
 //   fencing tokens, the metrics emitted
 mod acquire;
@@ -36,12 +36,15 @@ mod semaphore;
 mod wait;
 
 // The ballot of one attempt (feeds `safety` from the replies) and the pure rules of
-// restart quarantine and fencing, public only for tests/model.rs, which checks the same
-// decisions the client makes.
+// restart quarantine, fencing and Sentinel members, public only for the model checks
+// (tests/model.rs, tests/model_sentinel.rs), which check the same decisions the client
+// makes.
 #[doc(hidden)]
 pub use acquire::ballot;
 #[doc(hidden)]
 pub use rules::safety;
+#[doc(hidden)]
+pub use rules::sentinel;
 
 pub use acquire::heal::{NodeReadiness, NodeState, Readiness};
 pub use acquire::request::LockRequest;

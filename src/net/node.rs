@@ -10,14 +10,16 @@ use futures::FutureExt;
 use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError, RedisResult, Value};
+use tokio::time::Instant;
 
 use crate::net::call::{Call, SendError};
 use crate::net::coalesce::Yield;
 use crate::net::failure::{NodeFailure, classify};
-use crate::net::sentinel::{CONFIRM_WINDOW, MasterAddr, SentinelMaster};
+use crate::net::sentinel::{MasterAddr, SentinelMaster};
 use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
 use crate::protocol;
 use crate::protocol::native::Capabilities;
+use crate::rules::sentinel::promoted_life_start;
 
 type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
 
@@ -230,14 +232,11 @@ impl Node {
     /// `run_id` is logged and counted as a restart.
     async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let mut facts = ServerFacts::learn(conn).await?;
-        if facts.promoted
-            && self.is_sentinel()
-            && let Some(later) = facts.at.checked_add(CONFIRM_WINDOW)
-        {
+        if facts.promoted && self.is_sentinel() {
             // A client still connected to the old master may vote there up to a
             // confirmation window after this client resolved the new one (see
             // `net::sentinel`): the promoted life's quarantine counts from then.
-            facts.at = later;
+            facts.at = Instant::from_std(promoted_life_start(facts.at.into_std()));
         }
         if let Some(why) = &facts.refused {
             tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");

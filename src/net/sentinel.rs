@@ -22,10 +22,8 @@ use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
 
-/// How long a sentinel majority's confirmation of the master's address lets this member's
-/// votes count (see the module documentation); renewed in the background of a request once
-/// half of it has passed, and before the request's vote is judged once all of it has.
-pub(crate) const CONFIRM_WINDOW: Duration = Duration::from_millis(500);
+pub(crate) use crate::rules::sentinel::CONFIRM_WINDOW;
+use crate::rules::sentinel::{agreed, vouched};
 
 /// An address as the sentinels report it.
 pub(crate) type MasterAddr = (String, u16);
@@ -150,9 +148,10 @@ impl SentinelMaster {
     /// [`CONFIRM_WINDOW`] ago named the connection's address.
     pub(crate) fn vouches(&self) -> bool {
         let state = self.lock();
-        matches!(
-            (&state.confirmed, &state.connected),
-            (Some((at, addr)), Some(connected)) if addr == connected && at.elapsed() < CONFIRM_WINDOW
+        vouched(
+            state.confirmed.as_ref(),
+            state.connected.as_ref(),
+            Instant::now(),
         )
     }
 
@@ -268,35 +267,4 @@ async fn ask_on(mut conn: MultiplexedConnection, service: &str) -> RedisResult<O
         .query_async(&mut conn)
         .await?;
     Ok(reply.and_then(|(host, port)| Some((host.to_ascii_lowercase(), port.parse().ok()?))))
-}
-
-/// The address at least a majority of the `configured` sentinels reported.
-fn agreed(reports: &[Option<MasterAddr>], configured: usize) -> Option<MasterAddr> {
-    let needed = configured / 2 + 1;
-    let named = reports.iter().flatten();
-    named
-        .clone()
-        .find(|addr| named.clone().filter(|a| a == addr).count() >= needed)
-        .cloned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn at(port: u16) -> Option<MasterAddr> {
-        Some(("127.0.0.1".to_owned(), port))
-    }
-
-    #[test]
-    fn a_majority_of_the_configured_sentinels_must_agree() {
-        assert_eq!(agreed(&[at(1), at(1), None], 3), at(1));
-        assert_eq!(agreed(&[at(1), at(2), at(2)], 3), at(2));
-        assert_eq!(agreed(&[at(1), None, None], 3), None);
-        assert_eq!(agreed(&[at(1), at(2), None], 3), None);
-        // A majority of those configured, not of those that answered.
-        assert_eq!(agreed(&[at(1), at(1), None, None], 4), None);
-        assert_eq!(agreed(&[at(1)], 1), at(1));
-        assert_eq!(agreed(&[], 0), None);
-    }
 }

@@ -4,6 +4,8 @@
 //!
 //! - [`quorum`]: majority, drift, validity, the vote tally and every round's decision;
 //! - [`safety`]: restart quarantine, fencing tokens, vote de-duplication, failed extensions;
+//! - [`sentinel`]: a member under Sentinel: the sentinels' agreement, whose confirmation a
+//!   vote needs, and when a promoted master's quarantine starts;
 //! - [`retry`]: the backoff between attempts;
 //! - [`deadline`]: instants a duration later that saturate.
 
@@ -11,3 +13,4 @@ pub(crate) mod deadline;
 pub(crate) mod quorum;
 pub(crate) mod retry;
 pub mod safety;
+pub mod sentinel;
