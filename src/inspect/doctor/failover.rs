@@ -4,6 +4,7 @@
 
 use super::Limits;
 use super::{Finding, FindingKind, NodeInfo, Severity, finding};
+use crate::rules::sentinel::agreed;
 
 /// What a failover behind a node's address means here: the promoted replica may lack lock
 /// keys, so restart quarantine reads it as a new life (`safety::process_life`).
@@ -54,19 +55,13 @@ pub(super) fn replication_lag(node: &NodeInfo, limits: &Limits) -> Option<Findin
 }
 
 /// A member under Sentinel whose configured sentinels do not all name one master: a
-/// warning while a majority still does, an error when none does.
+/// warning while a majority still does (`sentinel::agreed`, the member's own rule), an
+/// error when none does.
 pub(super) fn sentinel_quorum(node: &NodeInfo) -> Option<Finding> {
     let configured = node.sentinels.len();
-    let named: Vec<&str> = node
-        .sentinels
-        .iter()
-        .filter_map(|s| s.master.as_deref())
-        .collect();
-    let agreeing = named
-        .iter()
-        .map(|m| named.iter().filter(|n| *n == m).count())
-        .max()
-        .unwrap_or(0);
+    let named: Vec<Option<&str>> = node.sentinels.iter().map(|s| s.master.as_deref()).collect();
+    let master = agreed(&named, configured);
+    let agreeing = master.map_or(0, |m| named.iter().filter(|n| **n == Some(m)).count());
     if agreeing == configured {
         return None;
     }
@@ -81,24 +76,23 @@ pub(super) fn sentinel_quorum(node: &NodeInfo) -> Option<Finding> {
             )
         })
         .collect();
-    let majority = configured / 2 + 1;
-    let (severity, what) = if agreeing < majority {
-        (
+    let answers = answers.join(", ");
+    let (severity, what) = match master {
+        None => (
             Severity::Error,
             format!(
-                "no majority of its {configured} sentinels names one master ({}): the member                  does not vote until one does",
-                answers.join(", ")
+                "no majority of its {configured} sentinels names one master ({answers}): \
+                 the member does not vote until one does"
             ),
-        )
-    } else {
-        (
+        ),
+        Some(_) => (
             Severity::Warning,
             format!(
-                "{agreeing} of its {configured} sentinels name the master ({}): {} more lost                  and the member stops voting",
-                answers.join(", "),
-                agreeing + 1 - majority
+                "{agreeing} of its {configured} sentinels name the master ({answers}): {} \
+                 more lost and the member stops voting",
+                agreeing + 1 - (configured / 2 + 1)
             ),
-        )
+        ),
     };
     Some(finding(
         FindingKind::SentinelQuorum,

@@ -143,4 +143,11 @@ fn an_unreachable_member_still_shows_what_its_sentinels_say() {
         "{}",
         quorum.message
     );
+    // Both messages read as one sentence each, with single spaces.
+    infos[1].reachable = true;
+    infos[1].sentinels = answers(&[Some("10.0.0.2:6379"), Some("10.0.0.2:6379"), None]);
+    let warning = findings(&infos, 2, &limits());
+    for f in report.iter().chain(&warning) {
+        assert!(!f.message.contains("  "), "{}", f.message);
+    }
 }
