@@ -22,6 +22,8 @@ use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
 
+/// The confirmation's lifetime (`rules::sentinel`): a request renews it in the background
+/// once half of it has passed, and before its vote is judged once all of it has.
 pub(crate) use crate::rules::sentinel::CONFIRM_WINDOW;
 use crate::rules::sentinel::{agreed, vouched};
 
@@ -102,8 +104,7 @@ impl SentinelMaster {
 
     /// The address of the master that a majority of the sentinels report now.
     async fn agreed_master(&self, timeout: Duration) -> RedisResult<MasterAddr> {
-        let asks = self.sentinels.iter().map(|s| s.ask(&self.service, timeout));
-        let reports = futures::future::join_all(asks).await;
+        let reports = self.ask_every(timeout).await;
         agreed(&reports, self.sentinels.len()).ok_or_else(|| {
             let seen: Vec<String> = reports
                 .iter()
@@ -125,13 +126,19 @@ impl SentinelMaster {
     /// when it gave none in time or knows no such service. Records no confirmation: the
     /// deployment check reads it, no vote depends on it.
     pub(crate) async fn survey(&self, timeout: Duration) -> Vec<(String, Option<MasterAddr>)> {
-        let asks = self.sentinels.iter().map(|s| s.ask(&self.service, timeout));
-        let reports = futures::future::join_all(asks).await;
+        let reports = self.ask_every(timeout).await;
         self.sentinels
             .iter()
             .map(|s| s.client.get_connection_info().addr().to_string())
             .zip(reports)
             .collect()
+    }
+
+    /// Every configured sentinel's answer, in the order of the member's URL, each asked
+    /// at once and within `timeout`.
+    async fn ask_every(&self, timeout: Duration) -> Vec<Option<MasterAddr>> {
+        let asks = self.sentinels.iter().map(|s| s.ask(&self.service, timeout));
+        futures::future::join_all(asks).await
     }
 
     /// Notes that the node's connection now goes to `addr`.
