@@ -67,6 +67,35 @@ async fn held_and_lost_on_replicas(
     (held, acquired + ttl)
 }
 
+/// The lock on `resource` that `redlock` waits for after a failover to server `promoted`:
+/// granted no sooner than `held_until` (the lost lock's end), with its key on the promoted
+/// master. The guard, and when it was granted.
+async fn granted_on(
+    topology: &SentinelTopology,
+    promoted: usize,
+    redlock: &Redlock,
+    resource: &str,
+    ttl: Duration,
+    held_until: Instant,
+) -> (LockGuard, Instant) {
+    let next = redlock
+        .lock(resource, ttl)
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    assert!(
+        granted >= held_until,
+        "granted {:?} before the first holder's TTL ran out",
+        held_until - granted
+    );
+    assert_eq!(
+        keys(topology.server(promoted), resource),
+        vec![resource.to_owned()]
+    );
+    (next, granted)
+}
+
 /// Takes `key` off every replica of the topology, as if replication had not carried it.
 fn lost_on_replicas(topology: &SentinelTopology, key: &str) {
     for server in &topology.servers()[1..] {
@@ -218,21 +247,8 @@ async fn a_promotion_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl(
     let failing_over = Instant::now();
     let promoted = topology.failover();
     let failed_over = failing_over.elapsed();
-    let next = second
-        .lock(&resource, TTL)
-        .wait(Duration::from_secs(20))
-        .await
-        .unwrap();
-    let granted = Instant::now();
-    assert!(
-        granted >= held_until,
-        "granted {:?} before the first holder's TTL ran out",
-        held_until - granted
-    );
-    assert_eq!(
-        keys(topology.server(promoted), &resource),
-        vec![resource.clone()]
-    );
+    let (next, granted) =
+        granted_on(&topology, promoted, &second, &resource, TTL, held_until).await;
     eprintln!(
         "failover took {failed_over:?}; the promoted master voted {:?} after it, {:?} after \
          the lost lock's TTL",
@@ -332,21 +348,8 @@ async fn a_paused_master_replaced_by_the_sentinels_keeps_its_lost_lock_exclusive
         extended.is_err(),
         "extended on the resumed old master after the promotion: {extended:?}"
     );
-    let next = second
-        .lock(&resource, TTL)
-        .wait(Duration::from_secs(20))
-        .await
-        .unwrap();
-    let granted = Instant::now();
-    assert!(
-        granted >= held_until,
-        "granted {:?} before the first holder's TTL ran out",
-        held_until - granted
-    );
-    assert_eq!(
-        keys(topology.server(promoted), &resource),
-        vec![resource.clone()]
-    );
+    let (next, granted) =
+        granted_on(&topology, promoted, &second, &resource, TTL, held_until).await;
     eprintln!(
         "promoted {promotion:?} after the pause; the member voted again {:?} after the \
          promotion, {:?} after the lost lock's TTL",
