@@ -28,8 +28,8 @@ const CHECK_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct DockerSentinelMembers {
     name: String,
     prefix: String,
-    /// Per member, the container frozen by its fault, while it lasts.
-    frozen: Vec<Option<String>>,
+    /// Per member, which of its two servers its fault froze, while it lasts.
+    frozen: Vec<Option<usize>>,
 }
 
 impl DockerSentinelMembers {
@@ -167,12 +167,11 @@ impl DockerSentinelMembers {
         format!("{}:{SENTINEL_PORT}", self.sentinel_ip(s))
     }
 
-    /// The container at `ip` among member `m`'s two.
-    fn container_at(&self, m: usize, ip: &str) -> String {
-        let k = (0..2)
+    /// Which of member `m`'s two servers is at `ip`.
+    fn server_at(&self, m: usize, ip: &str) -> usize {
+        (0..2)
             .find(|&k| self.server_ip(m, k) == ip)
-            .unwrap_or_else(|| panic!("the sentinels name a stranger for {}: {ip}", service(m)));
-        self.server(m, k)
+            .unwrap_or_else(|| panic!("the sentinels name a stranger for {}: {ip}", service(m)))
     }
 
     /// The address every sentinel that answers names for member `m`, if they agree.
@@ -196,10 +195,9 @@ impl DockerSentinelMembers {
     fn linked(&self, m: usize) -> bool {
         (0..SENTINELS).all(|s| {
             let addr = self.sentinel_addr(s);
-            let master = fields(query(
-                &addr,
-                redis::cmd("SENTINEL").arg("master").arg(service(m)),
-            ));
+            let master: Vec<String> =
+                query(&addr, redis::cmd("SENTINEL").arg("master").arg(service(m)))
+                    .unwrap_or_default();
             let replicas: Vec<Vec<String>> = query(
                 &addr,
                 redis::cmd("SENTINEL").arg("replicas").arg(service(m)),
@@ -338,9 +336,9 @@ impl Ensemble for DockerSentinelMembers {
         let old = self
             .named_master(i)
             .expect("the sentinels agree on a master");
-        let container = self.container_at(i, &old);
-        docker(&["pause", &container]).unwrap_or_else(|e| panic!("{e}"));
-        self.frozen[i] = Some(container);
+        let k = self.server_at(i, &old);
+        docker(&["pause", &self.server(i, k)]).unwrap_or_else(|e| panic!("{e}"));
+        self.frozen[i] = Some(k);
         self.must_settle("the sentinels to promote the replica", |t| {
             t.named_master(i).is_some_and(|ip| {
                 ip != old
@@ -355,14 +353,11 @@ impl Ensemble for DockerSentinelMembers {
     /// later, Sentinel's wait for a stale master to be reconfigured): the workers go on
     /// meanwhile, and any vote it gives must not count.
     fn heal(&mut self, i: usize, _: &Fault) {
-        let Some(container) = self.frozen[i].take() else {
+        let Some(k) = self.frozen[i].take() else {
             return;
         };
-        docker(&["unpause", &container]).unwrap_or_else(|e| panic!("{e}"));
-        let ip = (0..2)
-            .map(|k| self.server_ip(i, k))
-            .find(|ip| self.container_at(i, ip) == container)
-            .expect("the frozen container is one of the member's");
+        docker(&["unpause", &self.server(i, k)]).unwrap_or_else(|e| panic!("{e}"));
+        let ip = self.server_ip(i, k);
         self.must_settle("the thawed master to answer", |_| {
             query::<String>(&format!("{ip}:6379"), &redis::cmd("PING")).is_ok()
         });
@@ -398,11 +393,7 @@ fn query<T: redis::FromRedisValue>(addr: &str, cmd: &redis::Cmd) -> Result<T, St
     cmd.query(&mut conn).map_err(|e| format!("{addr}: {e}"))
 }
 
-/// A `SENTINEL master` / `replicas` entry: field names and values in turn.
-fn fields(reply: Result<Vec<String>, String>) -> Vec<String> {
-    reply.unwrap_or_default()
-}
-
+/// A field of a `SENTINEL master` / `replicas` entry (field names and values in turn).
 fn field<'a>(entry: &'a [String], name: &str) -> Option<&'a str> {
     entry
         .chunks(2)
