@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::protocol::keys::Space;
 use crate::rules::retry::RetryPolicy;
 use crate::rules::{quorum, safety};
 
@@ -12,6 +13,9 @@ use crate::rules::{quorum, safety};
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) key_prefix: String,
+    /// Whether a member is a Redis Cluster: every name then carries its lock key's slot
+    /// tag (see `keys::Space`).
+    pub(crate) slotted: bool,
     pub(crate) drift_factor: f64,
     pub(crate) node_timeout: Duration,
     pub(crate) retry: RetryPolicy,
@@ -31,6 +35,16 @@ pub(crate) struct Config {
     /// The fixed part of every lock value this client writes: host, process id, program
     /// (see `protocol::holder::describe`); empty with `holder_info(false)`.
     pub(crate) holder: Arc<str>,
+}
+
+impl Config {
+    /// Where this client's names live.
+    pub(crate) fn space(&self) -> Space<'_> {
+        Space {
+            prefix: &self.key_prefix,
+            slotted: self.slotted,
+        }
+    }
 }
 
 /// Rejects a TTL that is zero, not a whole number of milliseconds' worth, too large for

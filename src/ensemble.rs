@@ -246,7 +246,7 @@ impl Ensemble {
             scope: self.round_scope(),
             notifier: self.notifier.as_ref(),
             queue: &self.queue,
-            prefix: &self.config.key_prefix,
+            space: self.config.space(),
         }
     }
 

@@ -64,7 +64,7 @@ pub(crate) async fn attempt(
         enqueue,
     };
     async {
-        let _first_contact = first_contact::let_new_nodes_age(ensemble).await;
+        let _first_contact = first_contact::let_new_nodes_age(ensemble, &plan.keys).await;
         match attempt_inner(this).await {
             // Nodes whose quarantine was over were marked, naming the life they answered
             // from, and their markers acknowledged: at once, a second round confirms them

@@ -40,7 +40,7 @@ pub(super) async fn commit_fence(
             ));
         }
     };
-    let call = Call::script(&scripts::FENCE, &config.key_prefix, &plan.keys)
+    let call = Call::script(&scripts::FENCE, config.space(), &plan.keys)
         .arg(token)
         .arg(fence.get());
     let mut round = Round::everywhere(ensemble.round_scope(), call);

@@ -40,7 +40,10 @@ use crate::rules::{quorum, safety};
 ///
 /// # Cancel safety
 /// Cancel safe: it only waits for the turn, reads the markers and sleeps.
-pub(crate) async fn let_new_nodes_age(ensemble: &Ensemble) -> Option<MutexGuard<'_, ()>> {
+pub(crate) async fn let_new_nodes_age<'a>(
+    ensemble: &'a Ensemble,
+    locks: &[String],
+) -> Option<MutexGuard<'a, ()>> {
     if !ensemble.config.quarantine || knows_one_admitted(ensemble) {
         return None;
     }
@@ -49,7 +52,7 @@ pub(crate) async fn let_new_nodes_age(ensemble: &Ensemble) -> Option<MutexGuard<
     if knows_one_admitted(ensemble) {
         return None;
     }
-    if any_node_marked(ensemble).await {
+    if any_node_marked(ensemble, locks).await {
         return None;
     }
     let ages = (ensemble.nodes.iter()).filter_map(|node| {
@@ -67,11 +70,17 @@ pub(crate) async fn let_new_nodes_age(ensemble: &Ensemble) -> Option<MutexGuard<
 
 /// Connects to every node (if not yet connected) and reads its marker, waiting up to the
 /// connect timeout plus the node timeout: whether a node that answered has one, of any
-/// life. Then a client has admitted nodes here: the ensemble has served, no attempt can
-/// find it fresh, and new nodes have nothing to wait for.
-async fn any_node_marked(ensemble: &Ensemble) -> bool {
+/// life (on a Cluster member, the marker of the slot of the lock keys `locks`). Then a
+/// client has admitted nodes here: the ensemble has served, no attempt can find it fresh,
+/// and new nodes have nothing to wait for.
+async fn any_node_marked(ensemble: &Ensemble, locks: &[String]) -> bool {
     let mut get = redis::cmd("GET");
-    get.arg(keys::global(&ensemble.config.key_prefix, Global::Marker));
+    let space = ensemble.config.space();
+    get.arg(keys::global(
+        space.prefix,
+        Global::Marker,
+        space.tag_for(locks),
+    ));
     let get = Arc::new(Call::new(get).repeatable());
     let pending = (ensemble.nodes.iter().enumerate()).map(|(i, node)| request::send(i, node, &get));
     let mut round = Round::new(pending, reach_timeout(ensemble));

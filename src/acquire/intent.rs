@@ -29,7 +29,7 @@ pub(crate) fn clear_after_write(
     if which.is_empty() {
         return;
     }
-    let call = Call::new(rw_scripts::clear_intent(&ensemble.config.key_prefix, key));
+    let call = Call::new(rw_scripts::clear_intent(ensemble.config.space(), key));
     let scope = ensemble.round_scope();
     Round::broadcast(scope, call, which).finish_in_background(scope);
 }

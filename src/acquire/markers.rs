@@ -51,7 +51,7 @@ pub(super) fn decide_votes(
         marks.extend(remember(node, i, read, &admission, plan.ttl_ms()));
     }
     collected.recount(NodeOutcome::is_acquired);
-    let marks = send_marks(ensemble, marks);
+    let marks = send_marks(ensemble, plan, marks);
     (reads, marks)
 }
 
@@ -105,14 +105,16 @@ pub(super) async fn clean_up(marks: Option<Marks>, failure: impl Future<Output =
     err
 }
 
-/// Writes the markers that admissions asked for: each is queued on its node's connection
+/// Writes the markers that admissions asked for (on a Cluster member, those of the plan's
+/// slot): each is queued on its node's connection
 /// before this returns, so the fence commit that may follow finds it. See [`Marks`].
-fn send_marks(ensemble: &Ensemble, marks: Vec<Mark>) -> Option<Marks> {
+fn send_marks(ensemble: &Ensemble, plan: &Plan, marks: Vec<Mark>) -> Option<Marks> {
     if marks.is_empty() {
         return None;
     }
     let pending = marks.iter().filter_map(|mark| {
-        let call = Call::script(&scripts::MARK, &ensemble.config.key_prefix, &[]).arg(&*mark.life);
+        let call =
+            Call::script(&scripts::MARK, ensemble.config.space(), &plan.keys).arg(&*mark.life);
         Some(request::send(
             mark.node,
             ensemble.nodes.get(mark.node)?,

@@ -9,7 +9,7 @@ use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::protocol::access::Access;
-use crate::protocol::keys;
+use crate::protocol::{keys, slots};
 use crate::wait::{Enqueue, Requeue};
 
 /// A validated acquisition: the resources, their keys and the TTL in whole milliseconds.
@@ -44,9 +44,9 @@ impl Plan {
         resources.sort_unstable();
         resources.dedup();
         let ttl = ensemble.accept_ttl(ttl)?;
-        let prefix = &ensemble.config.key_prefix;
         let resources: Arc<[String]> = resources.into();
-        let keys = keys::locks(prefix, &resources);
+        let keys = keys::locks(ensemble.config.space(), &resources);
+        one_slot(ensemble, &keys)?;
         Ok(Plan {
             resources,
             keys,
@@ -83,6 +83,26 @@ impl Plan {
     /// The expiry of the keys' waiting lists: twice the TTL, as the acquire script sets it.
     pub(crate) fn list_ttl_ms(&self) -> u64 {
         self.ttl_ms().saturating_mul(2)
+    }
+}
+
+/// Refuses lock keys in more than one hash slot when a member is a Redis Cluster: every
+/// key of one lock goes to one shard in one script.
+fn one_slot(ensemble: &Ensemble, keys: &[String]) -> Result<()> {
+    if !ensemble.config.slotted {
+        return Ok(());
+    }
+    let slot = |key: &String| slots::slot_of(key.as_bytes());
+    match keys.split_first() {
+        Some((first, rest)) if rest.iter().any(|k| slot(k) != slot(first)) => {
+            Err(Error::Config(format!(
+                "the resources of one lock must share a Redis Cluster hash slot when a member \
+                 is a Cluster ({first} is in slot {}): give them one hash tag, as in \
+                 {{order-7}}:a and {{order-7}}:b",
+                slot(first)
+            )))
+        }
+        _ => Ok(()),
     }
 }
 

@@ -59,7 +59,7 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
     let any_scripted = lives.iter().any(Option::is_none);
     let call = |enqueue: Option<Enqueue<'_>>, plain: bool| match plan.access {
         Access::Permit(count) => {
-            let prefix = &ensemble.config.key_prefix;
+            let prefix = ensemble.config.space();
             let enqueue = enqueue.unwrap_or_default();
             Call::script(&permit_scripts::PERMIT_ACQUIRE, prefix, &plan.keys)
                 .arg(token)
@@ -121,7 +121,7 @@ fn lock_call(
                 None => &scripts::ACQUIRE,
                 Some(_) => &rw_scripts::RW_ACQUIRE,
             };
-            let call = Call::script(script, &ensemble.config.key_prefix, keys)
+            let call = Call::script(script, ensemble.config.space(), keys)
                 .arg(token)
                 .arg(ttl_ms)
                 .arg(enqueue.client)

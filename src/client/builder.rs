@@ -382,6 +382,7 @@ impl RedlockBuilder {
         let nodes = self.make_nodes()?;
         let holder = Arc::from(self.holder_description());
         let config = Config {
+            slotted: false,
             key_prefix: self.key_prefix,
             drift_factor: self.drift_factor,
             node_timeout: self.node_timeout,

@@ -79,7 +79,7 @@ impl Redlock {
     /// The Redis key that stores the lock for `resource`: the key prefix (if any) followed
     /// by the resource name.
     pub fn key(&self, resource: &str) -> String {
-        keys::lock(&self.inner.config.key_prefix, resource)
+        keys::lock(self.inner.config.space(), resource)
     }
 
     /// The TTL configured with [`RedlockBuilder::default_ttl`](crate::RedlockBuilder::default_ttl).

@@ -202,7 +202,7 @@ impl Lease {
             Access::Permit(_) => &permit_scripts::PERMIT_EXTEND,
             Access::Mutex | Access::Write => &scripts::EXTEND,
         };
-        let call = Call::script(script, &ensemble.config.key_prefix, &self.keys)
+        let call = Call::script(script, ensemble.config.space(), &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
         if let Access::Permit(count) = self.access {

@@ -176,13 +176,13 @@ impl Holding {
             return self.read_release_call(wakes);
         }
         match &*self.keys {
-            [_] if wakes => Call::script(&scripts::RELEASE_ONE, &config.key_prefix, &self.keys)
+            [_] if wakes => Call::script(&scripts::RELEASE_ONE, config.space(), &self.keys)
                 .arg(&*self.token)
                 .arg(self.turn_ms())
                 .arg(keys::wake_channel_prefix(&config.key_prefix))
                 .delivered(),
             [key] => {
-                let call = Call::script(&scripts::UNLOCK, &config.key_prefix, &self.keys)
+                let call = Call::script(&scripts::UNLOCK, config.space(), &self.keys)
                     .arg(&*self.token)
                     .delivered();
                 if config.native_commands {
@@ -199,14 +199,15 @@ impl Holding {
     /// `wakes` and no live reader is left; more arguments may follow (the requeue of
     /// [`release_on`](Self::release_on)).
     fn read_release_call(&self, wakes: bool) -> Call {
-        let prefix = &self.ensemble.config.key_prefix;
-        let call = Call::script(&rw_scripts::READ_RELEASE, prefix, &self.keys).arg(&*self.token);
+        let space = self.ensemble.config.space();
+        let call = Call::script(&rw_scripts::READ_RELEASE, space, &self.keys).arg(&*self.token);
         let call = if wakes {
             call.arg(self.turn_ms())
         } else {
             call.arg("0")
         };
-        call.arg(keys::wake_channel_prefix(prefix)).delivered()
+        call.arg(keys::wake_channel_prefix(space.prefix))
+            .delivered()
     }
 
     /// The lifetime of the turn a waking release gives the client it wakes: two node
@@ -222,13 +223,9 @@ impl Holding {
         if self.access == Access::Read {
             return self.read_release_call(wakes);
         }
-        let call = Call::script(
-            &scripts::RELEASE,
-            &self.ensemble.config.key_prefix,
-            &self.keys,
-        )
-        .arg(&*self.token)
-        .delivered();
+        let call = Call::script(&scripts::RELEASE, self.ensemble.config.space(), &self.keys)
+            .arg(&*self.token)
+            .delivered();
         let call = if wakes {
             call.arg(self.turn_ms())
         } else {

@@ -70,9 +70,9 @@ pub(crate) async fn read_rw_status(
     resource: &str,
 ) -> Result<RwLockStatus> {
     let writer = status::read_status(ensemble, resource).await?;
-    let prefix = &ensemble.config.key_prefix;
+    let space = ensemble.config.space();
     let keys = [writer.key.clone()];
-    let call = Call::script(&rw_scripts::READERS, prefix, &keys);
+    let call = Call::script(&rw_scripts::READERS, space, &keys);
     let mut round = Round::everywhere(ensemble.round_scope(), call);
     let mut listed: Vec<Vec<(String, u64)>> = Vec::new();
     answers::report_every_answer(

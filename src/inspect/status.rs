@@ -264,7 +264,7 @@ pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Res
         return Err(Error::Config("empty resource name".into()));
     }
     crate::acquire::heal::start_healer(ensemble);
-    let key = keys::lock(&ensemble.config.key_prefix, resource);
+    let key = keys::lock(ensemble.config.space(), resource);
     let (collected, reads) = inspect_everywhere(ensemble, &key).await;
     let report = collected.report(&ensemble.nodes);
     if report.denials() > 0 {
@@ -304,7 +304,7 @@ async fn inspect_everywhere(
 ) -> (Collected, Vec<Option<(Holder, Read)>>) {
     let call = Call::script(
         &scripts::INSPECT,
-        &ensemble.config.key_prefix,
+        ensemble.config.space(),
         std::slice::from_ref(&key.to_owned()),
     );
     let mut round = Round::everywhere(ensemble.round_scope(), call);

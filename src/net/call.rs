@@ -9,6 +9,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{Cmd, RedisError, RedisResult, ToRedisArgs, Value};
 
 use crate::net::send_gate::SendGate;
+use crate::protocol::keys::Space;
 use crate::protocol::native::{Capabilities, Native};
 use crate::protocol::scripts::Lua;
 
@@ -70,14 +71,13 @@ impl Call {
         self
     }
 
-    /// `EVALSHA` of `lua` for the lock keys `locks` under key prefix `prefix` (the script
-    /// gets them and the keys derived from them, in its layout); add its arguments with
-    /// [`Call::arg`].
-    pub(crate) fn script(lua: &'static Lua, prefix: &str, locks: &[String]) -> Self {
+    /// `EVALSHA` of `lua` for the lock keys `locks` in `space` (the script gets them and
+    /// the keys derived from them, in its layout); add its arguments with [`Call::arg`].
+    pub(crate) fn script(lua: &'static Lua, space: Space<'_>, locks: &[String]) -> Self {
         // Sized once for the name, digest, key count, keys and the usual arguments (a
         // token, a TTL, a few flags), instead of growing with every argument; the keys are
         // written into the command from their parts (see `keys::Name`).
-        let keys = lua.keys(prefix, locks);
+        let keys = lua.keys(space, locks);
         let (count, key_bytes) = (keys.clone()).fold((0, 0), |(n, b), k| (n + 1, b + k.len()));
         let mut cmd = Cmd::with_capacity(count + 10, key_bytes + 128);
         cmd.arg("EVALSHA").arg(lua.hash()).arg(count);

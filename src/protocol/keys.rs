@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use crate::protocol::slots;
+
 /// The kinds of keys a script receives, in the order of its `KEYS` blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -54,41 +56,93 @@ impl Kind {
 /// The namespace of every name [`internal`] makes, after the key prefix.
 const NAMESPACE: &str = "quorum-lock:";
 
+/// Where a client's names live: its key prefix, and whether a member is a Redis Cluster.
+/// There every key one script touches must be in its lock key's hash slot, so every name
+/// other than a mutex's lock key carries the slot's tag ([`slots::slot_tag`]) after the
+/// namespace: `<prefix>quorum-lock:{T}:<what>:<rest>`. Without a Cluster member the names
+/// have no tag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Space<'a> {
+    pub(crate) prefix: &'a str,
+    pub(crate) slotted: bool,
+}
+
+impl<'a> Space<'a> {
+    /// The names of a client without a Cluster member.
+    pub(crate) fn flat(prefix: &'a str) -> Self {
+        Space {
+            prefix,
+            slotted: false,
+        }
+    }
+
+    /// The tag the names derived from lock keys `locks` carry (which share one slot): empty
+    /// without a Cluster member.
+    pub(crate) fn tag_for(&self, locks: &[String]) -> &'static str {
+        match (self.slotted, locks.first()) {
+            (true, Some(lock)) => slots::slot_tag(slots::slot_of(lock.as_bytes())),
+            _ => "",
+        }
+    }
+}
+
 /// The one rule for every name other than a lock key: `<prefix>quorum-lock:<what>:<rest>`.
 /// Any key or channel this crate adds is named through here, so it stays under the prefix.
 pub(crate) fn internal(prefix: &str, what: &str, rest: &str) -> String {
-    internal_name(prefix, what, rest).joined()
+    internal_name(prefix, "", what, rest).joined()
 }
 
-/// [`internal`]'s name as its parts.
-fn internal_name<'a>(prefix: &'a str, what: &'a str, rest: &'a str) -> Name<'a> {
-    Name([prefix, NAMESPACE, what, ":", rest])
+/// [`internal`]'s name as its parts, with slot tag `tag` (or none: empty).
+fn internal_name<'a>(prefix: &'a str, tag: &'a str, what: &'a str, rest: &'a str) -> Name<'a> {
+    Name::Parts([prefix, NAMESPACE, tag, what, ":", rest])
 }
 
-/// A name as the parts it is made of, in order. As a command argument it is written part
-/// by part into the command, with no `String` of its own: a script's keys are named on
-/// every release (and contended lock), and three names cost three allocations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Name<'a>([&'a str; 5]);
+/// A name as the parts it is made of, in order, or made whole. As a command argument it is
+/// written part by part into the command, with no `String` of its own: a script's keys are
+/// named on every release (and contended lock), and three names cost three allocations.
+/// Only the names derived from a semaphore's slot on a Cluster member are made whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Name<'a> {
+    Parts([&'a str; 6]),
+    Whole(String),
+}
 
 impl Name<'_> {
+    /// The parts, in order.
+    fn parts(&self) -> &[&str] {
+        match self {
+            Name::Parts(parts) => parts,
+            Name::Whole(_) => &[],
+        }
+    }
+
     /// Its length in bytes.
     pub(crate) fn len(&self) -> usize {
-        self.0.iter().map(|p| p.len()).sum()
+        match self {
+            Name::Parts(parts) => parts.iter().map(|p| p.len()).sum(),
+            Name::Whole(name) => name.len(),
+        }
     }
 
     /// The name, joined in one allocation of the right size (`format!` costs several times
     /// as much).
     pub(crate) fn joined(&self) -> String {
-        concat(&self.0)
+        match self {
+            Name::Parts(parts) => concat(parts),
+            Name::Whole(name) => name.clone(),
+        }
     }
 }
 
 impl redis::ToRedisArgs for Name<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
         use std::io::Write as _;
+        if let Name::Whole(name) = self {
+            out.write_arg(name.as_bytes());
+            return;
+        }
         let mut arg = out.writer_for_next_arg();
-        for part in self.0 {
+        for part in self.parts() {
             // Writing into the command's buffer cannot fail.
             let _ = arg.write_all(part.as_bytes());
         }
@@ -105,17 +159,55 @@ fn concat(parts: &[&str]) -> String {
 }
 
 /// The name of the key of `kind` that belongs to lock key `lock` (which is `prefix`
-/// followed by the resource name), as its parts.
-pub(crate) fn derived_name<'a>(kind: Kind, prefix: &'a str, lock: &'a str) -> Name<'a> {
+/// followed by the resource name), as its parts, with slot tag `tag` (see
+/// [`Space::tag_for`]).
+pub(crate) fn derived_name<'a>(
+    kind: Kind,
+    prefix: &'a str,
+    lock: &'a str,
+    tag: &'a str,
+) -> Name<'a> {
     let resource = lock.strip_prefix(prefix).unwrap_or(lock);
+    if kind != Kind::Lock
+        && let Some(untagged) = untagged(resource)
+    {
+        // A semaphore slot's lock key on a Cluster member, which carries its tag.
+        let flat = concat(&[prefix, &untagged]);
+        return Name::Whole(derived_name(kind, prefix, &flat, tag).joined());
+    }
+    let name = |what, rest| internal_name(prefix, tag, what, rest);
     match kind {
-        Kind::Lock => Name([lock, "", "", "", ""]),
-        Kind::Fence => internal_name(prefix, "fence", resource),
-        Kind::Waiters => internal_name(prefix, "waiters", waiting_resource(resource)),
-        Kind::Turn => internal_name(prefix, "turn", resource),
-        Kind::Readers => internal_name(prefix, "readers", resource),
-        Kind::Intent => internal_name(prefix, "intent", resource),
-        Kind::PermitCount => internal_name(prefix, "permits", semaphore_of(resource)),
+        Kind::Lock => Name::Parts([lock, "", "", "", "", ""]),
+        Kind::Fence => name("fence", resource),
+        Kind::Waiters => name("waiters", waiting_resource(resource)),
+        Kind::Turn => name("turn", resource),
+        Kind::Readers => name("readers", resource),
+        Kind::Intent => name("intent", resource),
+        Kind::PermitCount => name("permits", semaphore_of(resource)),
+    }
+}
+
+/// `resource` without the slot tag after the namespace, when it has one (a semaphore
+/// slot's resource on a Cluster member, see [`lock`]).
+fn untagged(resource: &str) -> Option<String> {
+    let after = resource.strip_prefix(NAMESPACE)?;
+    let rest = strip_tag(after);
+    (rest.len() != after.len()).then(|| concat(&[NAMESPACE, rest]))
+}
+
+/// `name` (what follows the namespace) without the slot tag it starts with, if any: `{`,
+/// one to three characters of `[0-9A-Za-z]`, `}:`.
+fn strip_tag(name: &str) -> &str {
+    let Some(inner) = name.strip_prefix('{') else {
+        return name;
+    };
+    match inner.split_once("}:") {
+        Some((tag, rest))
+            if (1..=3).contains(&tag.len()) && tag.bytes().all(|b| b.is_ascii_alphanumeric()) =>
+        {
+            rest
+        }
+        _ => name,
     }
 }
 
@@ -133,16 +225,24 @@ pub(crate) enum Global {
     Marker,
 }
 
-/// The name of the node-wide key `global` under `prefix`.
-pub(crate) fn global(prefix: &str, global: Global) -> String {
-    global_name(prefix, global).joined()
+/// The name of the node-wide key `global` under `prefix`, with slot tag `tag` (on a
+/// Cluster member each slot has its own, see [`Space`]).
+pub(crate) fn global(prefix: &str, global: Global, tag: &str) -> String {
+    global_name(prefix, global, tag).joined()
 }
 
 /// [`global`]'s name as its parts.
-pub(crate) fn global_name(prefix: &str, global: Global) -> Name<'_> {
-    match global {
-        Global::MaxTtl => internal_name(prefix, "node", "max-ttl"),
-        Global::Marker => internal_name(prefix, "node", "marker"),
+pub(crate) fn global_name<'a>(prefix: &'a str, global: Global, tag: &'a str) -> Name<'a> {
+    internal_name(prefix, tag, "node", global.name())
+}
+
+impl Global {
+    /// What follows `node:` in its name.
+    fn name(self) -> &'static str {
+        match self {
+            Global::MaxTtl => "max-ttl",
+            Global::Marker => "marker",
+        }
     }
 }
 
@@ -184,17 +284,31 @@ pub(crate) fn rw_resource(name: &str) -> String {
     internal("", "rw", name)
 }
 
-/// The lock key of `resource` under `prefix`.
-pub(crate) fn lock(prefix: &str, resource: &str) -> String {
-    concat(&[prefix, resource])
+/// The lock key of `resource` in `space`: the key prefix followed by the resource name.
+/// On a Cluster member a semaphore's slot locks carry the tag of the slot of the
+/// semaphore's name after the namespace, so that they share its waiting list and count
+/// record: `<prefix>quorum-lock:{T}:permit:<name>:<slot>`.
+pub(crate) fn lock(space: Space<'_>, resource: &str) -> String {
+    if space.slotted
+        && let LockOf::PermitSlot { .. } = lock_of(resource)
+        && let Some(rest) = resource.strip_prefix(NAMESPACE)
+    {
+        let semaphore = waiting_resource(resource);
+        let tag = slots::slot_tag(slots::slot_of(
+            concat(&[space.prefix, semaphore]).as_bytes(),
+        ));
+        return concat(&[space.prefix, NAMESPACE, tag, rest]);
+    }
+    concat(&[space.prefix, resource])
 }
 
-/// The lock keys of `resources` under `prefix`, in their order. Without a prefix each key
-/// is its resource's name, and the names are shared rather than copied.
-pub(crate) fn locks(prefix: &str, resources: &Arc<[String]>) -> Arc<[String]> {
-    match prefix.is_empty() {
+/// The lock keys of `resources` in `space`, in their order. Without a prefix (and a
+/// Cluster member) each key is its resource's name, and the names are shared rather than
+/// copied.
+pub(crate) fn locks(space: Space<'_>, resources: &Arc<[String]>) -> Arc<[String]> {
+    match space.prefix.is_empty() && !space.slotted {
         true => Arc::clone(resources),
-        false => resources.iter().map(|r| lock(prefix, r)).collect(),
+        false => resources.iter().map(|r| lock(space, r)).collect(),
     }
 }
 
@@ -290,7 +404,7 @@ impl KnownKey<'_> {
 /// version does not make.
 pub(crate) fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<KnownKey<'a>> {
     let resource = key.strip_prefix(prefix)?;
-    let (what, rest) = resource.strip_prefix(NAMESPACE)?.split_once(':')?;
+    let (what, rest) = strip_tag(resource.strip_prefix(NAMESPACE)?).split_once(':')?;
     let of = |kind| {
         Some(KnownKey::Of {
             kind,
@@ -315,7 +429,7 @@ pub(crate) fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<KnownKey<'a>> 
         "intent" => of(Kind::Intent),
         "permits" => Some(KnownKey::PermitCount { semaphore: rest }),
         "node" => (GLOBALS.into_iter())
-            .find(|&g| global(prefix, g) == key)
+            .find(|g| g.name() == rest)
             .map(KnownKey::Global),
         _ => None,
     }
@@ -331,7 +445,8 @@ fn waiting_lock_of(resource: &str) -> LockOf<'_> {
 
 /// The lock resource name `resource` (without the key prefix) belongs to.
 pub(crate) fn lock_of(resource: &str) -> LockOf<'_> {
-    let Some((what, rest)) = (resource.strip_prefix(NAMESPACE)).and_then(|r| r.split_once(':'))
+    let Some((what, rest)) =
+        (resource.strip_prefix(NAMESPACE)).and_then(|r| strip_tag(r).split_once(':'))
     else {
         return LockOf::Mutex(resource);
     };
@@ -355,18 +470,19 @@ mod tests {
     use super::*;
 
     fn derived(kind: Kind, prefix: &str, lock: &str) -> String {
-        derived_name(kind, prefix, lock).joined()
+        derived_name(kind, prefix, lock, "").joined()
     }
 
     #[test]
     fn a_name_is_one_argument_of_its_joined_bytes() {
         for name in [
-            derived_name(Kind::Lock, "app:", "app:r"),
-            derived_name(Kind::Waiters, "app:", "app:r"),
-            global_name("", Global::Marker),
+            derived_name(Kind::Lock, "app:", "app:r", ""),
+            derived_name(Kind::Waiters, "app:", "app:r", ""),
+            global_name("", Global::Marker, ""),
+            derived_name(Kind::Fence, "", "quorum-lock:{a}:permit:s:1", "{a}:"),
         ] {
             let mut parts = redis::cmd("EVALSHA");
-            parts.arg(name).arg("next");
+            parts.arg(&name).arg("next");
             let mut joined = redis::cmd("EVALSHA");
             joined.arg(name.joined()).arg("next");
             assert_eq!(parts.get_packed_command(), joined.get_packed_command());
@@ -382,15 +498,15 @@ mod tests {
         assert_eq!(derived(Kind::Turn, "", "r"), "quorum-lock:turn:r");
         assert_eq!(wake_channel("", "c1"), "quorum-lock:wake:c1");
         assert_eq!(wake_channel_prefix(""), "quorum-lock:wake:");
-        assert_eq!(global("", Global::MaxTtl), "quorum-lock:node:max-ttl");
-        assert_eq!(global("", Global::Marker), "quorum-lock:node:marker");
+        assert_eq!(global("", Global::MaxTtl, ""), "quorum-lock:node:max-ttl");
+        assert_eq!(global("", Global::Marker, ""), "quorum-lock:node:marker");
         assert_eq!(fence_seen("r"), "quorum-lock:fence-seen:r");
     }
 
     #[test]
     fn every_name_is_under_the_prefix() {
         let prefix = "app:";
-        let lock_key = lock(prefix, "r");
+        let lock_key = lock(Space::flat(prefix), "r");
         assert_eq!(lock_key, "app:r");
         assert_eq!(
             derived(Kind::Fence, prefix, &lock_key),
@@ -410,7 +526,7 @@ mod tests {
             match g {
                 Global::MaxTtl | Global::Marker => {}
             }
-            assert!(global(prefix, g).starts_with(prefix), "{g:?}");
+            assert!(global(prefix, g, "").starts_with(prefix), "{g:?}");
         }
         let kinds = [
             Kind::Lock,
@@ -442,7 +558,7 @@ mod tests {
 
     #[test]
     fn every_slot_of_a_semaphore_shares_one_waiting_list() {
-        let slot = |i| lock("app:", &permit_resource("jobs:a", i));
+        let slot = |i| lock(Space::flat("app:"), &permit_resource("jobs:a", i));
         let list = |key: &str| derived(Kind::Waiters, "app:", key);
         assert_eq!(
             list(&slot(0)),
@@ -450,7 +566,7 @@ mod tests {
         );
         assert_eq!(list(&slot(3)), list(&slot(0)));
         assert_ne!(
-            list(&lock("app:", &permit_resource("jobs:b", 0))),
+            list(&lock(Space::flat("app:"), &permit_resource("jobs:b", 0))),
             list(&slot(0))
         );
         // A plain lock whose name has colons keeps its own list.
@@ -459,12 +575,12 @@ mod tests {
 
     #[test]
     fn every_slot_of_a_semaphore_shares_one_count_key() {
-        let slot = |i| lock("app:", &permit_resource("jobs:a", i));
+        let slot = |i| lock(Space::flat("app:"), &permit_resource("jobs:a", i));
         let count = |key: &str| derived(Kind::PermitCount, "app:", key);
         assert_eq!(count(&slot(0)), "app:quorum-lock:permits:jobs:a");
         assert_eq!(count(&slot(7)), count(&slot(0)));
         assert_ne!(
-            count(&lock("app:", &permit_resource("jobs:b", 0))),
+            count(&lock(Space::flat("app:"), &permit_resource("jobs:b", 0))),
             count(&slot(0))
         );
     }
@@ -497,7 +613,7 @@ mod tests {
                 ),
             ];
             for (resource, lock_kind) in &locks {
-                let key = lock(prefix, resource);
+                let key = lock(Space::flat(prefix), resource);
                 assert_eq!(lock_of(resource), *lock_kind, "{resource}");
                 let as_lock = match lock_kind {
                     LockOf::Mutex(_) => None,
@@ -520,7 +636,7 @@ mod tests {
                     assert_eq!(parse_key(prefix, &name), Some(want), "{name}");
                 }
             }
-            let slot = lock(prefix, &permit_resource("jobs:a", 3));
+            let slot = lock(Space::flat(prefix), &permit_resource("jobs:a", 3));
             let count = derived(Kind::PermitCount, prefix, &slot);
             assert_eq!(
                 parse_key(prefix, &count),
@@ -530,7 +646,7 @@ mod tests {
             );
             for g in GLOBALS {
                 assert_eq!(
-                    parse_key(prefix, &global(prefix, g)),
+                    parse_key(prefix, &global(prefix, g, "")),
                     Some(KnownKey::Global(g))
                 );
             }
@@ -539,7 +655,7 @@ mod tests {
                 wake_channel(prefix, "c1"),
                 internal(prefix, "node", "other"),
                 internal(prefix, "future", "x"),
-                lock(prefix, "quorum-lock"),
+                lock(Space::flat(prefix), "quorum-lock"),
             ] {
                 assert_eq!(parse_key(prefix, &other), None, "{other}");
             }
@@ -548,6 +664,71 @@ mod tests {
         // Another prefix's names are not ours.
         let theirs = derived(Kind::Fence, "b:", "b:r");
         assert_eq!(parse_key("a:", &theirs), None);
+    }
+
+    /// On a Cluster member every name a lock's scripts touch is in its lock key's slot, a
+    /// mutex's lock key is its resource name, and every name reads back as without a tag.
+    #[test]
+    fn slotted_names_share_their_lock_keys_slot_and_read_back() {
+        use crate::protocol::slots::slot_of;
+        let kinds = [
+            Kind::Fence,
+            Kind::Waiters,
+            Kind::Turn,
+            Kind::Readers,
+            Kind::Intent,
+            Kind::PermitCount,
+        ];
+        for prefix in ["", "app:", "{app}:", "a}b:"] {
+            let space = Space {
+                prefix,
+                slotted: true,
+            };
+            let resources = [
+                "plain".to_owned(),
+                "{user1}:a".to_owned(),
+                rw_resource("docs"),
+                permit_resource("jobs:a", 2),
+                probe_resource("c1"),
+            ];
+            for resource in &resources {
+                let key = lock(space, resource);
+                let locks = [key.clone()];
+                let tag = space.tag_for(&locks);
+                let slot = slot_of(key.as_bytes());
+                for kind in kinds {
+                    let name = derived_name(kind, prefix, &key, tag).joined();
+                    assert_eq!(slot_of(name.as_bytes()), slot, "{name} beside {key}");
+                    let flat_lock = lock(Space::flat(prefix), resource);
+                    let flat = derived_name(kind, prefix, &flat_lock, "").joined();
+                    assert_eq!(parse_key(prefix, &name), parse_key(prefix, &flat), "{name}");
+                }
+                for g in GLOBALS {
+                    let name = global(prefix, g, tag);
+                    assert_eq!(slot_of(name.as_bytes()), slot, "{name}");
+                    assert_eq!(parse_key(prefix, &name), Some(KnownKey::Global(g)));
+                }
+            }
+            assert_eq!(lock(space, "plain"), format!("{prefix}plain"));
+            // Every slot lock of a semaphore is in one slot, with one waiting list and count.
+            let slot_key = |i| lock(space, &permit_resource("jobs:a", i));
+            assert_eq!(
+                slot_of(slot_key(0).as_bytes()),
+                slot_of(slot_key(5).as_bytes())
+            );
+            let list = |key: &str| {
+                let tag = space.tag_for(&[key.to_owned()]);
+                derived_name(Kind::Waiters, prefix, key, tag).joined()
+            };
+            assert_eq!(list(&slot_key(0)), list(&slot_key(5)));
+            assert_eq!(
+                lock_of(slot_key(3).strip_prefix(prefix).unwrap_or_default()),
+                LockOf::PermitSlot {
+                    semaphore: "jobs:a",
+                    slot: 3
+                }
+            );
+        }
     }
 
     #[test]

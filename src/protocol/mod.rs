@@ -16,6 +16,7 @@ pub(crate) mod permit_scripts;
 pub(crate) mod reply;
 pub(crate) mod rw_scripts;
 pub(crate) mod scripts;
+pub(crate) mod slots;
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
 pub(crate) fn every_source() -> impl Iterator<Item = &'static str> {

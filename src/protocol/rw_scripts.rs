@@ -9,7 +9,7 @@
 //! ([`Kind::Intent`]) that keeps new readers out for its TTL: readers drain, and the writer
 //! gets in.
 
-use super::keys::{self, Global, Kind};
+use super::keys::{self, Global, Kind, Space};
 use super::scripts::lua_server_ms;
 use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_raise_record};
 
@@ -200,11 +200,12 @@ pub(crate) const SOURCES: [&str; 4] = [
     READERS_SRC,
 ];
 
-/// `DEL` of the writer intent of lock key `lock` under `prefix`: sent where a writer that
+/// `DEL` of the writer intent of lock key `lock` in `space`: sent where a writer that
 /// won, or gave up, may have left it (a node that refused the writer for its readers).
-pub(crate) fn clear_intent(prefix: &str, lock: &str) -> redis::Cmd {
+pub(crate) fn clear_intent(space: Space<'_>, lock: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("DEL");
-    cmd.arg(keys::derived_name(Kind::Intent, prefix, lock));
+    let tag = space.tag_for(std::slice::from_ref(&lock.to_owned()));
+    cmd.arg(keys::derived_name(Kind::Intent, space.prefix, lock, tag));
     cmd
 }
 

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use redis::Script;
 
-use crate::protocol::keys::{self, Global, Kind};
+use crate::protocol::keys::{self, Global, Kind, Space};
 
 /// A Lua script: its source, the layout of its `KEYS` and, built once (hashing the
 /// source), the driver's [`Script`] with the SHA1 that `EVALSHA` names it by.
@@ -63,22 +63,24 @@ impl Lua {
         self.repeatable
     }
 
-    /// The script's `KEYS` for the lock keys `locks` under key prefix `prefix`, block by
-    /// block, then its node-wide keys (under the same prefix).
+    /// The script's `KEYS` for the lock keys `locks` in `space`, block by block, then its
+    /// node-wide keys (under the same prefix, and on a Cluster member in the slot of the
+    /// lock keys, which share one).
     pub(crate) fn keys<'a>(
         &'static self,
-        prefix: &'a str,
+        space: Space<'a>,
         locks: &'a [String],
     ) -> impl Iterator<Item = keys::Name<'a>> + Clone + 'a {
+        let (prefix, tag) = (space.prefix, space.tag_for(locks));
         self.layout
             .iter()
             .flat_map(move |&kind| {
-                (locks.iter()).map(move |lock| keys::derived_name(kind, prefix, lock))
+                (locks.iter()).map(move |lock| keys::derived_name(kind, prefix, lock, tag))
             })
             .chain(
                 self.globals
                     .iter()
-                    .map(move |&g| keys::global_name(prefix, g)),
+                    .map(move |&g| keys::global_name(prefix, g, tag)),
             )
     }
 

@@ -21,9 +21,9 @@ use crate::wait::Enqueue;
 
 /// The lock keys of `semaphore`'s slots, in slot order.
 fn slot_keys(semaphore: &Semaphore) -> std::sync::Arc<[String]> {
-    let prefix = &semaphore.ensemble.config.key_prefix;
+    let space = semaphore.ensemble.config.space();
     (0..semaphore.permits)
-        .map(|slot| keys::lock(prefix, &keys::permit_resource(&semaphore.name, slot)))
+        .map(|slot| keys::lock(space, &keys::permit_resource(&semaphore.name, slot)))
         .collect()
 }
 

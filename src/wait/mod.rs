@@ -30,6 +30,7 @@ use crate::metrics;
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::{Round, RoundScope};
+use crate::protocol::keys::Space;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration, Wake};
@@ -103,8 +104,8 @@ pub(crate) struct Context<'a> {
     pub(crate) scope: RoundScope<'a>,
     pub(crate) notifier: Option<&'a Arc<Notifier>>,
     pub(crate) queue: &'a Arc<LocalQueue>,
-    /// The client's key prefix, which every derived key starts with.
-    pub(crate) prefix: &'a str,
+    /// Where the client's names live (every derived key starts with its key prefix).
+    pub(crate) space: Space<'a>,
 }
 
 /// One `lock()` call's part in the waiting protocol: its turn in the local queue, its
@@ -229,7 +230,7 @@ impl<'a> Waiting<'a> {
     /// fails to answer opens the gate: the attempt then decides.
     pub(crate) async fn ask_gate(&self, e: Enqueue<'_>, list_ttl_ms: u64) -> Result<()> {
         let scope = self.cx.scope;
-        let call = Call::script(&scripts::GATE, self.cx.prefix, self.keys)
+        let call = Call::script(&scripts::GATE, self.cx.space, self.keys)
             .arg(e.client)
             .arg(scripts::flag(e.front))
             .arg(list_ttl_ms);

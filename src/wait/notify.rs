@@ -31,7 +31,8 @@ use crate::net::fanout::Round;
 use crate::net::node::Node;
 use crate::net::request;
 use crate::net::subscription::Subscription;
-use crate::protocol::{keys, reply, scripts};
+use crate::protocol::keys::{self, Space};
+use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 
 /// Channel name prefix; the client id follows.
@@ -325,7 +326,9 @@ impl Notifier {
             return;
         }
         metrics::wait_event("left");
-        let call = Arc::new(Call::script(&scripts::LEAVE, &self.prefix, &keys).arg(&self.id));
+        // Release notifications are off with a Cluster member: the names have no slot tag.
+        let space = Space::flat(&self.prefix);
+        let call = Arc::new(Call::script(&scripts::LEAVE, space, &keys).arg(&self.id));
         let pending = which
             .iter()
             .filter_map(|&i| self.nodes.get(i).map(|node| request::send(i, node, &call)));

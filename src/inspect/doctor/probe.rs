@@ -82,7 +82,7 @@ async fn probe_into(node: &Node, prefix: &str, probed: &mut Probed) {
 async fn read_ledger(conn: &ProbeConnection, prefix: &str) -> Option<Ledger> {
     let get = |global| {
         let mut cmd = redis::cmd("GET");
-        cmd.arg(keys::global(prefix, global));
+        cmd.arg(keys::global(prefix, global, ""));
         query::<Option<String>>(conn, cmd)
     };
     let (marker, record) = futures::join!(get(Global::Marker), get(Global::MaxTtl));

@@ -11,22 +11,25 @@ const PREFIX: &str = "app:";
 
 /// The writer key of read-write lock `name`.
 fn writer(name: &str) -> String {
-    keys::lock(PREFIX, &keys::rw_resource(name))
+    keys::lock(keys::Space::flat(PREFIX), &keys::rw_resource(name))
 }
 
 /// The key of `kind` derived from read-write lock `name`.
 fn rw_key(kind: Kind, name: &str) -> String {
-    keys::derived_name(kind, PREFIX, &writer(name)).joined()
+    keys::derived_name(kind, PREFIX, &writer(name), "").joined()
 }
 
 /// Slot `slot` of semaphore `name`.
 fn slot(name: &str, slot: u32) -> String {
-    keys::lock(PREFIX, &keys::permit_resource(name, slot))
+    keys::lock(
+        keys::Space::flat(PREFIX),
+        &keys::permit_resource(name, slot),
+    )
 }
 
 /// The key of `kind` derived from slot 0 of semaphore `name`.
 fn semaphore_key(kind: Kind, name: &str) -> String {
-    keys::derived_name(kind, PREFIX, &slot(name, 0)).joined()
+    keys::derived_name(kind, PREFIX, &slot(name, 0), "").joined()
 }
 
 fn key(name: &str, value_type: &str, pttl_ms: i64) -> ScannedKey {
@@ -80,7 +83,7 @@ fn the_census_counts_each_kind_of_key() {
         key(&semaphore_key(Kind::Waiters, "jobs"), "list", 9_000),
         key(&rw_key(Kind::Waiters, "a"), "list", 9_000),
         key(&rw_key(Kind::Fence, "a"), "string", -1),
-        key(&keys::global(PREFIX, Global::Marker), "string", -1),
+        key(&keys::global(PREFIX, Global::Marker, ""), "string", -1),
     ];
     let got = census(
         &KeyScan {
@@ -119,11 +122,21 @@ fn keys_that_must_expire_and_do_not() {
         (semaphore_key(Kind::PermitCount, "jobs"), "string", -1, true),
         // Never expire by design.
         (rw_key(Kind::Fence, "a"), "string", -1, false),
-        (keys::global(PREFIX, Global::MaxTtl), "string", -1, false),
-        // A mutex's lock key is its user's name; another prefix's keys are not ours.
-        (keys::lock(PREFIX, "plain"), "string", -1, false),
         (
-            keys::lock("other:", &keys::rw_resource("a")),
+            keys::global(PREFIX, Global::MaxTtl, ""),
+            "string",
+            -1,
+            false,
+        ),
+        // A mutex's lock key is its user's name; another prefix's keys are not ours.
+        (
+            keys::lock(keys::Space::flat(PREFIX), "plain"),
+            "string",
+            -1,
+            false,
+        ),
+        (
+            keys::lock(keys::Space::flat("other:"), &keys::rw_resource("a")),
             "string",
             -1,
             false,
@@ -158,11 +171,15 @@ fn keys_of_another_type_are_foreign_data() {
         (rw_key(Kind::Waiters, "a"), "string", true),
         (rw_key(Kind::Fence, "a"), "hash", true),
         (semaphore_key(Kind::PermitCount, "jobs"), "set", true),
-        (keys::global(PREFIX, Global::Marker), "stream", true),
+        (keys::global(PREFIX, Global::Marker, ""), "stream", true),
         // Gone since the scan, a name of no kind, or a mutex's own key: not judged.
         (writer("a"), "none", false),
         (keys::internal(PREFIX, "future", "x"), "hash", false),
-        (keys::lock(PREFIX, "plain"), "hash", false),
+        (
+            keys::lock(keys::Space::flat(PREFIX), "plain"),
+            "hash",
+            false,
+        ),
     ];
     for (name, value_type, flagged) in table {
         let scans = [Some(scan(vec![key(&name, value_type, 5_000)]))];
@@ -264,7 +281,11 @@ fn second_reads_only_for_count_records_and_readers_of_their_type() {
         (rw_key(Kind::Readers, "a"), "zset", Some(FollowUp::Entries)),
         (rw_key(Kind::Readers, "a"), "string", None),
         (writer("a"), "string", None),
-        (keys::lock(PREFIX, "plain"), "string", None),
+        (
+            keys::lock(keys::Space::flat(PREFIX), "plain"),
+            "string",
+            None,
+        ),
     ];
     for (name, value_type, want) in table {
         assert_eq!(
