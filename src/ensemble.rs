@@ -4,6 +4,7 @@
 //! extenders keep one too. It sits above the node, fan-out and waiting modules and
 //! below acquire, release, guard and lease.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -11,10 +12,12 @@ use std::time::Duration;
 use crate::config::{Config, check_ceiling, check_ttl, whole_ms};
 use crate::error::{Error, Result};
 use crate::net::background::Background;
+use crate::net::cluster::ClusterMember;
 use crate::net::fanout::RoundScope;
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
 use crate::protocol::access::Access;
+use crate::protocol::slots;
 
 use crate::rules::safety::{self, Persistence};
 use crate::wait::Context;
@@ -22,9 +25,13 @@ use crate::wait::notify::Notifier;
 use crate::wait::queue::LocalQueue;
 
 /// The ensemble of nodes and everything shared by every clone of a
-/// `Redlock`.
+/// `Redlock`. With a Redis Cluster member, a lock's operations run on a view of it seated
+/// for the lock's hash slot ([`Ensemble::seated`]): the same client, with each Cluster
+/// member's node the shard master that owns the slot.
 #[derive(Debug)]
 pub(crate) struct Ensemble {
+    /// One node per member: for a Cluster member, in a view the shard master that owns the
+    /// view's slot, in the client's own ensemble a node at its first seed address.
     pub(crate) nodes: Vec<Arc<Node>>,
     pub(crate) config: Config,
     pub(crate) quorum: usize,
@@ -33,6 +40,18 @@ pub(crate) struct Ensemble {
     pub(crate) notifier: Option<Arc<Notifier>>,
     /// Waits for requests that rounds left behind (shared with the notifier).
     pub(crate) background: Arc<Background>,
+    /// What every view shares with the client's own ensemble.
+    pub(crate) life: Arc<Lifecycle>,
+    /// The Cluster members, by position (none: no member is a Cluster).
+    seating: Option<Arc<Seating>>,
+    /// In a view, the client's own ensemble.
+    base: Option<Arc<Ensemble>>,
+}
+
+/// The lifecycle of a client: its shutdown, the locks it holds, its attempts under way,
+/// and its background readmission; one per client, shared by its views.
+#[derive(Debug, Default)]
+pub(crate) struct Lifecycle {
     /// Set by `Redlock::shutdown`: no new lock, request or background work after it.
     closed: AtomicBool,
     /// The locks this client holds (their leases), for `Redlock::shutdown`.
@@ -53,6 +72,16 @@ pub(crate) struct Ensemble {
     last_attempt: Mutex<Option<tokio::time::Instant>>,
 }
 
+/// The Cluster members of an ensemble and the views seated so far.
+#[derive(Debug)]
+struct Seating {
+    /// Per member, its cluster (`None`: a member with one node).
+    clusters: Vec<Option<Arc<ClusterMember>>>,
+    /// The views made so far, by their nodes' addresses (weak: a view lives while a lock
+    /// or an attempt uses it).
+    views: Mutex<HashMap<Vec<usize>, Weak<Ensemble>>>,
+}
+
 /// An attempt under way (or the clean-up of one): `Redlock::shutdown` waits until none is
 /// left before it closes the connections, so whatever an attempt set is given back or
 /// becomes a lock that shutdown releases. Counted until dropped.
@@ -61,8 +90,8 @@ pub(crate) struct InFlight(Arc<Ensemble>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if self.0.attempts.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.0.attempts_settled.notify_waiters();
+        if self.0.life.attempts.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.life.attempts_settled.notify_waiters();
         }
     }
 }
@@ -111,12 +140,23 @@ pub(crate) struct ShutDownLock {
 }
 
 impl Ensemble {
-    pub(crate) fn new(nodes: Vec<Arc<Node>>, config: Config, connect_timeout: Duration) -> Self {
-        let heal_wake = Arc::new(tokio::sync::Notify::new());
+    /// The client's ensemble of `nodes`, where `clusters` gives, per member, its Redis
+    /// Cluster (none when no member is one).
+    pub(crate) fn new(
+        nodes: Vec<Arc<Node>>,
+        clusters: Vec<Option<Arc<ClusterMember>>>,
+        config: Config,
+        connect_timeout: Duration,
+    ) -> Self {
+        let life = Arc::new(Lifecycle::default());
         if config.quarantine {
             for node in &nodes {
-                let wake = Arc::clone(&heal_wake);
+                let wake = Arc::clone(&life.heal_wake);
                 node.on_facts(Arc::new(move |_, _| wake.notify_one()));
+            }
+            for cluster in clusters.iter().flatten() {
+                let wake = Arc::clone(&life.heal_wake);
+                cluster.on_facts(Arc::new(move |_, _| wake.notify_one()));
             }
         } else {
             watch_persistence(&nodes);
@@ -132,6 +172,12 @@ impl Ensemble {
                 config.key_prefix.clone(),
             ))
         });
+        let seating = clusters.iter().any(Option::is_some).then(|| {
+            Arc::new(Seating {
+                clusters,
+                views: Mutex::new(HashMap::new()),
+            })
+        });
         Ensemble {
             background,
             nodes,
@@ -139,40 +185,99 @@ impl Ensemble {
             quorum,
             queue: Arc::new(LocalQueue::default()),
             notifier,
-            closed: AtomicBool::new(false),
-            held: Mutex::new(Registry::default()),
-            attempts: AtomicUsize::new(0),
-            attempts_settled: tokio::sync::Notify::new(),
-            healer_started: AtomicBool::new(false),
-            first_contact: tokio::sync::Mutex::new(()),
-            heal_wake,
-            last_attempt: Mutex::new(None),
+            life,
+            seating,
+            base: None,
         }
+    }
+
+    /// The client's own ensemble (itself, or the one a view was seated from).
+    pub(crate) fn base(self: &Arc<Self>) -> &Arc<Ensemble> {
+        self.base.as_ref().unwrap_or(self)
+    }
+
+    /// The ensemble a lock on `keys` (which share one hash slot) runs on: this one without
+    /// a Cluster member; else a view with each Cluster member's node the shard master that
+    /// owns the slot (its first seed's node when none is known: a request there is
+    /// redirected and does not vote).
+    pub(crate) async fn seated(self: &Arc<Self>, keys: &[String]) -> Arc<Ensemble> {
+        let base = self.base();
+        let Some(seating) = &base.seating else {
+            return Arc::clone(self);
+        };
+        let slot = keys.first().map_or(0, |k| slots::slot_of(k.as_bytes()));
+        let seats = (base.nodes.iter().zip(&seating.clusters)).map(|(node, cluster)| async move {
+            match cluster {
+                Some(cluster) => cluster.seat(slot).await.unwrap_or_else(|| Arc::clone(node)),
+                None => Arc::clone(node),
+            }
+        });
+        let nodes: Vec<Arc<Node>> = futures::future::join_all(seats).await;
+        let id: Vec<usize> = nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect();
+        let mut views = seating.views.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(view) = views.get(&id).and_then(Weak::upgrade) {
+            return view;
+        }
+        views.retain(|_, v| v.strong_count() > 0);
+        let view = Arc::new(Ensemble {
+            nodes,
+            config: base.config.clone(),
+            quorum: base.quorum,
+            queue: Arc::clone(&base.queue),
+            notifier: base.notifier.clone(),
+            background: Arc::clone(&base.background),
+            life: Arc::clone(&base.life),
+            seating: None,
+            base: Some(Arc::clone(base)),
+        });
+        views.insert(id, Arc::downgrade(&view));
+        view
+    }
+
+    /// Every node this client has: its members' and, for a Cluster member, every shard
+    /// master named so far.
+    pub(crate) fn every_node(&self) -> Vec<Arc<Node>> {
+        let mut every = self.nodes.clone();
+        let clusters = self
+            .seating
+            .iter()
+            .flat_map(|s| s.clusters.iter().flatten());
+        for cluster in clusters {
+            every.extend(cluster.shards());
+        }
+        every
     }
 
     /// Time since the last attempt began; `None` before the first.
     pub(crate) fn since_last_attempt(&self) -> Option<Duration> {
-        let last = *self.last_attempt.lock().unwrap_or_else(|p| p.into_inner());
+        let last = *self
+            .life
+            .last_attempt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         last.map(|at| at.elapsed())
     }
 
     /// Records a held lock for shutdown (dropping the entries of locks already gone).
     pub(crate) fn register(&self, lock: Weak<dyn Held>) {
-        (self.held.lock().unwrap_or_else(|p| p.into_inner())).add(lock);
+        (self.life.held.lock().unwrap_or_else(|p| p.into_inner())).add(lock);
     }
 
     /// Whether `Redlock::shutdown` was called.
     pub(crate) fn is_closed(&self) -> bool {
         // SeqCst, with `close` and the attempt count: see `begin_attempt`.
-        self.closed.load(Ordering::SeqCst)
+        self.life.closed.load(Ordering::SeqCst)
     }
 
     /// Counts an attempt as under way, then fails with [`Error::ShutDown`] if the client
     /// was shut down. Counted before the check (both sequentially consistent): a shutdown
     /// that closes after the check sees the count and waits for the attempt.
     pub(crate) fn begin_attempt(self: &Arc<Self>) -> Result<InFlight> {
-        *self.last_attempt.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(tokio::time::Instant::now());
+        *self
+            .life
+            .last_attempt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(tokio::time::Instant::now());
         let in_flight = self.in_flight();
         self.check_open()?;
         Ok(in_flight)
@@ -180,19 +285,19 @@ impl Ensemble {
 
     /// Counts work that shutdown must wait for (an attempt's clean-up), unchecked.
     pub(crate) fn in_flight(self: &Arc<Self>) -> InFlight {
-        self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.life.attempts.fetch_add(1, Ordering::SeqCst);
         InFlight(Arc::clone(self))
     }
 
     /// Waits until no attempt is under way (see [`InFlight`]).
     pub(crate) async fn attempts_settled(&self) {
         loop {
-            let notified = self.attempts_settled.notified();
+            let notified = self.life.attempts_settled.notified();
             let mut notified = std::pin::pin!(notified);
             // Registered before the count is read: a decrement to zero after the read
             // wakes it.
             notified.as_mut().enable();
-            if self.attempts.load(Ordering::SeqCst) == 0 {
+            if self.life.attempts.load(Ordering::SeqCst) == 0 {
                 return;
             }
             notified.await;
@@ -209,23 +314,23 @@ impl Ensemble {
 
     /// Closes the client to new work; `false` when it was closed already.
     pub(crate) fn close(&self) -> bool {
-        !self.closed.swap(true, Ordering::SeqCst)
+        !self.life.closed.swap(true, Ordering::SeqCst)
     }
 
     /// Takes the locks still held (after [`close`](Self::close) and
     /// [`attempts_settled`](Self::attempts_settled), no more are added).
     pub(crate) fn take_held(&self) -> Vec<Arc<dyn Held>> {
-        std::mem::take(&mut *self.held.lock().unwrap_or_else(|p| p.into_inner())).live()
+        std::mem::take(&mut *self.life.held.lock().unwrap_or_else(|p| p.into_inner())).live()
     }
 
     /// Stops the background work: subscriptions, collector, connections.
     pub(crate) fn stop(&self) {
-        self.heal_wake.notify_one();
+        self.life.heal_wake.notify_one();
         if let Some(notifier) = &self.notifier {
             notifier.stop();
         }
         self.background.stop();
-        for node in &self.nodes {
+        for node in self.every_node() {
             node.close();
         }
     }

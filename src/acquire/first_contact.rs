@@ -47,7 +47,7 @@ pub(crate) async fn let_new_nodes_age<'a>(
     if !ensemble.config.quarantine || knows_one_admitted(ensemble) {
         return None;
     }
-    let turn = ensemble.first_contact.lock().await;
+    let turn = ensemble.life.first_contact.lock().await;
     // The attempt that held the turn may have admitted the nodes.
     if knows_one_admitted(ensemble) {
         return None;

@@ -136,6 +136,7 @@ async fn probe(ensemble: &Arc<Ensemble>) -> Result<NodeReport> {
     let resource = keys::probe_resource(&id.to_string());
     let plan =
         Plan::new(ensemble, vec![resource], probe_ttl(ensemble), false)?.reading_every_answer();
+    let ensemble = &ensemble.seated(&plan.keys).await;
     Ok(match attempt::attempt(ensemble, &plan, None).await {
         Ok(guard) => {
             let report = guard.report().clone();
@@ -196,11 +197,12 @@ fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
 /// there (restart quarantine on). It holds the client weakly and stops with
 /// [`Redlock::shutdown`](crate::Redlock::shutdown) or when the last clone is dropped.
 pub(crate) fn start_healer(ensemble: &Arc<Ensemble>) {
-    if !ensemble.config.quarantine || ensemble.healer_started.swap(true, Ordering::AcqRel) {
+    let ensemble = ensemble.base();
+    if !ensemble.config.quarantine || ensemble.life.healer_started.swap(true, Ordering::AcqRel) {
         return;
     }
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        ensemble.healer_started.store(false, Ordering::Release);
+        ensemble.life.healer_started.store(false, Ordering::Release);
         return;
     };
     runtime.spawn(heal_in_background(Arc::downgrade(ensemble)));
@@ -213,7 +215,7 @@ pub(crate) fn start_healer(ensemble: &Arc<Ensemble>) {
 async fn heal_in_background(ensemble: Weak<Ensemble>) {
     let mut pause = Duration::ZERO;
     loop {
-        let Some(woken) = ensemble.upgrade().map(|e| Arc::clone(&e.heal_wake)) else {
+        let Some(woken) = ensemble.upgrade().map(|e| Arc::clone(&e.life.heal_wake)) else {
             return;
         };
         let _ = tokio::time::timeout(pause, woken.notified()).await;

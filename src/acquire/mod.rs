@@ -68,6 +68,7 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     let config = &ensemble.config;
     let plan = Plan::new(ensemble, request.resources, request.ttl, request.fencing)?
         .with_access(request.access)?;
+    let ensemble = &ensemble.seated(&plan.keys).await;
     refuse_upgrade(ensemble, &plan)?;
     let max_attempts = request.max_attempts.or(config.max_attempts);
     if max_attempts == Some(0) {

@@ -142,6 +142,12 @@ fn lock_call(
 /// Per node, the life it takes the plain `SET NX PX` in (see [`acquire_round`]), or
 /// `None` for the acquire script.
 fn fast_nodes(ensemble: &Ensemble, ttl_ms: u64) -> Lives {
+    if ensemble.config.slotted {
+        // With a Cluster member the record and the marker are per slot, and what this
+        // client saw of them in one slot says nothing of another: every node gets the
+        // script, which reads the slot's own.
+        return vec![None; ensemble.nodes.len()];
+    }
     let quarantine = ensemble.config.quarantine;
     let mut lives: Lives = (ensemble.nodes.iter())
         .map(|n| n.known().fast_path(ttl_ms, quarantine))

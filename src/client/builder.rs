@@ -1,20 +1,22 @@
 //! Configuration: a by-value builder that validates everything at [`RedlockBuilder::build`].
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::io::tcp::TcpSettings;
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 
 use crate::client::Redlock;
+use crate::client::cluster_url::{ClusterUrl, cluster_member};
 use crate::client::sentinel_url::{SentinelUrl, sentinel_member};
 use crate::config::{Config, MAX_TTL, check_ceiling, check_ttl};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
+use crate::net::cluster::ClusterMember;
 use crate::net::coalesce::Yield;
-use crate::net::node::{Member, Node};
-use crate::protocol::holder;
+use crate::net::node::{Member, Node, ShardOf};
+use crate::protocol::{holder, slots};
 use crate::rules::retry::RetryPolicy;
 
 /// The highest [`RedlockBuilder::fence_floor`]: tokens stay at most 2^53, the largest
@@ -111,13 +113,17 @@ impl RedlockBuilder {
     /// Splits a comma-separated node list (`redis://a:6379, redis://b:6379`) into URLs,
     /// trimmed, empty entries dropped: the format of [`NODES_ENV`](Self::NODES_ENV) and of
     /// the CLI's `--nodes`. A Sentinel member's URL lists its sentinels with commas
-    /// (`redis+sentinel://s1:26379,s2:26379/service`): an entry without a scheme that
-    /// follows one continues it.
+    /// (`redis+sentinel://s1:26379,s2:26379/service`), a Cluster member's its seeds
+    /// (`redis+cluster://h1:7000,h2:7000`): an entry without a scheme that follows one
+    /// continues it.
     pub fn parse_node_list(list: &str) -> Vec<String> {
         let mut urls: Vec<String> = Vec::new();
         for entry in (list.split(',').map(str::trim)).filter(|u| !u.is_empty()) {
             match urls.last_mut() {
-                Some(last) if !entry.contains("://") && SentinelUrl::is_sentinel(last) => {
+                Some(last)
+                    if !entry.contains("://")
+                        && (SentinelUrl::is_sentinel(last) || ClusterUrl::is_cluster(last)) =>
+                {
                     last.push(',');
                     last.push_str(entry);
                 }
@@ -379,10 +385,11 @@ impl RedlockBuilder {
     /// any validity, or zero attempts.
     pub fn build(self) -> Result<Redlock> {
         self.validate()?;
-        let nodes = self.make_nodes()?;
+        let (nodes, clusters) = self.make_nodes()?;
         let holder = Arc::from(self.holder_description());
+        let slotted = clusters.iter().any(Option::is_some);
         let config = Config {
-            slotted: false,
+            slotted,
             key_prefix: self.key_prefix,
             drift_factor: self.drift_factor,
             node_timeout: self.node_timeout,
@@ -391,7 +398,8 @@ impl RedlockBuilder {
             max_attempts: self.max_attempts,
             default_ttl: self.default_ttl,
             ttl_ceiling: self.ttl_ceiling,
-            notifications: self.notifications,
+            // Off with a Cluster member (see `RedlockBuilder::notifications`).
+            notifications: self.notifications && !slotted,
             quarantine: self.quarantine,
             native_commands: self.native_commands,
             fence_floor: self.fence_floor,
@@ -399,6 +407,7 @@ impl RedlockBuilder {
         };
         Ok(Redlock::from_ensemble(Ensemble::new(
             nodes,
+            clusters,
             config,
             self.connect_timeout,
         )))
@@ -454,14 +463,22 @@ impl RedlockBuilder {
         Ok(())
     }
 
-    /// One node per listed server, refusing a server listed twice.
-    fn make_nodes(&self) -> Result<Vec<Arc<Node>>> {
+    /// One node per listed member, refusing a member listed twice; for a Cluster member
+    /// also the member itself (its node is at its first seed).
+    fn make_nodes(&self) -> Result<Members> {
         let mut seen = HashSet::new();
         let mut nodes = Vec::with_capacity(self.nodes.len());
+        let mut clusters = Vec::with_capacity(self.nodes.len());
         let coalescing = Yield::for_nodes(self.nodes.len());
         for spec in &self.nodes {
+            let mut cluster = None;
             let (name, member) = match spec {
                 NodeSpec::Url(url) if SentinelUrl::is_sentinel(url) => self.sentinel_for(url)?,
+                NodeSpec::Url(url) if ClusterUrl::is_cluster(url) => {
+                    let (name, member, made) = self.cluster_for(url, coalescing)?;
+                    cluster = Some(made);
+                    (name, member)
+                }
                 NodeSpec::Url(url) => self.client_for(url).map(server)?,
                 NodeSpec::Info(info) => {
                     let shown = info.addr().to_string();
@@ -480,8 +497,49 @@ impl RedlockBuilder {
                 self.connect_timeout,
                 coalescing,
             )));
+            clusters.push(cluster);
         }
-        Ok(nodes)
+        Ok((nodes, clusters))
+    }
+
+    /// A display name, the member's node (at its first seed) and the member for one
+    /// `redis+cluster://` URL.
+    fn cluster_for(
+        &self,
+        url: &str,
+        coalescing: Yield,
+    ) -> Result<(String, Member, Arc<ClusterMember>)> {
+        let shown = redact(url);
+        let parsed = ClusterUrl::parse(url)
+            .map_err(|e| config(format!("malformed Cluster member URL {shown:?}: {e}")))?;
+        if !self.quarantine {
+            return Err(config(format!(
+                "Cluster member {shown:?} needs restart quarantine: a failover puts a \
+                 replica that may lack locks in a shard master's place"
+            )));
+        }
+        if slots::has_open_brace(&self.key_prefix) {
+            return Err(config(format!(
+                "key prefix {:?} has a {{ that opens no hash tag: with a Cluster member \
+                 every name must keep its lock key's hash slot; use a prefix without \
+                 braces, or one with a whole tag such as {{app}}:",
+                self.key_prefix
+            )));
+        }
+        let name = parsed.name();
+        let (host, port) = parsed.seeds.first().cloned().unwrap_or_default();
+        let cluster = cluster_member(
+            parsed,
+            self.tcp_settings(),
+            self.connect_timeout,
+            coalescing,
+        )
+        .map_err(|e| config(format!("Cluster member {shown:?}: {e}")))?;
+        let seed = cluster
+            .client_at(&host, port)
+            .map_err(|e| config(format!("Cluster member {shown:?}: {e}")))?;
+        let member = Member::Shard(seed, Arc::downgrade(&cluster) as Weak<dyn ShardOf>);
+        Ok((name, member, cluster))
     }
 
     /// The fixed part of every lock value (see [`holder_info`](Self::holder_info)). Reads
@@ -577,6 +635,9 @@ impl RedlockBuilder {
         Ok((name, client))
     }
 }
+
+/// Each member's node, and per member its Redis Cluster (`None`: a member with one node).
+type Members = (Vec<Arc<Node>>, Vec<Option<Arc<ClusterMember>>>);
 
 /// One node as given to the builder.
 #[derive(Debug, Clone)]

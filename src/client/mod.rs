@@ -7,6 +7,7 @@
 //! - [`fenced`]: fenced requests, guards and contexts;
 //! - [`scoped`]: running a future under a lock;
 //! - [`sentinel_url`]: the `redis+sentinel://` URL of a member under Sentinel;
+//! - [`cluster_url`]: the `redis+cluster://` URL of a member that is a Redis Cluster;
 //! - [`shutdown`]: closing the client, behind [`Redlock::shutdown`].
 //!
 //! Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
@@ -14,6 +15,7 @@
 //! [`ensemble`](crate::ensemble).
 
 pub(crate) mod builder;
+pub(crate) mod cluster_url;
 pub(crate) mod fenced;
 pub(crate) mod scoped;
 pub(crate) mod sentinel_url;
@@ -206,7 +208,8 @@ impl Redlock {
     ) -> Result<Option<LockGuard>> {
         let plan = Plan::new(&self.inner, vec![resource.into()], ttl, false)?;
         heal::start_healer(&self.inner);
-        match attempt::attempt(&self.inner, &plan, None).await {
+        let ensemble = self.inner.seated(&plan.keys).await;
+        match attempt::attempt(&ensemble, &plan, None).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Contended { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -320,7 +323,8 @@ impl Redlock {
     ) -> Result<Option<FencedGuard>> {
         let plan = Plan::new(self.inner(), vec![resource.into()], ttl, true)?;
         crate::acquire::heal::start_healer(self.inner());
-        match attempt::attempt(self.inner(), &plan, None).await {
+        let ensemble = self.inner().seated(&plan.keys).await;
+        match attempt::attempt(&ensemble, &plan, None).await {
             Ok(guard) => FencedGuard::new(guard).map(Some),
             Err(Error::Contended { .. }) => Ok(None),
             Err(e) => Err(e),

@@ -50,7 +50,7 @@ impl SentinelUrl {
         let (username, password) = credentials(userinfo)?;
         let sentinels = hosts
             .split(',')
-            .map(host_port)
+            .map(|h| host_port(h, SENTINEL_PORT, "sentinel"))
             .collect::<Result<Vec<_>, _>>()?;
         let mut segments = path.split('/');
         let service = decode(segments.next().unwrap_or_default())?;
@@ -127,7 +127,9 @@ pub(crate) fn sentinel_member(
 }
 
 /// The user name and password of the URL's user information, percent-decoded.
-fn credentials(userinfo: Option<&str>) -> Result<(Option<String>, Option<String>), String> {
+pub(super) fn credentials(
+    userinfo: Option<&str>,
+) -> Result<(Option<String>, Option<String>), String> {
     let Some(userinfo) = userinfo else {
         return Ok((None, None));
     };
@@ -139,13 +141,18 @@ fn credentials(userinfo: Option<&str>) -> Result<(Option<String>, Option<String>
     Ok((user, password))
 }
 
-/// One `host[:port]` of the sentinel list; `[v6]:port` for IPv6 addresses.
-fn host_port(text: &str) -> Result<(String, u16), String> {
+/// One `host[:port]` of a member URL's list of servers (`what`, in errors), the port
+/// `default_port` when none is given; `[v6]:port` for IPv6 addresses.
+pub(super) fn host_port(
+    text: &str,
+    default_port: u16,
+    what: &str,
+) -> Result<(String, u16), String> {
     let (host, port) = match text.strip_prefix('[') {
         Some(v6) => {
             let (host, rest) = v6
                 .split_once(']')
-                .ok_or_else(|| format!("sentinel {text:?} has no closing ]"))?;
+                .ok_or_else(|| format!("{what} {text:?} has no closing ]"))?;
             (host, rest.strip_prefix(':'))
         }
         None => match text.rsplit_once(':') {
@@ -154,21 +161,21 @@ fn host_port(text: &str) -> Result<(String, u16), String> {
         },
     };
     if host.is_empty() {
-        return Err(format!("sentinel {text:?} has no host"));
+        return Err(format!("{what} {text:?} has no host"));
     }
     let port = match port {
-        None => SENTINEL_PORT,
+        None => default_port,
         Some(port) => port
             .parse::<u16>()
             .ok()
             .filter(|p| *p != 0)
-            .ok_or_else(|| format!("sentinel {text:?} has no valid port"))?,
+            .ok_or_else(|| format!("{what} {text:?} has no valid port"))?,
     };
     Ok((host.to_ascii_lowercase(), port))
 }
 
 /// `text` with its `%XX` escapes decoded.
-fn decode(text: &str) -> Result<String, String> {
+pub(super) fn decode(text: &str) -> Result<String, String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -72,6 +72,7 @@ pub(crate) async fn read_rw_status(
     let writer = status::read_status(ensemble, resource).await?;
     let space = ensemble.config.space();
     let keys = [writer.key.clone()];
+    let ensemble = &ensemble.seated(&keys).await;
     let call = Call::script(&rw_scripts::READERS, space, &keys);
     let mut round = Round::everywhere(ensemble.round_scope(), call);
     let mut listed: Vec<Vec<(String, u64)>> = Vec::new();

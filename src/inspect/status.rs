@@ -265,6 +265,7 @@ pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Res
     }
     crate::acquire::heal::start_healer(ensemble);
     let key = keys::lock(ensemble.config.space(), resource);
+    let ensemble = &ensemble.seated(std::slice::from_ref(&key)).await;
     let (collected, reads) = inspect_everywhere(ensemble, &key).await;
     let report = collected.report(&ensemble.nodes);
     if report.denials() > 0 {

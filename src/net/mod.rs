@@ -4,6 +4,8 @@
 //! - [`node`]: one node and the lifecycle of its lazily made, shared connection;
 //! - [`sentinel`]: a member that is a master under Sentinel, and the sentinels'
 //!   confirmation its votes need;
+//! - [`cluster`]: a member that is a Redis Cluster: its slot table and a node per shard
+//!   master;
 //! - [`server_facts`]: what a connect learns of the server behind a node, for restart
 //!   quarantine and the fast path;
 //! - [`call`]: the command a round sends (script, native stand-in, delivery);
@@ -27,6 +29,7 @@
 pub(crate) mod answers;
 pub(crate) mod background;
 pub(crate) mod call;
+pub(crate) mod cluster;
 pub(crate) mod coalesce;
 pub(crate) mod failure;
 pub(crate) mod fanout;

@@ -3,7 +3,7 @@
 //! shutdown; and [`Node::send`], one request bounded by its caller.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -122,6 +122,20 @@ pub(crate) enum Member {
     Server(Client),
     /// The master its sentinels name (see [`SentinelMaster`]).
     Sentinel(Arc<SentinelMaster>),
+    /// A shard master of a Redis Cluster member, at a fixed address, and its cluster
+    /// (`net::cluster`).
+    Shard(Client, Weak<dyn ShardOf>),
+    /// An address the driver cannot use (a cluster named it): every connect fails so.
+    Unusable(String),
+}
+
+/// What a shard master's node asks of the Redis Cluster member it belongs to.
+pub(crate) trait ShardOf: Send + Sync {
+    /// How long after this client learnt a promoted master its age starts: the old master
+    /// may accept writes until then.
+    fn promotion_grace(&self) -> Duration;
+    /// Learns the slot table again soon: a request was redirected or its connection failed.
+    fn relearn_soon(&self);
 }
 
 /// One node of the ensemble: its address, its connection, and what its connects learnt.
@@ -232,11 +246,20 @@ impl Node {
     /// `run_id` is logged and counted as a restart.
     async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let mut facts = ServerFacts::learn(conn).await?;
-        if facts.promoted && self.is_sentinel() {
-            // A client still connected to the old master may vote there up to a
-            // confirmation window after this client resolved the new one (see
-            // `net::sentinel`): the promoted life's quarantine counts from then.
-            facts.at = Instant::from_std(promoted_life_start(facts.at.into_std()));
+        match &self.member {
+            Member::Sentinel(_) if facts.promoted => {
+                // A client still connected to the old master may vote there up to a
+                // confirmation window after this client resolved the new one (see
+                // `net::sentinel`): the promoted life's quarantine counts from then.
+                facts.at = Instant::from_std(promoted_life_start(facts.at.into_std()));
+            }
+            Member::Shard(_, cluster) if facts.promoted => {
+                // The old master may accept writes until it learns of the promotion,
+                // within the cluster's node timeout (see `net::cluster`).
+                let grace = cluster.upgrade().map(|c| c.promotion_grace());
+                facts.at += grace.unwrap_or_default();
+            }
+            _ => {}
         }
         if let Some(why) = &facts.refused {
             tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
@@ -284,16 +307,16 @@ impl Node {
     /// [`SentinelMaster::vouches`]).
     pub(crate) fn vouches(&self) -> bool {
         match &self.member {
-            Member::Server(_) => true,
             Member::Sentinel(sentinel) => sentinel.vouches(),
+            _ => true,
         }
     }
 
     /// For a Sentinel member, the master's `host:port` its sentinels last named.
     pub(crate) fn sentinel_named(&self) -> Option<String> {
         match &self.member {
-            Member::Server(_) => None,
             Member::Sentinel(sentinel) => sentinel.named().map(|(h, p)| format!("{h}:{p}")),
+            _ => None,
         }
     }
 
@@ -314,11 +337,6 @@ impl Node {
                 .map(|(at, named)| (at, named.map(|(h, p)| format!("{h}:{p}"))))
                 .collect(),
         )
-    }
-
-    /// Whether this node is a Sentinel member.
-    pub(crate) fn is_sentinel(&self) -> bool {
-        matches!(self.member, Member::Sentinel(_))
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -453,7 +471,12 @@ impl Node {
     /// anew (a reconnect may follow a failover).
     async fn member_client(&self) -> RedisResult<(Client, Option<MasterAddr>)> {
         match &self.member {
-            Member::Server(client) => Ok((client.clone(), None)),
+            Member::Server(client) | Member::Shard(client, _) => Ok((client.clone(), None)),
+            Member::Unusable(why) => Err(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "unusable address",
+                why.clone(),
+            ))),
             Member::Sentinel(sentinel) => {
                 let (addr, client) = sentinel.master_client(self.connect_timeout).await?;
                 Ok((client, Some(addr)))
@@ -549,6 +572,7 @@ impl Node {
                 Ok(None) => return Err(NodeFailure::Withdrawn),
                 Err(SendError { error, unsent }) => {
                     let (failure, dead) = classify(&error);
+                    self.notice_redirect(&error, dead);
                     if dead {
                         self.discard(generation);
                     }
@@ -558,6 +582,24 @@ impl Node {
                     tracing::debug!(node = %self.name, ?failure, "connection broken before sending; sending again on a new one");
                 }
             }
+        }
+    }
+}
+
+impl Node {
+    /// A shard master that redirected a request (`MOVED`, `ASK`), could not serve it yet
+    /// (`TRYAGAIN`, `CLUSTERDOWN`) or lost its connection asks its cluster to learn the
+    /// slot table again.
+    fn notice_redirect(&self, error: &RedisError, dead: bool) {
+        let Member::Shard(_, cluster) = &self.member else {
+            return;
+        };
+        let redirected = matches!(
+            error.code(),
+            Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
+        );
+        if let Some(cluster) = cluster.upgrade().filter(|_| redirected || dead) {
+            cluster.relearn_soon();
         }
     }
 }

@@ -156,8 +156,9 @@ impl RwLock {
 
     /// One attempt at `access`; `None` when refused for a holder.
     async fn try_access(&self, ttl: Duration, access: Access) -> Result<Option<LockGuard>> {
-        let ensemble = &self.ensemble;
-        let plan = Plan::new(ensemble, vec![self.resource()], ttl, false)?.with_access(access)?;
+        let plan = Plan::new(&self.ensemble, vec![self.resource()], ttl, false)?;
+        let plan = plan.with_access(access)?;
+        let ensemble = &self.ensemble.seated(&plan.keys).await;
         refuse_upgrade(ensemble, &plan)?;
         heal::start_healer(ensemble);
         let tried = attempt::attempt(ensemble, &plan, None).await;

@@ -59,7 +59,8 @@ async fn try_slots(
         let resource = keys::permit_resource(&semaphore.name, slot);
         let plan = Plan::new(ensemble, vec![resource], ttl, false)?;
         let plan = plan.with_access(Access::Permit(semaphore.permits))?;
-        match attempt::attempt(ensemble, &plan, enqueue).await {
+        let seated = ensemble.seated(&plan.keys).await;
+        match attempt::attempt(&seated, &plan, enqueue).await {
             Ok(guard) => return Ok(Permit::new(guard, slot, None)),
             Err(e @ Error::Contended { .. }) => contended = Some(e),
             Err(e) if e.is_retryable() => last = Some(e),

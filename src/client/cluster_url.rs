@@ -1,0 +1,154 @@
+//! The node URL of a member that is a whole Redis Cluster:
+//! `redis+cluster://[user:password@]host:port[,host:port…][/]`.
+//!
+//! The authority lists seed servers of the cluster (any of its nodes; the member learns
+//! the rest from them), the credentials are every shard's. A Cluster has database 0 only,
+//! so the URL has no path. Parsing, and the member itself (made, not connected); the
+//! member's slot table and shards are `net::cluster`.
+
+use redis::io::tcp::TcpSettings;
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+
+use crate::client::sentinel_url::{credentials, host_port};
+use crate::net::cluster::ClusterMember;
+use crate::net::coalesce::Yield;
+
+/// A Cluster member as its URL gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterUrl {
+    /// Each seed's `(host, port)`, in the order given, hosts in lower case.
+    pub(crate) seeds: Vec<(String, u16)>,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+/// The scheme that marks a Cluster member.
+pub(crate) const CLUSTER_SCHEME: &str = "redis+cluster://";
+
+/// The port a seed listens on when the URL names none.
+const REDIS_PORT: u16 = 6379;
+
+impl ClusterUrl {
+    /// Whether `url` names a Cluster member (and should be parsed here).
+    pub(crate) fn is_cluster(url: &str) -> bool {
+        url.get(..CLUSTER_SCHEME.len())
+            .is_some_and(|s| s.eq_ignore_ascii_case(CLUSTER_SCHEME))
+    }
+
+    /// Parses a `redis+cluster://` URL; the error says what is wrong with it.
+    pub(crate) fn parse(url: &str) -> Result<ClusterUrl, String> {
+        let rest = url
+            .get(CLUSTER_SCHEME.len()..)
+            .filter(|_| Self::is_cluster(url))
+            .ok_or("it does not start with redis+cluster://")?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if !path.is_empty() {
+            return Err(format!(
+                "it has a path ({path:?}): a Redis Cluster has database 0 only"
+            ));
+        }
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, authority),
+        };
+        let (username, password) = credentials(userinfo)?;
+        let seeds = hosts
+            .split(',')
+            .map(|h| host_port(h, REDIS_PORT, "seed"))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(ClusterUrl {
+            seeds,
+            username,
+            password,
+        })
+    }
+
+    /// The member's display name, without credentials: `cluster:<seeds>`, the seeds
+    /// sorted, so that two URLs listing the same seeds in any order have one name.
+    pub(crate) fn name(&self) -> String {
+        let mut hosts: Vec<String> = (self.seeds.iter())
+            .map(|(h, p)| format!("{h}:{p}"))
+            .collect();
+        hosts.sort();
+        format!("cluster:{}", hosts.join(","))
+    }
+}
+
+/// The member a parsed URL describes, with `tcp` (the builder's TCP settings) on every
+/// connection.
+///
+/// # Errors
+///
+/// Settings the driver cannot use.
+pub(crate) fn cluster_member(
+    url: ClusterUrl,
+    tcp: TcpSettings,
+    connect_timeout: std::time::Duration,
+    coalescing: Yield,
+) -> Result<std::sync::Arc<ClusterMember>, String> {
+    let mut settings = RedisConnectionInfo::default();
+    if let Some(user) = &url.username {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = &url.password {
+        settings = settings.set_password(password);
+    }
+    let template = ConnectionAddr::Tcp("0.0.0.0".to_owned(), 0)
+        .into_connection_info()
+        .map_err(|e| format!("the shards' settings are unusable: {e}"))?
+        .set_tcp_settings(tcp)
+        .set_redis_settings(settings);
+    let name = url.name();
+    Ok(ClusterMember::new(
+        name,
+        url.seeds,
+        template,
+        connect_timeout,
+        coalescing,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_url_and_a_short_one() {
+        let full = ClusterUrl::parse("redis+cluster://app:p%40ss@H1:7000,h2,[::1]:7002").unwrap();
+        assert_eq!(
+            full,
+            ClusterUrl {
+                seeds: vec![
+                    ("h1".into(), 7000),
+                    ("h2".into(), 6379),
+                    ("::1".into(), 7002)
+                ],
+                username: Some("app".into()),
+                password: Some("p@ss".into()),
+            }
+        );
+        assert_eq!(full.name(), "cluster:::1:7002,h1:7000,h2:6379");
+        let short = ClusterUrl::parse("REDIS+CLUSTER://127.0.0.1:7000/").unwrap();
+        assert_eq!(short.seeds, vec![("127.0.0.1".into(), 7000)]);
+        assert_eq!(short.username, None);
+    }
+
+    #[test]
+    fn malformed_urls_say_what_is_wrong() {
+        for (url, says) in [
+            ("redis://h:1", "does not start with redis+cluster://"),
+            ("redis+cluster://", "has no host"),
+            ("redis+cluster://h:1,", "has no host"),
+            ("redis+cluster://h:0", "no valid port"),
+            ("redis+cluster://h:x", "no valid port"),
+            ("redis+cluster://h:1/3", "database 0 only"),
+            ("redis+cluster://[::1:7000", "no closing ]"),
+            ("redis+cluster://u:%zz@h:1", "bad percent escape"),
+        ] {
+            let err = ClusterUrl::parse(url).unwrap_err();
+            assert!(err.contains(says), "{url}: {err}");
+        }
+        assert!(ClusterUrl::is_cluster("Redis+Cluster://h"));
+        assert!(!ClusterUrl::is_cluster("redis+sentinel://h/s"));
+    }
+}

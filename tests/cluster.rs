@@ -1,0 +1,478 @@
+//! Members that are a whole Redis Cluster, against a real cluster of three masters and
+//! three replicas on loopback: a `redis+cluster://` member spreads locks over its shards
+//! and leaves no key behind, votes beside plain members, follows a slot that moved, and
+//! keeps a promoted replica that lacks a lock out until that lock's TTL is over.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::topology::RedisClusterTopology;
+use common::{RedisServer, unique};
+use quorum_lock::{Error, Redlock};
+
+/// The `redis+cluster://` URL of `cluster`, listing its first two nodes as seeds.
+fn member_url(cluster: &RedisClusterTopology) -> String {
+    let seeds: Vec<String> = (0..2)
+        .map(|i| format!("127.0.0.1:{}", cluster.node(i).port()))
+        .collect();
+    format!("redis+cluster://{}", seeds.join(","))
+}
+
+fn client(urls: &[&str]) -> Redlock {
+    Redlock::builder()
+        .nodes(urls)
+        .retry_delay(Duration::from_millis(20))
+        .max_retry_delay(Duration::from_millis(100))
+        .build()
+        .unwrap()
+}
+
+fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
+    let mut found: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query(&mut server.conn())
+        .unwrap();
+    found.sort();
+    found
+}
+
+/// The keys on the masters of `cluster` other than the per-slot bookkeeping that never
+/// expires (ensemble records and markers) and a semaphore's count record, which expires
+/// with the last permit's TTL.
+fn stray_keys(cluster: &RedisClusterTopology) -> Vec<String> {
+    let masters: Vec<usize> = (0..cluster.nodes().len())
+        .filter(|&i| cluster.replicas_of(i).len() == 1)
+        .collect();
+    assert_eq!(masters.len(), 3, "three masters");
+    let expiring = |m: usize, key: &str| {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query(&mut cluster.node(m).conn())
+            .unwrap();
+        key.contains("}:permits:") && ttl > 0
+    };
+    (masters.iter())
+        .flat_map(|&m| keys(cluster.node(m), "*").into_iter().map(move |k| (m, k)))
+        .filter(|(m, k)| {
+            !(expiring(*m, k) || k.starts_with("quorum-lock:{") && k.contains("}:node:"))
+        })
+        .map(|(_, k)| k)
+        .collect()
+}
+
+/// Workers of several clients of one Cluster member increment counters under locks spread
+/// over the shards: every increment is counted exactly once, the lock keys sit on the
+/// master that owns their slot, more than one shard serves them, and once released no
+/// key is left but the per-slot bookkeeping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_member_spreads_locks_over_its_shards_and_leaves_no_key() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let url = member_url(&cluster);
+    let resources: Vec<String> = (0..12).map(|i| unique(&format!("spread-{i}"))).collect();
+    let mut owners: Vec<usize> = resources
+        .iter()
+        .map(|r| cluster.master_for_key(r))
+        .collect();
+    owners.sort_unstable();
+    owners.dedup();
+    assert!(owners.len() >= 2, "the resources hash to one shard only");
+
+    const WORKERS: u64 = 4;
+    const ROUNDS: u64 = 10;
+    let counters: Arc<Vec<AtomicU64>> = Arc::new((0..12).map(|_| AtomicU64::new(0)).collect());
+    let mut tasks = Vec::new();
+    for _ in 0..WORKERS {
+        let (redlock, resources, counters) =
+            (client(&[&url]), resources.clone(), Arc::clone(&counters));
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                for (i, resource) in resources.iter().enumerate() {
+                    let guard = redlock
+                        .lock(resource, Duration::from_secs(5))
+                        .wait(Duration::from_secs(20))
+                        .await
+                        .unwrap();
+                    // A read, a pause, a write: two holders at once would lose an increment.
+                    let seen = counters[i].load(Ordering::SeqCst);
+                    if round % 3 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                    counters[i].store(seen + 1, Ordering::SeqCst);
+                    guard.release().await.unwrap();
+                }
+            }
+            redlock.shutdown().await;
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    for counter in counters.iter() {
+        assert_eq!(counter.load(Ordering::SeqCst), WORKERS * ROUNDS);
+    }
+    // A held lock's key is on the master of its slot, and nowhere else.
+    let redlock = client(&[&url]);
+    let guard = redlock
+        .lock(&resources[0], Duration::from_secs(5))
+        .await
+        .unwrap();
+    let owner = cluster.master_for_key(&resources[0]);
+    assert_eq!(
+        keys(cluster.node(owner), &resources[0]),
+        vec![resources[0].clone()]
+    );
+    guard.release().await.unwrap();
+    redlock.shutdown().await;
+    assert_eq!(stray_keys(&cluster), Vec::<String>::new());
+}
+
+/// A Cluster member votes beside two plain servers: with one plain server down the
+/// Cluster member and the other make the majority, and the Cluster's shard holds the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_member_votes_beside_plain_servers() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let urls = [a.url(), b.url(), member_url(&cluster)];
+    let redlock = client(&urls.each_ref().map(String::as_str));
+    let resource = unique("mixed");
+    let guard = redlock
+        .lock(&resource, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(guard.report().failures(), 0);
+    guard.release().await.unwrap();
+    b.stop();
+    let guard = redlock
+        .lock(&resource, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let owner = cluster.master_for_key(&resource);
+    assert_eq!(keys(cluster.node(owner), &resource), vec![resource.clone()]);
+    assert_eq!(keys(&a, &resource), vec![resource.clone()]);
+    guard.release().await.unwrap();
+    redlock.shutdown().await;
+}
+
+/// The other lock kinds on a Cluster member: a semaphore's slots share one shard (its
+/// waiting list and count record are theirs), and at most its count hold at once; a
+/// read-write lock's readers share while its writer is out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_and_a_read_write_lock_work_on_a_cluster_member() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let redlock = client(&[&member_url(&cluster)]);
+    let jobs = redlock.semaphore(&unique("jobs"), 2).unwrap();
+    let ttl = Duration::from_secs(5);
+    let first = jobs.acquire(ttl).await.unwrap();
+    let second = jobs.acquire(ttl).await.unwrap();
+    assert!(
+        jobs.try_acquire(ttl).await.unwrap().is_none(),
+        "a third permit"
+    );
+    first.release().await.unwrap();
+    let third = jobs
+        .try_acquire(ttl)
+        .await
+        .unwrap()
+        .expect("a freed permit");
+    third.release().await.unwrap();
+    second.release().await.unwrap();
+
+    let name = unique("docs");
+    let writers = client(&[&member_url(&cluster)]);
+    let (docs, docs_writer) = (
+        redlock.rwlock(&name).unwrap(),
+        writers.rwlock(&name).unwrap(),
+    );
+    let r1 = docs.read(ttl).await.unwrap();
+    let r2 = docs.read(ttl).await.unwrap();
+    assert!(
+        docs_writer.try_write(ttl).await.unwrap().is_none(),
+        "a writer beside readers"
+    );
+    r1.release().await.unwrap();
+    r2.release().await.unwrap();
+    let writer = docs_writer
+        .try_write(ttl)
+        .await
+        .unwrap()
+        .expect("the writer");
+    assert!(
+        docs.try_read(ttl).await.unwrap().is_none(),
+        "a reader beside the writer"
+    );
+    writer.release().await.unwrap();
+    redlock.shutdown().await;
+    writers.shutdown().await;
+    assert_eq!(stray_keys(&cluster), Vec::<String>::new());
+}
+
+/// Bad settings are refused with a clear error before anything is sent: a malformed
+/// Cluster URL, a Cluster member without restart quarantine, a key prefix whose `{` would
+/// move names off their slot, and a lock over resources in two slots (nothing left).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_cluster_settings_and_cross_slot_locks_are_config_errors() {
+    let refused = |builder: quorum_lock::RedlockBuilder, says: &str| match builder.build() {
+        Err(Error::Config(msg)) => assert!(msg.contains(says), "{msg}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    };
+    refused(
+        Redlock::builder().node("redis+cluster://h:0"),
+        "no valid port",
+    );
+    refused(
+        Redlock::builder().node("redis+cluster://h:1/2"),
+        "database 0 only",
+    );
+    refused(
+        Redlock::builder()
+            .node("redis+cluster://h:1")
+            .restart_quarantine(false),
+        "needs restart quarantine",
+    );
+    refused(
+        Redlock::builder()
+            .node("redis+cluster://h:1")
+            .key_prefix("app{"),
+        "opens no hash tag",
+    );
+    assert!(
+        Redlock::builder()
+            .node("redis+cluster://h:1")
+            .key_prefix("{app}:")
+            .build()
+            .is_ok()
+    );
+
+    let cluster = RedisClusterTopology::start(3, 1);
+    let redlock = client(&[&member_url(&cluster)]);
+    let (a, b) = ("order-a".to_owned(), "order-b".to_owned());
+    assert_ne!(cluster.key_slot(&a), cluster.key_slot(&b));
+    match redlock
+        .lock_many([a.clone(), b.clone()], Duration::from_secs(5))
+        .await
+    {
+        Err(Error::Config(msg)) => assert!(msg.contains("hash slot"), "{msg}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    let tagged = ["{order-7}:a".to_owned(), "{order-7}:b".to_owned()];
+    let guard = redlock
+        .lock_many(tagged.clone(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    redlock.shutdown().await;
+    assert_eq!(stray_keys(&cluster), Vec::<String>::new());
+}
+
+/// Moves `slot` to master `to`, its keys with it (`MIGRATE`), as `redis-cli --cluster
+/// reshard` does, and waits until every node names `to` its owner.
+fn move_slot(cluster: &RedisClusterTopology, slot: u16, to: usize) {
+    let from = cluster.master_for_slot(slot);
+    let (src, dst) = (cluster.node(from), cluster.node(to));
+    let setslot = |server: &RedisServer, state: &str, id: &str| {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(state)
+            .arg(id)
+            .query(&mut server.conn())
+            .unwrap();
+    };
+    setslot(dst, "IMPORTING", cluster.node_id(from));
+    setslot(src, "MIGRATING", cluster.node_id(to));
+    loop {
+        let batch: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query(&mut src.conn())
+            .unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        let _: () = redis::cmd("MIGRATE")
+            .arg("127.0.0.1")
+            .arg(dst.port())
+            .arg("")
+            .arg(0)
+            .arg(5000)
+            .arg("KEYS")
+            .arg(&batch)
+            .query(&mut src.conn())
+            .unwrap();
+    }
+    for m in (0..cluster.nodes().len()).filter(|&i| !cluster.replicas_of(i).is_empty()) {
+        setslot(cluster.node(m), "NODE", cluster.node_id(to));
+    }
+    common::wait_until(
+        Duration::from_secs(10),
+        "every node to name the new owner",
+        || {
+            cluster.reachable().all(|i| {
+                cluster
+                    .cluster_nodes(i)
+                    .iter()
+                    .any(|e| e.id == cluster.node_id(to) && e.serves(slot))
+            })
+        },
+    );
+}
+
+/// A slot moved to another master with its keys: the member's next request to the old
+/// owner is redirected and votes no, the member learns the table again, and the lock is
+/// granted on the new owner; a lock held across the move is still exclusive there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_with_its_keys_is_followed_and_stays_exclusive() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let url = member_url(&cluster);
+    let (holder, other) = (client(&[&url]), client(&[&url]));
+    let resource = unique("moved");
+    let slot = cluster.key_slot(&resource);
+    let guard = holder
+        .lock(&resource, Duration::from_secs(3))
+        .await
+        .unwrap();
+    let from = cluster.master_for_slot(slot);
+    let to = (0..3).find(|&m| m != from).unwrap();
+    move_slot(&cluster, slot, to);
+    assert_eq!(keys(cluster.node(to), &resource), vec![resource.clone()]);
+    // The other client learnt the table before the move? It learns it now, either way.
+    assert!(
+        other
+            .try_lock(&resource, Duration::from_secs(3))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let started = Instant::now();
+    let next = other
+        .lock(&resource, Duration::from_secs(3))
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(keys(cluster.node(to), &resource), vec![resource.clone()]);
+    println!("lock after the move granted in {:?}", started.elapsed());
+    drop(guard);
+    next.release().await.unwrap();
+    holder.shutdown().await;
+    other.shutdown().await;
+}
+
+/// Cuts the replication of master `master` to its replicas: each replica is told to
+/// authenticate as a user the master does not have, and its link is closed; waits until
+/// every replica says its link is down.
+fn cut_replication(cluster: &RedisClusterTopology, master: usize) {
+    let replicas = cluster.replicas_of(master);
+    for &replica in &replicas {
+        let mut conn = cluster.node(replica).conn();
+        for (name, value) in [("masteruser", "nobody-here"), ("masterauth", "x")] {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query(&mut conn)
+                .unwrap();
+        }
+    }
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut cluster.node(master).conn())
+        .unwrap();
+    for replica in replicas {
+        common::wait_until(
+            Duration::from_secs(10),
+            "the replication link to drop",
+            || {
+                let info: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut cluster.node(replica).conn())
+                    .unwrap();
+                info.contains("master_link_status:down")
+            },
+        );
+    }
+}
+
+/// Whether `key` exists on replica `replica` (read with `READONLY`).
+fn on_replica(cluster: &RedisClusterTopology, replica: usize, key: &str) -> bool {
+    let mut conn = cluster.node(replica).conn();
+    let _: () = redis::cmd("READONLY").query(&mut conn).unwrap();
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(&mut conn)
+        .unwrap()
+        == 1
+}
+
+/// A promotion that lost the lock and its fencing counter (replication cut before the
+/// lock, after a first lock of the same TTL reached the replica with its slot's record;
+/// then `CLUSTER FAILOVER FORCE`): the holder cannot extend on its demoted master, the
+/// next lock is granted only once the lost lock's TTL is over, on the promoted master,
+/// and its fencing token is above the lost one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let url = member_url(&cluster);
+    let (holder, next_client) = (client(&[&url]), client(&[&url]));
+    let resource = unique("failover");
+    let ttl = Duration::from_secs(3);
+    let master = cluster.master_for_key(&resource);
+    let replica = cluster.replicas_of(master)[0];
+    let warm_up = holder.lock(&resource, ttl).fenced().await.unwrap();
+    let warm_token = u64::from(warm_up.fencing_token());
+    warm_up.release().await.unwrap();
+    let waited: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(1000)
+        .query(&mut cluster.node(master).conn())
+        .unwrap();
+    assert_eq!(waited, 1, "the replica had the first lock's writes");
+    cut_replication(&cluster, master);
+
+    let acquired = Instant::now();
+    let held = holder.lock(&resource, ttl).fenced().await.unwrap();
+    let first_token = u64::from(held.fencing_token());
+    assert!(first_token > warm_token);
+    assert!(
+        !on_replica(&cluster, replica, &resource),
+        "the replica got the lock"
+    );
+    cluster.force_failover(replica);
+    let failed_over = Instant::now();
+
+    assert!(
+        held.extend(ttl).await.is_err(),
+        "the holder extended on its demoted master"
+    );
+    let next = next_client
+        .lock(&resource, ttl)
+        .fenced()
+        .wait(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    assert!(
+        granted >= acquired + ttl,
+        "granted {:?} before the lost lock's TTL ran out",
+        acquired + ttl - granted
+    );
+    assert_eq!(
+        keys(cluster.node(replica), &resource),
+        vec![resource.clone()]
+    );
+    assert!(u64::from(next.fencing_token()) > first_token);
+    println!(
+        "the promoted master voted again {:?} after the failover, {:?} after the lost lock's TTL",
+        granted - failed_over,
+        granted - (acquired + ttl)
+    );
+    next.release().await.unwrap();
+    drop(held);
+    holder.shutdown().await;
+    next_client.shutdown().await;
+}
