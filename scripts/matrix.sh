@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock metrics faults cli doctor harness_selftest sentinel})
+TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock metrics faults cli doctor harness_selftest sentinel cluster})
 # Per target, arguments for its test binary. The lock kinds' fault rows run once, in the
 # main suite: the matrix checks their scripts on every build through the semaphore and
 # rwlock targets, and the mutex's fault rows on every build here. So does the majority
