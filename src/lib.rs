@@ -36,11 +36,13 @@ mod semaphore;
 mod wait;
 
 // The ballot of one attempt (feeds `safety` from the replies) and the pure rules of
-// restart quarantine, fencing and Sentinel members, public only for the model checks
-// (tests/model.rs, tests/model_sentinel.rs), which check the same decisions the client
-// makes.
+// restart quarantine, fencing, Sentinel and Cluster members, public only for the model
+// checks (tests/model.rs, tests/model_sentinel.rs, tests/model_cluster.rs), which check the
+// same decisions the client makes.
 #[doc(hidden)]
 pub use acquire::ballot;
+#[doc(hidden)]
+pub use rules::cluster;
 #[doc(hidden)]
 pub use rules::safety;
 #[doc(hidden)]

@@ -19,6 +19,7 @@ use crate::net::sentinel::{MasterAddr, SentinelMaster};
 use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
 use crate::protocol;
 use crate::protocol::native::Capabilities;
+use crate::rules::cluster::promoted_shard_life_start;
 use crate::rules::sentinel::promoted_life_start;
 
 type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
@@ -257,7 +258,9 @@ impl Node {
                 // The old master may accept writes until it learns of the promotion,
                 // within the cluster's node timeout (see `net::cluster`).
                 let grace = cluster.upgrade().map(|c| c.promotion_grace());
-                facts.at += grace.unwrap_or_default();
+                let start =
+                    promoted_shard_life_start(facts.at.into_std(), grace.unwrap_or_default());
+                facts.at = Instant::from_std(start);
             }
             _ => {}
         }
