@@ -234,6 +234,16 @@ impl Ensemble {
         view
     }
 
+    /// For member `i` when it is a Redis Cluster, the `host:port` of each shard master its
+    /// slot table names (learnt first if it never was), sorted; empty for any other member.
+    pub(crate) async fn cluster_shards(&self, i: usize) -> Vec<String> {
+        let seating = self.base.as_deref().unwrap_or(self).seating.as_ref();
+        match seating.and_then(|s| s.clusters.get(i)?.as_ref()) {
+            Some(cluster) => cluster.owners().await,
+            None => Vec::new(),
+        }
+    }
+
     /// Every node this client has: its members' and, for a Cluster member, every shard
     /// master named so far.
     pub(crate) fn every_node(&self) -> Vec<Arc<Node>> {

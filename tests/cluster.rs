@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::topology::RedisClusterTopology;
 use common::{RedisServer, unique};
-use quorum_lock::{Error, Redlock};
+use quorum_lock::{Error, FindingKind, Redlock};
 
 /// The `redis+cluster://` URL of `cluster`, listing its first two nodes as seeds.
 fn member_url(cluster: &RedisClusterTopology) -> String {
@@ -153,7 +153,25 @@ async fn a_cluster_member_votes_beside_plain_servers() {
     assert_eq!(keys(cluster.node(owner), &resource), vec![resource.clone()]);
     assert_eq!(keys(&a, &resource), vec![resource.clone()]);
     guard.release().await.unwrap();
+    // The deployment check shows the Cluster member's shards, and does not warn of its
+    // cluster mode or its replicas: the member follows the cluster by design.
+    let report = redlock.check_deployment().await;
+    let mut masters: Vec<String> = (0..3)
+        .map(|m| format!("127.0.0.1:{}", cluster.node(m).port()))
+        .collect();
+    masters.sort();
+    assert_eq!(report.nodes[2].cluster_shards, masters);
+    let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
+    assert!(!kinds.contains(&FindingKind::ClusterMode), "{kinds:?}");
+    assert!(!kinds.contains(&FindingKind::FailoverRisk), "{kinds:?}");
     redlock.shutdown().await;
+    // A shard listed again as a plain member is one server voting twice.
+    let shard = cluster.node(0).url();
+    let twice = client(&[&shard, &a.url(), &member_url(&cluster)]);
+    let report = twice.check_deployment().await;
+    let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
+    assert!(kinds.contains(&FindingKind::DuplicateServer), "{kinds:?}");
+    twice.shutdown().await;
 }
 
 /// The other lock kinds on a Cluster member: a semaphore's slots share one shard (its

@@ -126,6 +126,18 @@ impl ClusterMember {
         table.shards.get(owner).cloned()
     }
 
+    /// The `host:port` of every master that owns a slot in the table, sorted (the table
+    /// learnt first if it never was).
+    pub(crate) async fn owners(&self) -> Vec<String> {
+        if self.lock().learnt.is_none() {
+            self.learn().await;
+        }
+        let mut owners: Vec<String> = self.lock().owners.iter().flatten().cloned().collect();
+        owners.sort();
+        owners.dedup();
+        owners
+    }
+
     /// Every shard master named so far.
     pub(crate) fn shards(&self) -> Vec<Arc<Node>> {
         self.lock().shards.values().cloned().collect()

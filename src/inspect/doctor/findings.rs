@@ -48,6 +48,7 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
         quorum,
     };
     let mut out: Vec<Finding> = node_count(votes.nodes, quorum).into_iter().collect();
+    out.extend(shared_shards(infos));
     let related = pairs(infos, &mut out);
     for (node, related) in infos.iter().zip(related) {
         out.extend(sentinel_quorum(node));
@@ -57,7 +58,8 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
         }
         out.extend(incomplete(node));
         out.extend(cluster_mode(node));
-        if !related {
+        // A Cluster member's seed has replicas by design: the member follows failovers.
+        if !related && node.cluster_shards.is_empty() {
             out.extend(replica(node));
             out.extend(failover_risk(node));
         }
@@ -158,6 +160,39 @@ fn pairs(infos: &[NodeInfo], out: &mut Vec<Finding>) -> Vec<bool> {
     related
 }
 
+/// Members that share a server: a shard master of a Cluster member that another member
+/// names too (as a shard of its own, or as its address). One failure domain casts two
+/// votes: an error, as the same server listed twice is.
+fn shared_shards(infos: &[NodeInfo]) -> Vec<Finding> {
+    let servers = |n: &NodeInfo| -> Vec<String> {
+        match n.cluster_shards.is_empty() {
+            true => vec![address(&n.name)],
+            false => n.cluster_shards.clone(),
+        }
+    };
+    let mut out = Vec::new();
+    for (i, a) in infos.iter().enumerate() {
+        for b in infos.iter().skip(i + 1) {
+            let (mine, theirs) = (servers(a), servers(b));
+            let both = a.cluster_shards.len() + b.cluster_shards.len() > 0;
+            if let Some(shared) = mine.iter().find(|s| both && theirs.contains(s)) {
+                out.push(finding(
+                    FindingKind::DuplicateServer,
+                    Severity::Error,
+                    Some(&b.name),
+                    format!(
+                        "shares the server {shared} with {}: one failure domain casts two \
+                         votes, so fewer servers than a quorum can grant a lock",
+                        a.name
+                    ),
+                    "list each Redis Cluster once, and no shard of it as another member",
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// `b` is the same server as `a` (same `run_id`).
 fn duplicate(a: &NodeInfo, b: &NodeInfo) -> Finding {
     finding(
@@ -256,7 +291,8 @@ fn incomplete(node: &NodeInfo) -> Option<Finding> {
 }
 
 fn cluster_mode(node: &NodeInfo) -> Option<Finding> {
-    (node.cluster_enabled == Some(true)).then(|| {
+    let listed_plainly = node.cluster_shards.is_empty();
+    (listed_plainly && node.cluster_enabled == Some(true)).then(|| {
         finding(
             FindingKind::ClusterMode,
             Severity::Warning,
@@ -264,7 +300,8 @@ fn cluster_mode(node: &NodeInfo) -> Option<Finding> {
             "runs in cluster mode: a lock key lives on whichever shard owns its slot, and \
              this node refuses keys of slots it does not own"
                 .into(),
-            "use standalone masters (cluster-enabled no), each one an independent vote",
+            "list the cluster as one member (redis+cluster://host:port,...), or use \
+             standalone masters (cluster-enabled no), each one an independent vote",
         )
     })
 }

@@ -306,6 +306,10 @@ pub struct NodeInfo {
     /// master during this check, in the order of the member's URL; empty for a plain
     /// server.
     pub sentinels: Vec<SentinelAnswer>,
+    /// For a member that is a Redis Cluster (`redis+cluster://`), the `host:port` of each
+    /// shard master its slot table names for this check, sorted; the other facts are its
+    /// first seed's. Empty for any other member.
+    pub cluster_shards: Vec<String>,
     /// `uptime_in_seconds` from `INFO`: time since the server process started.
     pub uptime: Option<Duration>,
     /// The clock offset from the best of a few `TIME` samples.
@@ -401,9 +405,12 @@ pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
     let prefix = &inner.config.key_prefix;
     let probes = inner.nodes.iter().map(|node| probe::probe(node, prefix));
     let probed = futures::future::join_all(probes).await;
+    let shards = (0..inner.nodes.len()).map(|i| inner.cluster_shards(i));
+    let shards = futures::future::join_all(shards).await;
     let mut nodes = Vec::with_capacity(probed.len());
     let (mut ledgers, mut scans) = (Vec::new(), Vec::new());
-    for mut node in probed {
+    for (mut node, shards) in probed.into_iter().zip(shards) {
+        node.info.cluster_shards = shards;
         node.info.keys = node.keys.as_ref().map(|scan| keys::census(scan, prefix));
         nodes.push(node.info);
         ledgers.push(node.ledger);

@@ -185,6 +185,9 @@ fn node_row(n: &NodeInfo) -> [String; 8] {
         version(n),
         match (&n.role, &n.sentinel_master) {
             (Some(role), Some(at)) => format!("{role} {at} ({})", sentinels_agreeing(n, at)),
+            _ if !n.cluster_shards.is_empty() => {
+                format!("cluster of {} shards", n.cluster_shards.len())
+            }
             (role, _) => opt(role),
         },
         aof,
@@ -263,6 +266,9 @@ fn node_json(out: &mut String, n: &NodeInfo) {
     o.str("maxmemory_policy", n.maxmemory_policy.as_deref());
     o.bool("cluster_enabled", n.cluster_enabled);
     o.str("sentinel_master", n.sentinel_master.as_deref());
+    o.array("cluster_shards", &n.cluster_shards, |out, shard| {
+        crate::inspect::json::json_str(out, shard);
+    });
     o.array("sentinels", &n.sentinels, |out, answer| {
         let mut a = JsonObject::new(out);
         a.str("sentinel", Some(&answer.sentinel));

@@ -104,6 +104,30 @@ fn cluster_mode_and_eviction() {
     );
 }
 
+/// A Cluster listed as one member is no `cluster_mode` warning, nor a failover risk for
+/// its seed's replicas; a Cluster whose shard another member names is one failure domain
+/// voting twice.
+#[test]
+fn a_cluster_member_and_a_shard_shared_with_another_member() {
+    let mut infos = set(3);
+    infos[2].name = "cluster:10.0.0.7:7000".into();
+    infos[2].cluster_enabled = Some(true);
+    infos[2].replicas = Some(1);
+    infos[2].cluster_shards = vec!["10.0.0.7:7000".into(), "10.0.0.8:7000".into()];
+    assert_eq!(kinds(&infos, &limits()), vec![]);
+    infos[1].name = "10.0.0.8:7000".into();
+    assert_eq!(
+        kinds(&infos, &limits()),
+        vec![(K::DuplicateServer, E, Some("cluster:10.0.0.7:7000".into()))]
+    );
+    infos[1].name = "cluster:10.0.0.9:7000".into();
+    infos[1].cluster_shards = vec!["10.0.0.8:7000".into()];
+    assert_eq!(
+        kinds(&infos, &limits()),
+        vec![(K::DuplicateServer, E, Some("cluster:10.0.0.7:7000".into()))]
+    );
+}
+
 #[test]
 fn incomplete_when_info_refused() {
     let mut infos = set(3);

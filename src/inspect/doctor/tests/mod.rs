@@ -56,6 +56,7 @@ fn healthy(i: usize) -> NodeInfo {
         cluster_enabled: Some(false),
         sentinel_master: None,
         sentinels: Vec::new(),
+        cluster_shards: Vec::new(),
         uptime: Some(Duration::from_secs(3600)),
         clock: Some(ClockOffset {
             offset_micros: 200,
