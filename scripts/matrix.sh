@@ -22,10 +22,10 @@ TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock metr
 # main suite: the matrix checks their scripts on every build through the semaphore and
 # rwlock targets, and the mutex's fault rows on every build here. So does the majority
 # row: with a majority down nothing is granted whatever the build, and its control run
-# tests the checker, not the server. So does the Sentinel failover row: the sentinel target
-# fails members over on every build.
+# tests the checker, not the server. So do the Sentinel and Cluster failover rows: the
+# sentinel and cluster targets fail members over on every build.
 declare -A TARGET_ARGS=(
-    [faults]="--skip nemesis_semaphore_holds_at_most_k --skip nemesis_rwlock_writers_exclude_everyone --skip nemesis_majority_faults_block_and_stay_safe --skip nemesis_sentinel_members_fail_over"
+    [faults]="--skip nemesis_semaphore_holds_at_most_k --skip nemesis_rwlock_writers_exclude_everyone --skip nemesis_majority_faults_block_and_stay_safe --skip nemesis_sentinel_members_fail_over --skip nemesis_cluster_members_fail_over"
 )
 # Targets that run on the mixed row only: their tests reach every build there (node i runs
 # build i mod 5), and what they add to the per-build targets is process and fault

@@ -13,10 +13,13 @@
 //! - [`liveness`]: rows that restart nodes empty (or keep a minority down) around idle
 //!   workers and measure how fast locks are granted again;
 //! - [`sentinel_members`]: members under Sentinel, whose fault is a failover;
+//! - [`cluster_members`]: members that are Redis Clusters, whose fault is a failover of
+//!   every shard;
 //! - [`rng`]: a small seeded generator, so a failing schedule can be replayed.
 #![allow(dead_code)]
 
 pub mod clock;
+pub mod cluster_members;
 pub mod ensemble;
 pub mod history;
 pub mod liveness;
