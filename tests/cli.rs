@@ -754,6 +754,46 @@ fn a_member_under_sentinel_in_the_node_list() {
     output(cli(&urls, ["doctor"])).expect(0).stdout_has(&master);
 }
 
+/// An operator lists a Redis Cluster as one member (its seeds separated by commas): a
+/// run holds the lock on the shard master that owns the resource's slot, a second run
+/// with `--no-wait` is refused meanwhile (exit 75), and `doctor` lists the shards.
+#[test]
+fn a_redis_cluster_in_the_node_list() {
+    let cluster = common::topology::RedisClusterTopology::start(3, 0);
+    let seeds = format!(
+        "redis+cluster://127.0.0.1:{},127.0.0.1:{}",
+        cluster.node(0).port(),
+        cluster.node(1).port()
+    );
+    let urls = [seeds];
+    let resource = unique("cli-cluster");
+    let owner = cluster.node(cluster.master_for_key(&resource)).port();
+    let key_there = format!("redis-cli -p {owner} exists {resource} | grep -qx 1");
+    output(run_cmd(
+        &urls,
+        &["--ttl", TTL_ARG],
+        &resource,
+        &["sh", "-c", &key_there],
+    ))
+    .expect(0);
+    let scratch = Scratch::new();
+    let pid_file = scratch.path("pid");
+    let args = ["--ttl", TTL_ARG];
+    let holder = hold_sleeping(&urls, &scratch, &args, &resource, &pid_file);
+    output(run_cmd(
+        &urls,
+        &["--ttl", TTL_ARG, "--no-wait"],
+        &resource,
+        &["true"],
+    ))
+    .expect(75);
+    holder.signal(Signal::SIGTERM);
+    holder.wait(LIMIT).expect(128 + 15);
+    output(cli(&urls, ["doctor"]))
+        .expect(0)
+        .stdout_has("cluster of 3 shards");
+}
+
 #[test]
 fn program_status_and_environment_pass_through() {
     let (_cluster, urls, scratch, resource) = setup(TTL, "status");
