@@ -46,6 +46,8 @@ pub(crate) struct Ensemble {
     seating: Option<Arc<Seating>>,
     /// In a view, the client's own ensemble.
     base: Option<Arc<Ensemble>>,
+    /// In a view seated for a slot, that slot.
+    slot: Option<u16>,
 }
 
 /// The lifecycle of a client: its shutdown, the locks it holds, its attempts under way,
@@ -188,6 +190,7 @@ impl Ensemble {
             life,
             seating,
             base: None,
+            slot: None,
         }
     }
 
@@ -229,16 +232,41 @@ impl Ensemble {
             life: Arc::clone(&base.life),
             seating: None,
             base: Some(Arc::clone(base)),
+            slot: Some(slot),
         });
         views.insert(id, Arc::downgrade(&view));
         view
     }
 
+    /// Whether node `i`'s votes may count now, as far as its membership goes: a Sentinel
+    /// member's only while its sentinels confirm its master (`Node::vouches`), a Cluster
+    /// member's only while a majority of the cluster's masters, asked less than a
+    /// confirmation window ago, named the node owner of this view's slot (see
+    /// `net::cluster`); any other node's always.
+    pub(crate) fn vouches(&self, i: usize) -> bool {
+        let Some(node) = self.nodes.get(i) else {
+            return false;
+        };
+        match (self.slot, self.cluster_of(i)) {
+            (Some(slot), Some(cluster)) => {
+                let life = node.known().run_id();
+                cluster.vouches(slot, node.name(), life.as_deref())
+            }
+            (None, Some(_)) => false,
+            _ => node.vouches(),
+        }
+    }
+
+    /// Member `i`'s Redis Cluster, if it is one.
+    fn cluster_of(&self, i: usize) -> Option<&Arc<ClusterMember>> {
+        let seating = self.base.as_deref().unwrap_or(self).seating.as_ref()?;
+        seating.clusters.get(i)?.as_ref()
+    }
+
     /// For member `i` when it is a Redis Cluster, the `host:port` of each shard master its
     /// slot table names (learnt first if it never was), sorted; empty for any other member.
     pub(crate) async fn cluster_shards(&self, i: usize) -> Vec<String> {
-        let seating = self.base.as_deref().unwrap_or(self).seating.as_ref();
-        match seating.and_then(|s| s.clusters.get(i)?.as_ref()) {
+        match self.cluster_of(i) {
             Some(cluster) => cluster.owners().await,
             None => Vec::new(),
         }

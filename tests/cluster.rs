@@ -494,3 +494,95 @@ async fn a_failover_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl()
     holder.shutdown().await;
     next_client.shutdown().await;
 }
+
+/// The cluster finds a frozen shard master (SIGSTOP) silent and promotes its replica,
+/// which never received the lock the frozen master holds; the old master then resumes,
+/// still a master until it hears of the promotion. The holder cannot extend there, a
+/// client whose slot table predates the failover gets no vote there either, and the next
+/// lock is granted only once the lost lock's TTL is over, on the promoted master, with a
+/// higher fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_replaced_by_the_cluster_keeps_its_lost_lock_exclusive() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let url = member_url(&cluster);
+    let (holder, stale, next_client) = (client(&[&url]), client(&[&url]), client(&[&url]));
+    let resource = unique("frozen");
+    let ttl = Duration::from_secs(6);
+    let master = cluster.master_for_key(&resource);
+    let replica = cluster.replicas_of(master)[0];
+    let warm_up = holder.lock(&resource, ttl).fenced().await.unwrap();
+    warm_up.release().await.unwrap();
+    // The stale client learns the table now, before the failover.
+    let other = unique("frozen-other");
+    stale
+        .lock(&other, ttl)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(1000)
+        .query(&mut cluster.node(master).conn())
+        .unwrap();
+    cut_replication(&cluster, master);
+    let acquired = Instant::now();
+    let held = holder.lock(&resource, ttl).fenced().await.unwrap();
+    let first_token = u64::from(held.fencing_token());
+
+    cluster.node(master).pause();
+    let paused = Instant::now();
+    common::wait_until(
+        Duration::from_secs(20),
+        "the cluster to promote the replica",
+        || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut cluster.node(replica).conn())
+                .unwrap();
+            info.contains("role:master")
+        },
+    );
+    let promotion = paused.elapsed();
+    cluster.node(master).resume();
+
+    let extended = held.extend(ttl).await;
+    assert!(
+        extended.is_err(),
+        "extended on the resumed old master: {extended:?}"
+    );
+    let tried = stale.try_lock(&resource, ttl).await;
+    assert!(
+        !matches!(tried, Ok(Some(_))),
+        "a client with the old table got the old master's vote"
+    );
+    let next = next_client
+        .lock(&resource, ttl)
+        .fenced()
+        .wait(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    assert!(
+        granted >= acquired + ttl,
+        "granted {:?} before the lost lock's TTL ran out",
+        acquired + ttl - granted
+    );
+    assert_eq!(
+        keys(cluster.node(replica), &resource),
+        vec![resource.clone()]
+    );
+    assert!(u64::from(next.fencing_token()) > first_token);
+    println!(
+        "promoted {promotion:?} after the freeze; the member voted again {:?} after the \
+         promotion, {:?} after the lost lock's TTL",
+        granted - paused - promotion,
+        granted - (acquired + ttl)
+    );
+    next.release().await.unwrap();
+    drop(held);
+    for c in [holder, stale, next_client] {
+        c.shutdown().await;
+    }
+}

@@ -68,7 +68,6 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     let config = &ensemble.config;
     let plan = Plan::new(ensemble, request.resources, request.ttl, request.fencing)?
         .with_access(request.access)?;
-    let ensemble = &ensemble.seated(&plan.keys).await;
     refuse_upgrade(ensemble, &plan)?;
     let max_attempts = request.max_attempts.or(config.max_attempts);
     if max_attempts == Some(0) {
@@ -103,19 +102,21 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
         }
         attempts = attempts.saturating_add(1);
         let (enqueue, gated) = waiting.next(attempts);
+        // Seated anew for every attempt: a Cluster member's slot may have a new owner.
+        let seated = &ensemble.seated(&plan.keys).await;
         let result = match enqueue.filter(|_| gated) {
             // A waiter that was not woken asks the waiting-list node first, so it does not
             // take the lock from under the client a release woke, nor split the votes.
             Some(e) => match waiting.ask_gate(e, plan.list_ttl_ms()).await {
-                Ok(()) => attempt::attempt(ensemble, &plan, enqueue).await,
+                Ok(()) => attempt::attempt(seated, &plan, enqueue).await,
                 Err(refused) => Err(refused),
             },
-            None => attempt::attempt(ensemble, &plan, enqueue).await,
+            None => attempt::attempt(seated, &plan, enqueue).await,
         };
         let err = match result {
             Ok(mut guard) => {
                 waiting.acquired(enqueue, enqueue.and_then(|e| guard.vote(e.node)));
-                intent::clear_after_write(ensemble, &plan, |i| guard.voted_yes(i));
+                intent::clear_after_write(seated, &plan, |i| guard.voted_yes(i));
                 metrics::acquired(started.elapsed());
                 if let Some(policy) = request.auto_extend {
                     guard.auto_extend(policy);
@@ -124,13 +125,13 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
             }
             Err(e) if e.is_retryable() => e,
             Err(e) => {
-                intent::clear_after_write(ensemble, &plan, |_| false);
+                intent::clear_after_write(seated, &plan, |_| false);
                 return Err(e);
             }
         };
         let remaining = wait.saturating_sub(started.elapsed());
         if remaining.is_zero() || max_attempts.is_some_and(|m| attempts >= m) {
-            intent::clear_after_write(ensemble, &plan, |_| false);
+            intent::clear_after_write(seated, &plan, |_| false);
             return Err(gave_up(attempts, started, err));
         }
         let poll = |shift| backoff.next(shift);

@@ -191,7 +191,8 @@ pub(super) async fn collect_votes(
         let Some(node) = ensemble.nodes.get(i) else {
             return (NodeOutcome::Failed("no such node".into()), None);
         };
-        match read_vote(node, answer, lives.get(i).and_then(Option::as_ref)) {
+        let (vouched, life) = (ensemble.vouches(i), lives.get(i).and_then(Option::as_ref));
+        match read_vote(node, vouched, answer, life) {
             Ok(read) if read.set => (NodeOutcome::Acquired, Some(read)),
             Ok(read) => (NodeOutcome::HeldByOther, Some(read)),
             Err(failed) => (failed, None),
@@ -234,10 +235,11 @@ pub(super) async fn collect_votes(
 /// acquire script's reply, with the facts the node's connect learnt.
 fn read_vote(
     node: &Node,
+    vouched: bool,
     answer: Value,
     life: Option<&Arc<str>>,
 ) -> std::result::Result<Read, NodeOutcome> {
-    let mut read = blank_read(node);
+    let mut read = blank_read(node, vouched);
     if let Some(life) = life {
         read.marker = Seen::Cached(Arc::clone(life));
     }
@@ -256,11 +258,12 @@ fn read_vote(
 }
 
 /// What the ballot of an acquisition knows of `node` before its reply: its `run_id`, its
-/// age now (rounded down) and its durability, from what its last connect learnt. A
-/// Sentinel member whose master its sentinels have not confirmed lately has no identity:
-/// its vote does not count (see `net::sentinel`).
-pub(crate) fn blank_read(node: &Node) -> Read {
-    if !node.vouches() {
+/// age now (rounded down) and its durability, from what its last connect learnt. A node
+/// its membership does not vouch for (`vouched`, see `Ensemble::vouches`: a Sentinel or
+/// Cluster member whose master was not confirmed lately) has no identity: its vote does
+/// not count.
+pub(crate) fn blank_read(node: &Node, vouched: bool) -> Read {
+    if !vouched {
         return Read::blank(None, None, Persistence::Unknown);
     }
     node.known().with_facts(|facts| match facts {
@@ -302,7 +305,8 @@ pub(super) fn read_late_records(ensemble: &Ensemble, plan: &Plan, mut round: Rou
                 &nodes,
                 &mut late,
                 |_, answer| {
-                    if let Ok(read) = read_vote(node, answer, None)
+                    // Only the record is read here, for the fast path: no vote.
+                    if let Ok(read) = read_vote(node, true, answer, None)
                         && let Some(life) = &read.run_id
                     {
                         node.known().seen(life, false, record_after(&read, ttl_ms));

@@ -295,10 +295,10 @@ fn extended_or_not(reply: Value) -> NodeOutcome {
 }
 
 /// `outcome` of node `i`, unless it is a yes that the node's membership does not vouch for
-/// (a member under Sentinel whose master was not confirmed lately, see `net::sentinel`):
-/// that one does not count, as in an acquisition.
+/// (a Sentinel or Cluster member whose master was not confirmed lately, see
+/// `Ensemble::vouches`): that one does not count, as in an acquisition.
 fn vouched(ensemble: &Ensemble, i: usize, outcome: NodeOutcome) -> NodeOutcome {
-    let unvouched = (ensemble.nodes.get(i)).is_some_and(|node| !node.vouches());
+    let unvouched = !ensemble.vouches(i);
     match outcome {
         NodeOutcome::Extended if unvouched => NodeOutcome::Quarantined {
             reason: QuarantineReason::NoIdentity,

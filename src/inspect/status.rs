@@ -312,7 +312,7 @@ async fn inspect_everywhere(
     let nodes = &ensemble.nodes;
     let read = |i: usize, answer| match (reply::inspect_reply(answer), nodes.get(i)) {
         (Ok(inspected), Some(node)) => {
-            let mut seen = crate::acquire::vote_round::blank_read(node);
+            let mut seen = crate::acquire::vote_round::blank_read(node, ensemble.vouches(i));
             seen.marker = Seen::Read(inspected.marker.map(|m| m.life));
             seen.record_ms = inspected.record_ms;
             let held = holder(&inspected.kind, inspected.pttl, inspected.value);

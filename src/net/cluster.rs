@@ -4,29 +4,37 @@
 //! follow `MOVED` or `ASK` itself: a redirected request does not vote, and the table is
 //! learnt again in the background, so the next attempt goes to the new owner.
 //!
-//! A failover puts a promoted replica in a master's place: a new node here, in a new life
-//! (`net::server_facts`), quarantined as a restart is. The old master may still accept
-//! writes until it learns of the promotion; it stops within the cluster's node timeout
-//! (`cluster-node-timeout`, read from the shard, 15 s when it cannot be read), so a
-//! promoted master's age counts from that much after this client learnt it.
+//! A failover puts a promoted replica in a master's place, and the old master may go on
+//! accepting writes until it learns of the promotion: for as long as it is partitioned
+//! with clients of its own, or, paused (a stalled host), for the moment after it resumes.
+//! So, as for a member under Sentinel (`net::sentinel`), a vote counts only while the
+//! masters confirm it: every round asks every master the table names for its `CLUSTER
+//! SLOTS`, and a node's vote for a lock counts only if a majority of them, in a round that
+//! started less than a confirmation window (`rules::sentinel::CONFIRM_WINDOW`) before the
+//! vote is judged, named it owner of the
+//! lock's slot (`Ensemble::vouches`). A master's view of the slots only moves forward
+//! (config epochs), and two majorities of the masters share one, so the Sentinel
+//! argument holds with the masters as the sentinels; the promoted master is quarantined
+//! from a window after this client learnt it (`Node::learn_facts`).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use tokio::time::Instant;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
 use crate::net::coalesce::Yield;
 use crate::net::node::{Member, Node, ShardOf};
-use crate::net::server_facts::FactsHook;
+use crate::net::server_facts::{FactsHook, life_in};
 use crate::protocol::slots::SLOTS;
+use crate::rules::cluster::agreed_owners;
+use crate::rules::sentinel::vouched;
 
-/// The `cluster-node-timeout` assumed when the shard does not say (Redis's default).
-const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// How often the slot table is learnt again at most, however many requests are redirected.
+/// How often the slot table is learnt again at most, however many requests ask for it.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The shard masters a member's slot table names, by address, and which owns each slot.
@@ -35,10 +43,17 @@ struct Table {
     /// Every shard master named so far, by `host:port` (never removed: a guard may still
     /// hold one).
     shards: HashMap<String, Arc<Node>>,
-    /// The owner of each slot, by `host:port`; empty until first learnt.
-    owners: Vec<Option<String>>,
+    /// The owner of each slot, by `host:port`, where requests go: the masters' agreed
+    /// owner, else the first answer's; empty until first learnt.
+    owners: Vec<Option<Arc<str>>>,
     /// When the table was last learnt (or tried).
     learnt: Option<Instant>,
+    /// The last confirmation: when its round started, and per slot the owner a majority of
+    /// the masters asked named (`None`: no majority).
+    confirmed: Option<(Instant, Vec<Option<Arc<str>>>)>,
+    /// The life each master answered that round in, by `host:port` (see
+    /// `server_facts::life_in`).
+    lives: HashMap<String, String>,
 }
 
 /// A Redis Cluster member (see the module docs).
@@ -54,8 +69,6 @@ pub(crate) struct ClusterMember {
     table: Mutex<Table>,
     /// One learning of the table at a time.
     learning: tokio::sync::Mutex<()>,
-    /// The cluster's node timeout, in milliseconds (see the module docs).
-    node_timeout_ms: AtomicU64,
     /// Told the name and durability of every connect of every shard (see `Node::on_facts`).
     on_facts: OnceLock<FactsHook>,
     /// Itself, for the shards' nodes, which ask it to learn the table again.
@@ -86,7 +99,6 @@ impl ClusterMember {
             coalescing,
             table: Mutex::new(Table::default()),
             learning: tokio::sync::Mutex::new(()),
-            node_timeout_ms: AtomicU64::new(millis(DEFAULT_NODE_TIMEOUT)),
             on_facts: OnceLock::new(),
             this: this.clone(),
         })
@@ -119,11 +131,28 @@ impl ClusterMember {
         self.owner(slot)
     }
 
+    /// Whether a vote of the node named `node` (`host:port`), whose connection is to the
+    /// server's life `life`, for a lock in `slot` counts now: a confirmation that started
+    /// less than a confirmation window ago names it owner, and it answered that round in
+    /// the same life (a connection kept across a demotion and a new promotion knows an
+    /// old one).
+    pub(crate) fn vouches(&self, slot: u16, node: &str, life: Option<&str>) -> bool {
+        let table = self.lock();
+        if table.lives.get(node).map(String::as_str) != life {
+            return false;
+        }
+        let confirmed = (table.confirmed.as_ref()).and_then(|(at, owners)| {
+            let owner = owners.get(usize::from(slot))?.as_deref()?;
+            Some((at.into_std(), owner))
+        });
+        vouched(confirmed.as_ref(), Some(&node), std::time::Instant::now())
+    }
+
     /// The node of the master that owns `slot` in the table as it stands.
     fn owner(&self, slot: u16) -> Option<Arc<Node>> {
         let table = self.lock();
         let owner = table.owners.get(usize::from(slot))?.as_ref()?;
-        table.shards.get(owner).cloned()
+        table.shards.get(&**owner).cloned()
     }
 
     /// The `host:port` of every master that owns a slot in the table, sorted (the table
@@ -132,7 +161,13 @@ impl ClusterMember {
         if self.lock().learnt.is_none() {
             self.learn().await;
         }
-        let mut owners: Vec<String> = self.lock().owners.iter().flatten().cloned().collect();
+        let table = self.lock();
+        let mut owners: Vec<String> = table
+            .owners
+            .iter()
+            .flatten()
+            .map(|o| o.to_string())
+            .collect();
         owners.sort();
         owners.dedup();
         owners
@@ -143,73 +178,117 @@ impl ClusterMember {
         self.lock().shards.values().cloned().collect()
     }
 
-    /// Asks the known masters, then the seeds, for `CLUSTER SLOTS` until one answers, and
-    /// puts its answer in the table. A table no server gives stays as it was.
+    /// One round: asks every master the table names (at first, the masters the first seed
+    /// to answer names) for `CLUSTER SLOTS`, at once, and puts in the table per slot the
+    /// owner a majority of them agrees on as the confirmation, and where requests go. A
+    /// round no master answers leaves the table as it was.
     async fn learn(&self) {
         let _one = self.learning.lock().await;
         if (self.lock().learnt).is_some_and(|at| at.elapsed() < REFRESH_INTERVAL) {
             return;
         }
-        let mut candidates: Vec<(String, u16)> = {
-            let table = self.lock();
-            let mut known: Vec<&String> = table.shards.keys().collect();
-            known.sort();
-            known.into_iter().filter_map(|a| split_addr(a)).collect()
-        };
-        candidates.extend(self.seeds.iter().cloned());
-        for (host, port) in candidates {
-            match tokio::time::timeout(self.connect_timeout, self.ask_slots(&host, port)).await {
-                Ok(Ok(ranges)) if !ranges.is_empty() => {
-                    self.install(&ranges);
-                    return;
+        let started = Instant::now();
+        let mut masters = self.masters();
+        if masters.is_empty() {
+            masters = distinct_masters(&self.first_seed_answer().await);
+        }
+        let asked = masters.iter().map(|(host, port)| async move {
+            let answer = tokio::time::timeout(self.connect_timeout, self.ask_slots(host, *port));
+            match answer.await {
+                Ok(Ok((ranges, life))) if !ranges.is_empty() => {
+                    Some((format!("{host}:{port}"), ranges, life))
                 }
                 Ok(Err(e)) => {
-                    tracing::debug!(member = %self.name, %host, port, error = %e, "CLUSTER SLOTS failed")
+                    tracing::debug!(member = %self.name, %host, port, error = %e, "CLUSTER SLOTS failed");
+                    None
                 }
-                _ => {}
+                _ => None,
             }
-        }
-        self.lock().learnt = Some(Instant::now());
-        tracing::warn!(member = %self.name, "no server of the cluster gave its slot table");
+        });
+        let answers: Vec<Option<Answer>> = futures::future::join_all(asked).await;
+        self.install(&answers, started);
     }
 
-    /// `CLUSTER SLOTS` (and the node timeout) from the server at `host:port`.
-    async fn ask_slots(&self, host: &str, port: u16) -> RedisResult<Vec<SlotRange>> {
+    /// The masters the table names now, `(host, port)`, sorted.
+    fn masters(&self) -> Vec<(String, u16)> {
+        let table = self.lock();
+        let mut named: Vec<&str> = table.owners.iter().flatten().map(|o| &**o).collect();
+        named.sort_unstable();
+        named.dedup();
+        named.into_iter().filter_map(split_addr).collect()
+    }
+
+    /// The slot table of the first seed that gives one (empty: none did).
+    async fn first_seed_answer(&self) -> Vec<SlotRange> {
+        for (host, port) in &self.seeds {
+            let answer = tokio::time::timeout(self.connect_timeout, self.ask_slots(host, *port));
+            if let Ok(Ok((ranges, _))) = answer.await
+                && !ranges.is_empty()
+            {
+                return ranges;
+            }
+        }
+        tracing::warn!(member = %self.name, "no seed of the cluster gave its slot table");
+        Vec::new()
+    }
+
+    /// `CLUSTER SLOTS` from the server at `host:port`, and the life it answers in.
+    async fn ask_slots(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> RedisResult<(Vec<SlotRange>, Option<String>)> {
         let client = self.client_at(host, port)?;
         let mut conn = client.get_multiplexed_async_connection().await?;
-        let reply: Value = redis::cmd("CLUSTER")
+        let (reply, info): (Value, String) = redis::pipe()
+            .cmd("CLUSTER")
             .arg("SLOTS")
+            .cmd("INFO")
             .query_async(&mut conn)
             .await?;
-        let timeout: RedisResult<Vec<String>> = redis::cmd("CONFIG")
-            .arg("GET")
-            .arg("cluster-node-timeout")
-            .query_async(&mut conn)
-            .await;
-        if let Some(ms) = timeout.ok().and_then(|v| v.get(1)?.parse::<u64>().ok()) {
-            self.node_timeout_ms.store(ms, Ordering::Relaxed);
-        }
-        Ok(slot_ranges(&reply, host))
+        Ok((slot_ranges(&reply, host), life_in(&info)))
     }
 
-    /// Puts `ranges` in the table, making a node for each master not named before.
-    fn install(&self, ranges: &[SlotRange]) {
+    /// Puts a round's `answers` (one per master asked) in the table, started at `started`,
+    /// making a node for each master not named before, and dropping the connection of one
+    /// that answered in another life than its connection knows.
+    fn install(&self, answers: &[Option<Answer>], started: Instant) {
         let mut table = self.lock();
-        let mut owners = vec![None; usize::from(SLOTS)];
-        for range in ranges {
-            let addr = format!("{}:{}", range.host, range.port);
-            if !table.shards.contains_key(&addr) {
-                let node = self.shard_node(&range.host, range.port);
-                table.shards.insert(addr.clone(), node);
+        table.learnt = Some(Instant::now());
+        if answers.iter().all(Option::is_none) {
+            return;
+        }
+        let reports: Vec<Option<Vec<Option<Arc<str>>>>> = (answers.iter())
+            .map(|a| a.as_ref().map(|(_, ranges, _)| owner_per_slot(ranges)))
+            .collect();
+        table.lives = (answers.iter().flatten())
+            .filter_map(|(addr, _, life)| Some((addr.clone(), life.clone()?)))
+            .collect();
+        for (addr, life) in &table.lives {
+            if let Some(node) = table.shards.get(addr)
+                && node.known().run_id().is_some_and(|known| *known != **life)
+            {
+                node.drop_connection();
             }
-            for slot in range.first..=range.last.min(SLOTS - 1) {
-                if let Some(owner) = owners.get_mut(usize::from(slot)) {
-                    *owner = Some(addr.clone());
-                }
+        }
+        let agreed = agreed_owners(&reports, usize::from(SLOTS));
+        let first = reports.iter().flatten().next().cloned().unwrap_or_default();
+        let owners: Vec<Option<Arc<str>>> = (agreed.iter().zip(first))
+            .map(|(agreed, first)| agreed.clone().or(first))
+            .collect();
+        let mut named: Vec<Arc<str>> = owners.iter().flatten().cloned().collect();
+        named.sort_unstable();
+        named.dedup();
+        for addr in named {
+            if !table.shards.contains_key(&*addr)
+                && let Some((host, port)) = split_addr(&addr)
+            {
+                let node = self.shard_node(&host, port);
+                table.shards.insert(addr.to_string(), node);
             }
         }
         table.owners = owners;
-        table.learnt = Some(Instant::now());
+        table.confirmed = Some((started, agreed));
     }
 
     /// A node for the shard master at `host:port`.
@@ -234,9 +313,8 @@ impl ClusterMember {
 }
 
 impl ShardOf for ClusterMember {
-    /// The cluster's node timeout (see the module docs).
-    fn promotion_grace(&self) -> Duration {
-        Duration::from_millis(self.node_timeout_ms.load(Ordering::Relaxed))
+    fn confirmation_age(&self) -> Option<Duration> {
+        self.lock().confirmed.as_ref().map(|(at, _)| at.elapsed())
     }
 
     /// Learns the table again in the background, at most every [`REFRESH_INTERVAL`].
@@ -251,10 +329,39 @@ impl ShardOf for ClusterMember {
             handle.spawn(async move { member.learn().await });
         }
     }
+
+    /// A round of the masters (see `learn`), to await.
+    fn confirm(&self) -> BoxFuture<'static, ()> {
+        let member = self.this.upgrade();
+        async move {
+            if let Some(member) = member {
+                member.learn().await;
+            }
+        }
+        .boxed()
+    }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+/// The distinct masters of `ranges`, `(host, port)`, sorted.
+fn distinct_masters(ranges: &[SlotRange]) -> Vec<(String, u16)> {
+    let mut masters: Vec<(String, u16)> = ranges.iter().map(|r| (r.host.clone(), r.port)).collect();
+    masters.sort();
+    masters.dedup();
+    masters
+}
+
+/// The owner of every slot in `ranges`, by `host:port` (`None`: no range covers it).
+fn owner_per_slot(ranges: &[SlotRange]) -> Vec<Option<Arc<str>>> {
+    let mut owners = vec![None; usize::from(SLOTS)];
+    for range in ranges {
+        let addr: Arc<str> = Arc::from(format!("{}:{}", range.host, range.port));
+        for slot in range.first..=range.last.min(SLOTS - 1) {
+            if let Some(owner) = owners.get_mut(usize::from(slot)) {
+                *owner = Some(Arc::clone(&addr));
+            }
+        }
+    }
+    owners
 }
 
 /// `host:port` split (the port after the last colon).
@@ -262,6 +369,9 @@ fn split_addr(addr: &str) -> Option<(String, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     Some((host.to_owned(), port.parse().ok()?))
 }
+
+/// One master's answer to a round: its `host:port`, its slot table, its life.
+type Answer = (String, Vec<SlotRange>, Option<String>);
 
 /// One range of slots and the master that serves it, from `CLUSTER SLOTS`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -19,8 +19,7 @@ use crate::net::sentinel::{MasterAddr, SentinelMaster};
 use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
 use crate::protocol;
 use crate::protocol::native::Capabilities;
-use crate::rules::cluster::promoted_shard_life_start;
-use crate::rules::sentinel::promoted_life_start;
+use crate::rules::sentinel::{CONFIRM_WINDOW, promoted_life_start};
 
 type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
 
@@ -132,11 +131,13 @@ pub(crate) enum Member {
 
 /// What a shard master's node asks of the Redis Cluster member it belongs to.
 pub(crate) trait ShardOf: Send + Sync {
-    /// How long after this client learnt a promoted master its age starts: the old master
-    /// may accept writes until then.
-    fn promotion_grace(&self) -> Duration;
-    /// Learns the slot table again soon: a request was redirected or its connection failed.
+    /// How old the masters' last confirmation of the slot table is (`None`: there is none).
+    fn confirmation_age(&self) -> Option<Duration>;
+    /// Learns the slot table again soon, in the background: a request was redirected or
+    /// its connection failed, or the confirmation is getting old.
     fn relearn_soon(&self);
+    /// A new confirmation round of the masters, to await.
+    fn confirm(&self) -> BoxFuture<'static, ()>;
 }
 
 /// One node of the ensemble: its address, its connection, and what its connects learnt.
@@ -247,22 +248,13 @@ impl Node {
     /// `run_id` is logged and counted as a restart.
     async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let mut facts = ServerFacts::learn(conn).await?;
-        match &self.member {
-            Member::Sentinel(_) if facts.promoted => {
-                // A client still connected to the old master may vote there up to a
-                // confirmation window after this client resolved the new one (see
-                // `net::sentinel`): the promoted life's quarantine counts from then.
-                facts.at = Instant::from_std(promoted_life_start(facts.at.into_std()));
-            }
-            Member::Shard(_, cluster) if facts.promoted => {
-                // The old master may accept writes until it learns of the promotion,
-                // within the cluster's node timeout (see `net::cluster`).
-                let grace = cluster.upgrade().map(|c| c.promotion_grace());
-                let start =
-                    promoted_shard_life_start(facts.at.into_std(), grace.unwrap_or_default());
-                facts.at = Instant::from_std(start);
-            }
-            _ => {}
+        if matches!(self.member, Member::Sentinel(_) | Member::Shard(..)) {
+            // A client still connected to the old master may vote there up to a
+            // confirmation window after this client learnt the new one (see
+            // `net::sentinel`, `net::cluster`): the quarantine of any life learnt here
+            // counts from then, a promoted replica's, and a restarted one's, which may
+            // have been promoted moments before it restarted.
+            facts.at = Instant::from_std(promoted_life_start(facts.at.into_std()));
         }
         if let Some(why) = &facts.refused {
             tracing::warn!(node = %self.name, %why, "node cannot vote: its identity is unknown");
@@ -538,6 +530,9 @@ impl Node {
     /// (see [`SentinelMaster::keep_confirmed`]), and drops the connection once they name
     /// another master.
     pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
+        if let Member::Shard(_, cluster) = &self.member {
+            return self.send_confirmed(call, cluster.upgrade()).await;
+        }
         let Member::Sentinel(sentinel) = &self.member else {
             return self.send_here(call).await;
         };
@@ -555,9 +550,31 @@ impl Node {
         reply
     }
 
+    /// [`Node::send`] for a shard master of a Cluster member: the request renews the
+    /// masters' confirmation of the slot table in the background once it is half a window
+    /// old, and waits for a new one beside the request once it is a window old (its vote
+    /// would not count without it, see `net::cluster`).
+    async fn send_confirmed(
+        self: &Arc<Self>,
+        call: &Call,
+        cluster: Option<Arc<dyn ShardOf>>,
+    ) -> Result<Value, NodeFailure> {
+        let Some(cluster) = cluster else {
+            return self.send_here(call).await;
+        };
+        match cluster.confirmation_age() {
+            Some(age) if age < CONFIRM_WINDOW / 2 => self.send_here(call).await,
+            Some(age) if age < CONFIRM_WINDOW => {
+                cluster.relearn_soon();
+                self.send_here(call).await
+            }
+            _ => futures::join!(self.send_here(call), cluster.confirm()).0,
+        }
+    }
+
     /// Drops the current connection, whatever its generation: the next request connects
     /// again.
-    fn drop_connection(&self) {
+    pub(crate) fn drop_connection(&self) {
         let mut slot = self.lock_slot();
         if matches!(&*slot, Slot::Ready(..)) {
             *slot = Slot::Empty;
@@ -575,7 +592,7 @@ impl Node {
                 Ok(None) => return Err(NodeFailure::Withdrawn),
                 Err(SendError { error, unsent }) => {
                     let (failure, dead) = classify(&error);
-                    self.notice_redirect(&error, dead);
+                    let dead = self.notice_redirect(&error, dead) || dead;
                     if dead {
                         self.discard(generation);
                     }
@@ -592,18 +609,22 @@ impl Node {
 impl Node {
     /// A shard master that redirected a request (`MOVED`, `ASK`), could not serve it yet
     /// (`TRYAGAIN`, `CLUSTERDOWN`) or lost its connection asks its cluster to learn the
-    /// slot table again.
-    fn notice_redirect(&self, error: &RedisError, dead: bool) {
+    /// slot table again. Returns whether the connection must go: a redirect means the
+    /// server no longer owns the slot, and it may be demoted; if it is promoted again later,
+    /// only a new connection learns its new life.
+    fn notice_redirect(&self, error: &RedisError, dead: bool) -> bool {
         let Member::Shard(_, cluster) = &self.member else {
-            return;
+            return false;
         };
-        let redirected = matches!(
-            error.code(),
-            Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN")
-        );
-        if let Some(cluster) = cluster.upgrade().filter(|_| redirected || dead) {
+        let redirected = matches!(error.code(), Some("MOVED" | "ASK"));
+        let not_served = matches!(error.code(), Some("TRYAGAIN" | "CLUSTERDOWN"));
+        if let Some(cluster) = cluster
+            .upgrade()
+            .filter(|_| redirected || not_served || dead)
+        {
             cluster.relearn_soon();
         }
+        redirected
     }
 }
 

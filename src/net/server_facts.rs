@@ -50,8 +50,6 @@ pub(crate) struct ServerFacts {
     pub(crate) record_ms: u64,
     /// The server's kind and version (`"valkey 9.1.2"`), from the same `INFO`.
     pub(crate) server: Option<String>,
-    /// The process was promoted from a replica since it started (see [`process_life`]).
-    pub(crate) promoted: bool,
 }
 
 impl ServerFacts {
@@ -73,7 +71,6 @@ impl ServerFacts {
                     admitted: false,
                     record_ms: 0,
                     server: None,
-                    promoted: false,
                 });
             }
         };
@@ -117,9 +114,23 @@ impl ServerFacts {
             admitted: false,
             record_ms: 0,
             server,
-            promoted,
         })
     }
+}
+
+/// The life (`run_id`, or `run_id~replid` once promoted, see [`process_life`]) that an
+/// `INFO` reply's text names; `None` without a `run_id`.
+pub(crate) fn life_in(info_text: &str) -> Option<String> {
+    let info = crate::protocol::info::parse(info_text);
+    let promoted = info.promoted() == Some(true);
+    let process = process_life(
+        info.run_id(),
+        None,
+        Persistence::Unknown,
+        promoted,
+        info.master_replid(),
+    );
+    process.life
 }
 
 /// What this client knows of the server behind a node's current connection: the facts its

@@ -6,8 +6,8 @@
 //! - [`safety`]: restart quarantine, fencing tokens, vote de-duplication, failed extensions;
 //! - [`sentinel`]: a member under Sentinel: the sentinels' agreement, whose confirmation a
 //!   vote needs, and when a promoted master's quarantine starts;
-//! - [`cluster`]: a member that is a Redis Cluster: when a promoted shard master's
-//!   quarantine starts;
+//! - [`cluster`]: a member that is a Redis Cluster: which master its masters agree owns
+//!   each slot;
 //! - [`retry`]: the backoff between attempts;
 //! - [`deadline`]: instants a duration later that saturate.
 
