@@ -3,7 +3,10 @@
 //! kill and start (with and without AOF), network disconnect and reconnect with the same
 //! address, packet drops inside a node's network namespace (root only), and latency through
 //! the user-space proxy; then three members under Sentinel in containers of their own
-//! (`faults_docker/sentinel.rs`), a master frozen until its replica is promoted. Workers are processes on the host that reach the nodes by container
+//! (`faults_docker/sentinel.rs`), a master frozen until its replica is promoted; and three
+//! members that are Redis Clusters (`faults_docker/cluster.rs`), a shard master frozen
+//! until its cluster promotes its replica. Workers are processes on the host that reach the
+//! nodes by container
 //! address; the counter lives in a host-local `redis-server` that is never faulted.
 //!
 //! Runs when `docker info` succeeds; otherwise prints one line saying why it was skipped
@@ -11,6 +14,8 @@
 //! (also when it fails). `cargo test --test faults_docker -- --nocapture` shows the table.
 
 mod common;
+#[path = "faults_docker/cluster.rs"]
+mod docker_cluster;
 #[path = "faults_docker/sentinel.rs"]
 mod docker_sentinel;
 #[path = "faults/mod.rs"]
@@ -381,6 +386,68 @@ fn sentinel_failovers() -> NemesisRun {
     // its readmission 2.6 s after the promotion.
     run.run_for = Duration::from_secs(24);
     run
+}
+
+/// Three members that are Redis Clusters, each in turn with the master of the lock's slot
+/// frozen until its cluster promotes the replica, then thawed; workers lock with fencing
+/// and quarantine on. The promoted master may lack the last locks: it is kept out for the
+/// longest TTL and the confirmation window while the two other members carry on, and the
+/// thawed old master, a master until it hears of the promotion, gets no vote.
+fn cluster_failovers() -> NemesisRun {
+    let plan = Plan {
+        faults: vec![FaultGen::Fixed(Fault::Failover)],
+        nodes: (1, 1),
+        hold: (Duration::from_millis(2000), Duration::from_millis(2500)),
+        gap: (Duration::from_millis(2500), Duration::from_millis(3000)),
+        max_windows: 3,
+        order: Order::Rolling,
+        readmit: false,
+    };
+    let mut run = NemesisRun::new(
+        "docker Cluster members: each lock's master paused until its replica is promoted",
+        Some(plan),
+        Expect::SafeAndLive,
+    )
+    .fencing(true)
+    .quarantine(true);
+    // Each member takes about 8 s: 2-3 s to be found silent and replaced, the hold, and
+    // the gap in which the promoted master is readmitted.
+    run.run_for = Duration::from_secs(26);
+    run
+}
+
+/// The Cluster row on containers of its own, beside [`docker_tier`]'s five nodes.
+#[test]
+fn docker_cluster_members() {
+    if let Some(reason) = unavailable() {
+        let _ = writeln!(
+            std::io::stderr(),
+            "docker cluster members skipped: {reason}"
+        );
+        return;
+    }
+    let _engine = engine();
+    build_image();
+    let began = Instant::now();
+    let store = RedisServer::start();
+    let base = kit::rng::seed();
+    let mut members = docker_cluster::DockerClusterMembers::up()
+        .unwrap_or_else(|e| panic!("cannot bring up the Cluster members: {e}"));
+    let row = nemesis::run(
+        &mut members,
+        &store,
+        WORKER_TEST,
+        &cluster_failovers(),
+        base,
+    );
+    drop(members);
+    history::report(
+        &format!(
+            "docker tier: 3 Cluster members, 12 containers ({:.0} s with up and down) [QL_FAULTS_SEED={base}]",
+            began.elapsed().as_secs_f64()
+        ),
+        &[row],
+    );
 }
 
 /// The tests of this binary use the Docker engine one at a time: rows measured while the

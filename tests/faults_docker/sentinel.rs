@@ -369,7 +369,7 @@ fn service(m: usize) -> String {
 }
 
 /// `docker args`, its standard output when it succeeded.
-fn docker(args: &[&str]) -> Result<String, String> {
+pub(crate) fn docker(args: &[&str]) -> Result<String, String> {
     let out: Output = run("docker", args, &[], Duration::from_secs(60))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -383,7 +383,7 @@ fn docker(args: &[&str]) -> Result<String, String> {
     }
 }
 
-fn query<T: redis::FromRedisValue>(addr: &str, cmd: &redis::Cmd) -> Result<T, String> {
+pub(crate) fn query<T: redis::FromRedisValue>(addr: &str, cmd: &redis::Cmd) -> Result<T, String> {
     let client = redis::Client::open(format!("redis://{addr}")).map_err(|e| e.to_string())?;
     let mut conn = client
         .get_connection_with_timeout(CHECK_TIMEOUT)
