@@ -414,9 +414,11 @@ impl Ensemble {
             self.nodes.iter().map(|n| n.known().run_id()).collect();
         let refs: Vec<Option<&str>> = run_ids.iter().map(Option::as_deref).collect();
         let (i, j) = safety::duplicate_server(&refs)?;
+        // Named by member: a Cluster member's seat is a shard, its member the cluster.
+        let members = &self.base.as_deref().unwrap_or(self).nodes;
         Some(Error::SameServer {
-            first: self.nodes.get(i)?.name().to_owned(),
-            second: self.nodes.get(j)?.name().to_owned(),
+            first: members.get(i)?.name().to_owned(),
+            second: members.get(j)?.name().to_owned(),
         })
     }
 

@@ -44,7 +44,12 @@ fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
 /// with the last permit's TTL.
 fn stray_keys(cluster: &RedisClusterTopology) -> Vec<String> {
     let masters: Vec<usize> = (0..cluster.nodes().len())
-        .filter(|&i| cluster.replicas_of(i).len() == 1)
+        .filter(|&i| {
+            cluster
+                .cluster_nodes(i)
+                .iter()
+                .any(|e| e.has_flag("myself") && e.is_master())
+        })
         .collect();
     assert_eq!(masters.len(), 3, "three masters");
     let expiring = |m: usize, key: &str| {
@@ -282,6 +287,29 @@ async fn bad_cluster_settings_and_cross_slot_locks_are_config_errors() {
         .unwrap();
     guard.release().await.unwrap();
     redlock.shutdown().await;
+    assert_eq!(stray_keys(&cluster), Vec::<String>::new());
+}
+
+/// One cluster listed twice, by two different seeds, is one server voting twice: every
+/// lock fails with `SameServer` naming both, as two URLs of one plain server do, and
+/// nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cluster_listed_twice_is_refused() {
+    let cluster = RedisClusterTopology::start(3, 0);
+    let (a, b) = (cluster.node(0).port(), cluster.node(1).port());
+    let twice = client(&[
+        &format!("redis+cluster://127.0.0.1:{a}"),
+        &format!("redis+cluster://127.0.0.1:{b}"),
+        &RedisServer::start().url(),
+    ]);
+    match twice.lock(unique("twice"), Duration::from_secs(5)).await {
+        Err(Error::SameServer { first, second }) => {
+            assert_eq!(first, format!("cluster:127.0.0.1:{a}"));
+            assert_eq!(second, format!("cluster:127.0.0.1:{b}"));
+        }
+        other => panic!("expected SameServer, got {other:?}"),
+    }
+    twice.shutdown().await;
     assert_eq!(stray_keys(&cluster), Vec::<String>::new());
 }
 
