@@ -455,6 +455,44 @@ fn on_replica(cluster: &RedisClusterTopology, replica: usize, key: &str) -> bool
         == 1
 }
 
+/// A lock the promoted master lacks: its resource, TTL, when it was taken, its token.
+struct Lost<'a> {
+    resource: &'a str,
+    ttl: Duration,
+    acquired: Instant,
+    token: u64,
+}
+
+/// The fenced lock `redlock` waits for after the failover to node `promoted`: granted no
+/// sooner than the `lost` lock's TTL ran out, its key on the promoted master, its token
+/// above the lost one. The guard, and when it was granted.
+async fn granted_after(
+    cluster: &RedisClusterTopology,
+    promoted: usize,
+    redlock: &Redlock,
+    lost: &Lost<'_>,
+) -> (quorum_lock::FencedGuard, Instant) {
+    let next = redlock
+        .lock(lost.resource, lost.ttl)
+        .fenced()
+        .wait(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let granted = Instant::now();
+    let ends = lost.acquired + lost.ttl;
+    assert!(
+        granted >= ends,
+        "granted {:?} before the lost lock's TTL ran out",
+        ends - granted
+    );
+    assert_eq!(
+        keys(cluster.node(promoted), lost.resource),
+        vec![lost.resource.to_owned()]
+    );
+    assert!(u64::from(next.fencing_token()) > lost.token);
+    (next, granted)
+}
+
 /// A promotion that lost the lock and its fencing counter (replication cut before the
 /// lock, after a first lock of the same TTL reached the replica with its slot's record;
 /// then `CLUSTER FAILOVER FORCE`): the holder cannot extend on its demoted master, the
@@ -495,23 +533,13 @@ async fn a_failover_that_lost_the_lock_keeps_the_next_holder_out_until_its_ttl()
         held.extend(ttl).await.is_err(),
         "the holder extended on its demoted master"
     );
-    let next = next_client
-        .lock(&resource, ttl)
-        .fenced()
-        .wait(Duration::from_secs(30))
-        .await
-        .unwrap();
-    let granted = Instant::now();
-    assert!(
-        granted >= acquired + ttl,
-        "granted {:?} before the lost lock's TTL ran out",
-        acquired + ttl - granted
-    );
-    assert_eq!(
-        keys(cluster.node(replica), &resource),
-        vec![resource.clone()]
-    );
-    assert!(u64::from(next.fencing_token()) > first_token);
+    let lost = Lost {
+        resource: &resource,
+        ttl,
+        acquired,
+        token: first_token,
+    };
+    let (next, granted) = granted_after(&cluster, replica, &next_client, &lost).await;
     println!(
         "the promoted master voted again {:?} after the failover, {:?} after the lost lock's TTL",
         granted - failed_over,
@@ -585,23 +613,13 @@ async fn a_frozen_master_replaced_by_the_cluster_keeps_its_lost_lock_exclusive()
         !matches!(tried, Ok(Some(_))),
         "a client with the old table got the old master's vote"
     );
-    let next = next_client
-        .lock(&resource, ttl)
-        .fenced()
-        .wait(Duration::from_secs(30))
-        .await
-        .unwrap();
-    let granted = Instant::now();
-    assert!(
-        granted >= acquired + ttl,
-        "granted {:?} before the lost lock's TTL ran out",
-        acquired + ttl - granted
-    );
-    assert_eq!(
-        keys(cluster.node(replica), &resource),
-        vec![resource.clone()]
-    );
-    assert!(u64::from(next.fencing_token()) > first_token);
+    let lost = Lost {
+        resource: &resource,
+        ttl,
+        acquired,
+        token: first_token,
+    };
+    let (next, granted) = granted_after(&cluster, replica, &next_client, &lost).await;
     println!(
         "promoted {promotion:?} after the freeze; the member voted again {:?} after the \
          promotion, {:?} after the lost lock's TTL",

@@ -419,11 +419,18 @@ fn cluster_failovers() -> NemesisRun {
 /// The Cluster row on containers of its own, beside [`docker_tier`]'s five nodes.
 #[test]
 fn docker_cluster_members() {
+    run_member_row(
+        "Cluster members, 12 containers",
+        docker_cluster::DockerClusterMembers::up,
+        &cluster_failovers(),
+    );
+}
+
+/// Runs `run` on members that `up` brings up in containers of their own (skipped, saying
+/// why, without a Docker engine), and reports the row as `what`.
+fn run_member_row<E: Ensemble>(what: &str, up: fn() -> Result<E, String>, run: &NemesisRun) {
     if let Some(reason) = unavailable() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "docker cluster members skipped: {reason}"
-        );
+        let _ = writeln!(std::io::stderr(), "docker {what} skipped: {reason}");
         return;
     }
     let _engine = engine();
@@ -431,19 +438,12 @@ fn docker_cluster_members() {
     let began = Instant::now();
     let store = RedisServer::start();
     let base = kit::rng::seed();
-    let mut members = docker_cluster::DockerClusterMembers::up()
-        .unwrap_or_else(|e| panic!("cannot bring up the Cluster members: {e}"));
-    let row = nemesis::run(
-        &mut members,
-        &store,
-        WORKER_TEST,
-        &cluster_failovers(),
-        base,
-    );
+    let mut members = up().unwrap_or_else(|e| panic!("cannot bring up the {what}: {e}"));
+    let row = nemesis::run(&mut members, &store, WORKER_TEST, run, base);
     drop(members);
     history::report(
         &format!(
-            "docker tier: 3 Cluster members, 12 containers ({:.0} s with up and down) [QL_FAULTS_SEED={base}]",
+            "docker tier: 3 {what} ({:.0} s with up and down) [QL_FAULTS_SEED={base}]",
             began.elapsed().as_secs_f64()
         ),
         &[row],
@@ -487,34 +487,10 @@ fn build_image() {
 /// The Sentinel row on containers of its own, beside [`docker_tier`]'s five nodes.
 #[test]
 fn docker_sentinel_members() {
-    if let Some(reason) = unavailable() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "docker sentinel members skipped: {reason}"
-        );
-        return;
-    }
-    let _engine = engine();
-    build_image();
-    let began = Instant::now();
-    let store = RedisServer::start();
-    let base = kit::rng::seed();
-    let mut members = docker_sentinel::DockerSentinelMembers::up()
-        .unwrap_or_else(|e| panic!("cannot bring up the members under Sentinel: {e}"));
-    let row = nemesis::run(
-        &mut members,
-        &store,
-        WORKER_TEST,
+    run_member_row(
+        "members under Sentinel, 9 containers",
+        docker_sentinel::DockerSentinelMembers::up,
         &sentinel_failovers(),
-        base,
-    );
-    drop(members);
-    history::report(
-        &format!(
-            "docker tier: 3 members under Sentinel, 9 containers ({:.0} s with up and down) [QL_FAULTS_SEED={base}]",
-            began.elapsed().as_secs_f64()
-        ),
-        &[row],
     );
 }
 

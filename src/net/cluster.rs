@@ -31,7 +31,7 @@ use crate::net::coalesce::Yield;
 use crate::net::node::{Member, Node, ShardOf};
 use crate::net::server_facts::{FactsHook, life_in};
 use crate::protocol::slots::SLOTS;
-use crate::rules::cluster::agreed_owners;
+use crate::rules::cluster::confirmed_owners;
 use crate::rules::sentinel::vouched;
 
 /// How often the slot table is learnt again at most, however many requests ask for it.
@@ -206,7 +206,7 @@ impl ClusterMember {
             }
         });
         let answers: Vec<Option<Answer>> = futures::future::join_all(asked).await;
-        self.install(&answers, started);
+        self.install(&masters, &answers, started);
     }
 
     /// The masters the table names now, `(host, port)`, sorted.
@@ -249,17 +249,21 @@ impl ClusterMember {
         Ok((slot_ranges(&reply, host), life_in(&info)))
     }
 
-    /// Puts a round's `answers` (one per master asked) in the table, started at `started`,
+    /// Puts a round's `answers` (one per master `asked`, in order) in the table, started at `started`,
     /// making a node for each master not named before, and dropping the connection of one
     /// that answered in another life than its connection knows.
-    fn install(&self, answers: &[Option<Answer>], started: Instant) {
+    fn install(&self, asked: &[(String, u16)], answers: &[Option<Answer>], started: Instant) {
         let mut table = self.lock();
         table.learnt = Some(Instant::now());
         if answers.iter().all(Option::is_none) {
             return;
         }
-        let reports: Vec<Option<Vec<Option<Arc<str>>>>> = (answers.iter())
-            .map(|a| a.as_ref().map(|(_, ranges, _)| owner_per_slot(ranges)))
+        let reports: Vec<(Arc<str>, Option<Owners>)> = (asked.iter())
+            .zip(answers)
+            .map(|((host, port), a)| {
+                let report = a.as_ref().map(|(_, ranges, _)| owner_per_slot(ranges));
+                (Arc::from(format!("{host}:{port}")), report)
+            })
             .collect();
         table.lives = (answers.iter().flatten())
             .filter_map(|(addr, _, life)| Some((addr.clone(), life.clone()?)))
@@ -271,8 +275,8 @@ impl ClusterMember {
                 node.drop_connection();
             }
         }
-        let agreed = agreed_owners(&reports, usize::from(SLOTS));
-        let first = reports.iter().flatten().next().cloned().unwrap_or_default();
+        let agreed = confirmed_owners(&reports, usize::from(SLOTS));
+        let first = (reports.iter().find_map(|(_, r)| r.clone())).unwrap_or_default();
         let owners: Vec<Option<Arc<str>>> = (agreed.iter().zip(first))
             .map(|(agreed, first)| agreed.clone().or(first))
             .collect();
@@ -369,6 +373,9 @@ fn split_addr(addr: &str) -> Option<(String, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     Some((host.to_owned(), port.parse().ok()?))
 }
+
+/// The owner of every slot, by `host:port`.
+type Owners = Vec<Option<Arc<str>>>;
 
 /// One master's answer to a round: its `host:port`, its slot table, its life.
 type Answer = (String, Vec<SlotRange>, Option<String>);

@@ -1,57 +1,106 @@
 //! The rules of a member that is a Redis Cluster, pure: which master owns each slot as a
-//! round of the masters' answers agrees. A Cluster member's vote counts only while such a
-//! round, started less than a confirmation window before, named the node owner of the
-//! lock's slot; that and a promoted master's quarantine are the Sentinel member's rules
-//! (`rules::sentinel`: `vouched`, `promoted_life_start`), with the cluster's masters in the
-//! sentinels' place, and `tests/model_sentinel.rs` checks them.
+//! round of the masters' answers confirms it. A Cluster member's vote counts only while
+//! such a round, started less than a confirmation window before, named the node owner of
+//! the lock's slot; that and a promoted master's quarantine are the Sentinel member's rules
+//! (`rules::sentinel`: `vouched`, `promoted_life_start`), with the cluster's other masters
+//! in the sentinels' place; `tests/model_cluster.rs` checks them through a failover.
 
-use crate::rules::sentinel::agreed;
-
-/// Per slot (`slots` of them), the owner that a majority of the masters asked named in
-/// `reports` (one per master asked, `None`: no answer; each answer the owner of every
-/// slot, `None` where it names none). A majority of those asked, not of those that
-/// answered, as for the sentinels: two rounds' majorities of one set of masters then share
-/// a master.
-pub fn agreed_owners<A: PartialEq + Clone>(
-    reports: &[Option<Vec<Option<A>>>],
+/// Per slot (`slots` of them), the owner that the round's `answers` confirm: `(master,
+/// its answer)` per master asked, an answer being the owner of every slot (`None` where it
+/// names none), `None` for a master that gave none. A master is confirmed owner of a slot
+/// when more than half of the masters asked other than itself name it: what a master says
+/// of itself is no evidence (an old master frozen through its failover and resumed names
+/// itself until it hears of the promotion, and so does the promoted one), while each other
+/// master's view only moves forward, so two rounds that confirm the old and the new owner
+/// share a master that answered the first before the second. A cluster of one master has
+/// no other: there its own answer confirms it, as a plain server's address does.
+pub fn confirmed_owners<A: PartialEq + Clone>(
+    answers: &[(A, Option<Vec<Option<A>>>)],
     slots: usize,
 ) -> Vec<Option<A>> {
-    let mut named = Vec::with_capacity(reports.len());
     (0..slots)
         .map(|slot| {
-            named.clear();
-            named.extend(reports.iter().map(|report| {
-                let owner = report.as_ref()?.get(slot)?;
-                owner.clone()
-            }));
-            agreed(&named, reports.len())
+            let named = |report: &Option<Vec<Option<A>>>| -> Option<A> {
+                report.as_ref()?.get(slot)?.clone()
+            };
+            let candidates = answers.iter().filter_map(|(_, report)| named(report));
+            candidates
+                .clone()
+                .find(|owner| confirms(answers, owner, &named))
         })
         .collect()
+}
+
+/// Whether more than half of the masters of `answers` other than `owner` name it (or, when
+/// `owner` is the only master asked, whether it names itself).
+fn confirms<A: PartialEq>(
+    answers: &[(A, Option<Vec<Option<A>>>)],
+    owner: &A,
+    named: &impl Fn(&Option<Vec<Option<A>>>) -> Option<A>,
+) -> bool {
+    let others = || answers.iter().filter(|(master, _)| master != owner);
+    let asked = others().count();
+    if asked == 0 {
+        return answers
+            .iter()
+            .any(|(_, r)| named(r).as_ref() == Some(owner));
+    }
+    let naming = others()
+        .filter(|(_, r)| named(r).as_ref() == Some(owner))
+        .count();
+    naming > asked / 2
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn says(master: char, owners: &[Option<char>]) -> (char, Option<Vec<Option<char>>>) {
+        (master, Some(owners.to_vec()))
+    }
+
     #[test]
-    fn each_slot_goes_to_the_owner_a_majority_of_the_masters_names() {
-        let a = || Some(vec![Some('a'), Some('b'), None]);
-        let moved = || Some(vec![Some('a'), Some('c'), None]);
-        // Three masters, all agreeing; one of them behind on slot 1.
+    fn a_master_is_confirmed_by_the_others_not_by_itself() {
+        let (m, n) = (Some('m'), Some('n'));
+        // Every master agrees: m owns slot 0, b slot 1.
+        let all = [
+            says('m', &[m, Some('b')]),
+            says('b', &[m, Some('b')]),
+            says('c', &[m, Some('b')]),
+        ];
+        assert_eq!(confirmed_owners(&all, 2), vec![m, Some('b')]);
+        // The old master m resumed, naming itself; b has not switched yet, c has: neither
+        // m nor the promoted n is confirmed.
+        let lagging = [says('m', &[m]), says('b', &[m]), says('c', &[n])];
+        assert_eq!(confirmed_owners(&lagging, 1), vec![None]);
+        let promoted = [says('n', &[n]), says('b', &[m]), says('c', &[n])];
+        assert_eq!(confirmed_owners(&promoted, 1), vec![None]);
+        // Once both others switched, the promoted master is confirmed, the old one never.
+        let switched = [says('n', &[n]), says('b', &[n]), says('c', &[n])];
+        assert_eq!(confirmed_owners(&switched, 1), vec![n]);
+        // A client whose table still lists m learns that n owns the slot.
+        let stale = [says('m', &[m]), says('b', &[n]), says('c', &[n])];
+        assert_eq!(confirmed_owners(&stale, 1), vec![n]);
+        // A silent other master counts as not naming it.
+        let silent = [says('m', &[m]), says('b', &[m]), ('c', None)];
+        assert_eq!(confirmed_owners(&silent, 1), vec![None]);
+        // Five masters: three of the four others suffice.
+        let five = [
+            says('m', &[m]),
+            says('b', &[m]),
+            says('c', &[m]),
+            says('d', &[m]),
+            ('e', None),
+        ];
+        assert_eq!(confirmed_owners(&five, 1), vec![m]);
+    }
+
+    #[test]
+    fn a_single_master_confirms_itself() {
         assert_eq!(
-            agreed_owners(&[a(), a(), moved()], 3),
-            vec![Some('a'), Some('b'), None]
+            confirmed_owners(&[says('m', &[Some('m'), None])], 2),
+            vec![Some('m'), None]
         );
-        // One silent master: the two others still make a majority of three.
-        assert_eq!(
-            agreed_owners(&[a(), None, moved()], 3),
-            vec![Some('a'), None, None]
-        );
-        // A short answer names no owner for the slots it lacks.
-        assert_eq!(
-            agreed_owners(&[a(), Some(vec![Some('a')]), a()], 3),
-            vec![Some('a'), Some('b'), None]
-        );
-        assert_eq!(agreed_owners::<char>(&[None, None], 2), vec![None, None]);
+        assert_eq!(confirmed_owners::<char>(&[('m', None)], 1), vec![None]);
     }
 }

@@ -9,9 +9,7 @@
 //! The containers run the tier's image (`docker/build-image.sh`); every container and the
 //! network carry this run's name and are removed when the ensemble is dropped.
 
-use std::time::{Duration, Instant};
-
-use crate::docker_sentinel::{docker, query};
+use crate::docker_sentinel::{docker, query, settle_within, tear_down};
 use crate::kit::ensemble::{Ensemble, Fault};
 use crate::used_subnets;
 
@@ -21,8 +19,6 @@ const MEMBERS: usize = 3;
 const SERVERS: usize = 4;
 /// The clusters' `cluster-node-timeout`: a frozen master is found failed after it.
 const NODE_TIMEOUT_MS: u64 = 1000;
-/// How long the clusters get to come up, to fail over or to take a thawed master back.
-const SETTLE: Duration = Duration::from_secs(30);
 
 /// The running containers of one set of members.
 pub struct DockerClusterMembers {
@@ -186,14 +182,7 @@ impl DockerClusterMembers {
     }
 
     fn settle(&self, what: &str, done: impl Fn(&Self) -> bool) -> Result<(), String> {
-        let start = Instant::now();
-        while !done(self) {
-            if start.elapsed() > SETTLE {
-                return Err(format!("timed out after {SETTLE:?} waiting for {what}"));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
+        settle_within(what, || done(self))
     }
 
     fn must_settle(&self, what: &str, done: impl Fn(&Self) -> bool) {
@@ -205,23 +194,7 @@ impl DockerClusterMembers {
 
 impl Drop for DockerClusterMembers {
     fn drop(&mut self) {
-        let label = format!("label={}", self.name);
-        if let Ok(out) = docker(&["ps", "-aq", "--filter", &label]) {
-            let ids: Vec<&str> = out.split_whitespace().collect();
-            for id in &ids {
-                let _ = docker(&["unpause", id]);
-            }
-            if !ids.is_empty() {
-                let mut args = vec!["rm", "-f"];
-                args.extend(ids);
-                if let Err(e) = docker(&args) {
-                    eprintln!("docker cluster teardown: {e}");
-                }
-            }
-        }
-        if let Err(e) = docker(&["network", "rm", &self.name]) {
-            eprintln!("docker cluster teardown: {e}");
-        }
+        tear_down(&self.name);
     }
 }
 

@@ -216,14 +216,7 @@ impl DockerSentinelMembers {
     }
 
     fn settle(&self, what: &str, done: impl Fn(&Self) -> bool) -> Result<(), String> {
-        let start = Instant::now();
-        while !done(self) {
-            if start.elapsed() > SETTLE {
-                return Err(format!("timed out after {SETTLE:?} waiting for {what}"));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
+        settle_within(what, || done(self))
     }
 
     fn must_settle(&self, what: &str, done: impl Fn(&Self) -> bool) {
@@ -255,23 +248,7 @@ impl DockerSentinelMembers {
 
 impl Drop for DockerSentinelMembers {
     fn drop(&mut self) {
-        let label = format!("label={}", self.name);
-        if let Ok(out) = docker(&["ps", "-aq", "--filter", &label]) {
-            let ids: Vec<&str> = out.split_whitespace().collect();
-            for id in &ids {
-                let _ = docker(&["unpause", id]);
-            }
-            if !ids.is_empty() {
-                let mut args = vec!["rm", "-f"];
-                args.extend(ids);
-                if let Err(e) = docker(&args) {
-                    eprintln!("docker sentinel teardown: {e}");
-                }
-            }
-        }
-        if let Err(e) = docker(&["network", "rm", &self.name]) {
-            eprintln!("docker sentinel teardown: {e}");
-        }
+        tear_down(&self.name);
     }
 }
 
@@ -366,6 +343,39 @@ impl Ensemble for DockerSentinelMembers {
 
 fn service(m: usize) -> String {
     format!("m{m}")
+}
+
+/// Removes every container labelled `name` (thawed first) and the network `name`.
+pub(crate) fn tear_down(name: &str) {
+    let label = format!("label={name}");
+    if let Ok(out) = docker(&["ps", "-aq", "--filter", &label]) {
+        let ids: Vec<&str> = out.split_whitespace().collect();
+        for id in &ids {
+            let _ = docker(&["unpause", id]);
+        }
+        if !ids.is_empty() {
+            let mut args = vec!["rm", "-f"];
+            args.extend(ids);
+            if let Err(e) = docker(&args) {
+                eprintln!("docker teardown of {name}: {e}");
+            }
+        }
+    }
+    if let Err(e) = docker(&["network", "rm", name]) {
+        eprintln!("docker teardown of {name}: {e}");
+    }
+}
+
+/// Waits, checking every 50 ms, until `done` holds, at most [`SETTLE`].
+pub(crate) fn settle_within(what: &str, mut done: impl FnMut() -> bool) -> Result<(), String> {
+    let start = Instant::now();
+    while !done() {
+        if start.elapsed() > SETTLE {
+            return Err(format!("timed out after {SETTLE:?} waiting for {what}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
 }
 
 /// `docker args`, its standard output when it succeeded.
