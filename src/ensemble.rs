@@ -240,7 +240,7 @@ impl Ensemble {
 
     /// Whether node `i`'s votes may count now, as far as its membership goes: a Sentinel
     /// member's only while its sentinels confirm its master (`Node::vouches`), a Cluster
-    /// member's only while a majority of the cluster's masters, asked less than a
+    /// member's only while more than half of the cluster's other masters, asked less than a
     /// confirmation window ago, named the node owner of this view's slot (see
     /// `net::cluster`); any other node's always.
     pub(crate) fn vouches(&self, i: usize) -> bool {

@@ -9,13 +9,14 @@
 //! with clients of its own, or, paused (a stalled host), for the moment after it resumes.
 //! So, as for a member under Sentinel (`net::sentinel`), a vote counts only while the
 //! masters confirm it: every round asks every master the table names for its `CLUSTER
-//! SLOTS`, and a node's vote for a lock counts only if a majority of them, in a round that
-//! started less than a confirmation window (`rules::sentinel::CONFIRM_WINDOW`) before the
-//! vote is judged, named it owner of the
-//! lock's slot (`Ensemble::vouches`). A master's view of the slots only moves forward
-//! (config epochs), and two majorities of the masters share one, so the Sentinel
-//! argument holds with the masters as the sentinels; the promoted master is quarantined
-//! from a window after this client learnt it (`Node::learn_facts`).
+//! SLOTS` and `INFO`, and a node's vote for a lock counts only if more than half of the
+//! masters asked other than itself, in a round that started less than a confirmation
+//! window (`rules::sentinel::CONFIRM_WINDOW`) before the vote is judged, named it owner of
+//! the lock's slot (`rules::cluster::confirmed_owners`, `Ensemble::vouches`). A master's
+//! word about itself is no evidence, and each other master's view only moves forward
+//! (config epochs), so the Sentinel argument holds with the other masters as the
+//! sentinels; the promoted master is quarantined from a window after this client learnt
+//! it (`Node::learn_facts`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
