@@ -44,8 +44,9 @@ struct Table {
     /// Every shard master named so far, by `host:port` (never removed: a guard may still
     /// hold one).
     shards: HashMap<String, Arc<Node>>,
-    /// The owner of each slot, by `host:port`, where requests go: the masters' agreed
-    /// owner, else the first answer's; empty until first learnt.
+    /// The owner of each slot, by `host:port`, where requests go: the owner the last round
+    /// confirmed (`None`: none, and a request for the slot goes to the member's first
+    /// seed, which votes no); empty until first learnt.
     owners: Vec<Option<Arc<str>>>,
     /// When the table was last learnt (or tried).
     learnt: Option<Instant>,
@@ -277,10 +278,9 @@ impl ClusterMember {
             }
         }
         let agreed = confirmed_owners(&reports, usize::from(SLOTS));
-        let first = (reports.iter().find_map(|(_, r)| r.clone())).unwrap_or_default();
-        let owners: Vec<Option<Arc<str>>> = (agreed.iter().zip(first))
-            .map(|(agreed, first)| agreed.clone().or(first))
-            .collect();
+        // Requests go only to confirmed owners, so that a promoted master is learnt (and
+        // its quarantine starts) no sooner than it is confirmed.
+        let owners = agreed.clone();
         let mut named: Vec<Arc<str>> = owners.iter().flatten().cloned().collect();
         named.sort_unstable();
         named.dedup();
