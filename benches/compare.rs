@@ -27,6 +27,9 @@
 //!     index
 //! 11. a member under Sentinel against the same master as a plain member, N = 1:
 //!     uncontended lock + unlock, p50, p99, CPU of the master and the sentinels
+//! 12. a member that is a Redis Cluster, N = 1: how one client's locks on distinct
+//!     resources spread over 3 shard masters; server and client CPU per lock with 1, 3 and
+//!     6 masters; uncontended lock + unlock against a plain member and the floors
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
@@ -89,15 +92,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=11) => selected.push(n),
+            Ok(n @ 1..=12) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-11)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-12)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
+        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -129,7 +132,8 @@ fn main() {
                 8 => scenarios::semaphore::run(cfg).await,
                 9 => scenarios::rwlock::run(cfg).await,
                 10 => scenarios::fairness::run(cfg).await,
-                _ => scenarios::sentinel::run(cfg).await,
+                11 => scenarios::sentinel::run(cfg).await,
+                _ => scenarios::cluster_member::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

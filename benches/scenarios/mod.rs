@@ -1,6 +1,7 @@
 //! The scenarios of `benches/compare.rs`, one module each; every module has one `run`
 //! that measures its contenders and prints its tables.
 
+pub mod cluster_member;
 pub mod contention;
 pub mod fairness;
 pub mod latency;

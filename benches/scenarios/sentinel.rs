@@ -4,17 +4,12 @@
 //! the master costs a cycle, with the CPU of the master and the three sentinels.
 
 use crate::common::topology::SentinelTopology;
-use crate::support::contender::{Contender, Kind, Subject, lock_contenders, quorum};
+use crate::support::contender::{Contender, Kind, Subject, lock_contenders, quarantined, quorum};
 use crate::support::measure::{Servers, interleaved, latency_table};
 use crate::{Cfg, FLOOR_2ROUNDS, ROUNDS};
 
 const PLAIN_MEMBER: &str = "quorum-lock, the master as a plain member";
 const SENTINEL_MEMBER: &str = "quorum-lock, a member under Sentinel";
-
-/// Restart quarantine on: a member under Sentinel is refused without it.
-fn quarantined(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
-    b.restart_quarantine(true)
-}
 
 pub async fn run(cfg: Cfg) {
     let warm = cfg.n(300);

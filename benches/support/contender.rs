@@ -435,6 +435,17 @@ pub fn polling_only(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuild
     b.notifications(false)
 }
 
+/// Restart quarantine on: a member under Sentinel, or one that is a Redis Cluster, is
+/// refused without it.
+pub fn quarantined(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
+    b.restart_quarantine(true)
+}
+
+/// Restart quarantine on and release notifications off.
+pub fn quarantined_quiet(b: quorum_lock::RedlockBuilder) -> quorum_lock::RedlockBuilder {
+    b.restart_quarantine(true).notifications(false)
+}
+
 /// A connected quorum-lock client with its defaults, except: `node_timeout` set explicitly
 /// (to its default), and no restart quarantine, which would ignore the votes of servers
 /// started less than the longest TTL ago, i.e. every server of this bench.

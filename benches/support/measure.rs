@@ -169,23 +169,51 @@ pub async fn measure_redlock(
     .expect("redlock measurement thread")
 }
 
+/// Where [`interleaved_on`] runs one subject: the resource it cycles on, and the servers
+/// whose CPU time its runs are charged.
+#[derive(Clone)]
+pub struct Placement {
+    pub resource: String,
+    pub servers: Servers,
+}
+
 /// Warms every subject up, then measures `iters` cycles of each in [`ROUNDS`] chunks:
 /// the async subjects interleaved in [`order`], then each sync one (redlock) by itself.
-/// Each subject keeps its own resource.
+/// Each subject keeps its own resource; every run is charged the CPU of `servers`.
 pub async fn interleaved(
     subjects: &[Subject],
     warm: usize,
     iters: usize,
     servers: &Servers,
 ) -> Vec<Run> {
-    let resources: Vec<String> = subjects.iter().map(|_| unique("lat")).collect();
+    let placements: Vec<Placement> = (subjects.iter())
+        .map(|_| Placement {
+            resource: unique("lat"),
+            servers: Arc::clone(servers),
+        })
+        .collect();
+    interleaved_on(subjects, &placements, warm, iters).await
+}
+
+/// [`interleaved`] with each subject at its own [`Placement`] (one per subject, in order).
+pub async fn interleaved_on(
+    subjects: &[Subject],
+    placements: &[Placement],
+    warm: usize,
+    iters: usize,
+) -> Vec<Run> {
+    assert_eq!(
+        subjects.len(),
+        placements.len(),
+        "one placement per subject"
+    );
     let chunk = |i: usize, warm: usize, iters: usize| {
-        let (s, res) = (subjects[i].clone(), resources[i].clone());
-        let servers = Arc::clone(servers);
+        let s = subjects[i].clone();
+        let Placement { resource, servers } = placements[i].clone();
         async move {
             match &s {
-                Subject::Async(c) => measure(c, &res, warm, iters, None, &servers).await,
-                Subject::Sync(rl) => measure_redlock(rl, &res, warm, iters, &servers).await,
+                Subject::Async(c) => measure(c, &resource, warm, iters, None, &servers).await,
+                Subject::Sync(rl) => measure_redlock(rl, &resource, warm, iters, &servers).await,
             }
         }
     };

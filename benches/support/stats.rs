@@ -117,6 +117,16 @@ pub fn rss_kib() -> (u64, u64) {
 
 /// `calls=` per command from `INFO commandstats`, without `info` itself.
 pub fn commandstats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = (commandstats_all(conn).into_iter())
+        .map(|(name, (calls, _))| (name, calls))
+        .collect();
+    out.remove("info");
+    out
+}
+
+/// `(calls=, usec=)` per command from `INFO commandstats`, `info` included (the reading
+/// itself is counted once it has run: in the next reading).
+pub fn commandstats_all(conn: &mut redis::Connection) -> BTreeMap<String, (u64, u64)> {
     let text: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(conn)
@@ -129,17 +139,29 @@ pub fn commandstats(conn: &mut redis::Connection) -> BTreeMap<String, u64> {
         let Some((name, fields)) = rest.split_once(':') else {
             continue;
         };
-        if name == "info" {
-            continue;
-        }
-        let calls = fields
-            .split(',')
-            .find_map(|f| f.strip_prefix("calls="))
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        out.insert(name.to_string(), calls);
+        let field = |key: &str| {
+            fields
+                .split(',')
+                .find_map(|f| f.strip_prefix(key))
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        out.insert(name.to_string(), (field("calls="), field("usec=")));
     }
     out
+}
+
+/// `used_cpu_sys` + `used_cpu_user` from `INFO cpu`: the server's CPU time so far, as the
+/// server itself counts it (all its threads, children not included).
+pub fn info_cpu(conn: &mut redis::Connection) -> Duration {
+    let text: String = redis::cmd("INFO").arg("cpu").query(conn).expect("INFO cpu");
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Duration::from_secs_f64(field("used_cpu_sys:") + field("used_cpu_user:"))
 }
 
 /// Sum of [`commandstats`] over several nodes.
