@@ -37,7 +37,7 @@ mod wait;
 
 // The ballot of one attempt (feeds `safety` from the replies) and the pure rules of
 // restart quarantine, fencing, Sentinel and Cluster members, public only for the model
-// checks (tests/model.rs, tests/model_sentinel.rs), which check the
+// checks (tests/model.rs, tests/model_sentinel.rs, tests/model_cluster.rs), which check the
 // same decisions the client makes.
 #[doc(hidden)]
 pub use acquire::ballot;

@@ -3,7 +3,7 @@
 //! such a round, started less than a confirmation window before, named the node owner of
 //! the lock's slot; that and a promoted master's quarantine are the Sentinel member's rules
 //! (`rules::sentinel`: `vouched`, `promoted_life_start`), with the cluster's other masters
-//! in the sentinels' place (`tests/model_sentinel.rs` checks those two).
+//! in the sentinels' place; `tests/model_cluster.rs` checks the three through a failover.
 
 /// Per slot (`slots` of them), the owner that the round's `answers` confirm: `(master,
 /// its answer)` per master asked, an answer being the owner of every slot (`None` where it
