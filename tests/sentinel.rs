@@ -28,6 +28,21 @@ fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// Whether `server` answers as a replica that has no `key`; `false` while a request fails
+/// (the server resets its clients' connections as it turns into a replica).
+fn demoted_without(server: &RedisServer, key: &str) -> bool {
+    let answered = redis::Client::open(server.url())
+        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(1)))
+        .and_then(|mut conn| {
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
+            let found: Vec<String> = redis::cmd("KEYS").arg(key).query(&mut conn)?;
+            Ok((role, found))
+        });
+    matches!(answered, Ok((role, found))
+        if found.is_empty()
+            && matches!(role.first(), Some(redis::Value::BulkString(r)) if r.as_slice() == b"slave"))
+}
+
 fn role(server: &RedisServer) -> String {
     let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut server.conn()).unwrap();
     match role.first() {
@@ -360,7 +375,7 @@ async fn a_paused_master_replaced_by_the_sentinels_keeps_its_lost_lock_exclusive
     common::eventually(
         Duration::from_secs(20),
         "the old master demoted and resynced",
-        || role(topology.server(0)) == "slave" && keys(topology.server(0), &late).is_empty(),
+        || demoted_without(topology.server(0), &late),
     )
     .await;
     drop(held);
