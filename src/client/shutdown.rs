@@ -19,7 +19,7 @@ pub(crate) async fn shut_down(ensemble: &Arc<Ensemble>) -> usize {
     ensemble.attempts_settled().await;
     let held = ensemble.take_held();
     let releases = held.iter().map(|lock| {
-        let holding = Holding::adopt(Arc::clone(ensemble), lock.shut_down());
+        let holding = Holding::adopt(lock.shut_down());
         async move { holding.release_everywhere().await }
     });
     let released = join_all(releases).await.len();

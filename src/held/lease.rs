@@ -377,6 +377,7 @@ impl Held for Lease {
         }
         self.mark_lost(LostReason::ShutDown);
         ShutDownLock {
+            ensemble: Arc::clone(&self.ensemble),
             keys: Arc::clone(&self.keys),
             token: Arc::clone(&self.token),
             gate: Arc::clone(&self.gate),

@@ -72,8 +72,9 @@ impl Holding {
 
     /// The duty of a lock whose release someone else answers for (client shutdown): the
     /// same keys, token and gate, unarmed.
-    pub(crate) fn adopt(ensemble: Arc<Ensemble>, held: ShutDownLock) -> Self {
+    pub(crate) fn adopt(held: ShutDownLock) -> Self {
         let ShutDownLock {
+            ensemble,
             keys,
             token,
             gate,
