@@ -79,10 +79,13 @@ pub(crate) struct Lifecycle {
 struct Seating {
     /// Per member, its cluster (`None`: a member with one node).
     clusters: Vec<Option<Arc<ClusterMember>>>,
-    /// The views made so far, by their nodes' addresses (weak: a view lives while a lock
+    /// The views made so far, by slot and their nodes' addresses (weak: a view lives while a lock
     /// or an attempt uses it).
-    views: Mutex<HashMap<Vec<usize>, Weak<Ensemble>>>,
+    views: Mutex<HashMap<ViewId, Weak<Ensemble>>>,
 }
+
+/// What tells two seated views apart: the slot, and the address of each member's node.
+type ViewId = (u16, Vec<usize>);
 
 /// An attempt under way (or the clean-up of one): `Redlock::shutdown` waits until none is
 /// left before it closes the connections, so whatever an attempt set is given back or
@@ -220,7 +223,12 @@ impl Ensemble {
             }
         });
         let nodes: Vec<Arc<Node>> = futures::future::join_all(seats).await;
-        let id: Vec<usize> = nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect();
+        // By slot too: a view's confirmation is its slot's (`vouches`), and two slots of one
+        // master part when one of them moves.
+        let id = (
+            slot,
+            nodes.iter().map(|n| Arc::as_ptr(n) as usize).collect(),
+        );
         let mut views = seating.views.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(view) = views.get(&id).and_then(Weak::upgrade) {
             return view;
