@@ -1077,6 +1077,39 @@ async fn a_waiter_moves_to_the_list_that_releases_pop() {
     second.release().await.unwrap();
 }
 
+/// A lock granted by a majority without its key on the waiting-list node (it expired
+/// there, or the `SET` there landed after another client's) still wakes the waiter listed
+/// there when it is released: the lock is free there too. The waiter polls only every
+/// minute, so only the wake-up makes it fast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_waiter_listed_where_its_key_is_missing() {
+    let cluster = Cluster::start(3);
+    let resource = unique("missing-key");
+    let holder = client(&cluster.urls());
+    let guard = holder
+        .lock(&resource, Duration::from_secs(30))
+        .await
+        .unwrap();
+    let minute = Duration::from_secs(60);
+    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
+    eventually(Duration::from_secs(10), "waiter queued on node 0", || {
+        waiting_list(&cluster.nodes[0], &resource).len() == 1
+    })
+    .await;
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(&resource)
+        .query(&mut cluster.nodes[0].conn())
+        .unwrap();
+    assert_eq!(deleted, 1);
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let second = acquired(task, "woken").await;
+    let gap = released.elapsed();
+    assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
+    assert!(waiting_list(&cluster.nodes[0], &resource).is_empty());
+    second.release().await.unwrap();
+}
+
 /// A woken waiter may try before the release that woke it (on the waiting-list node)
 /// reached the other nodes: its messages there are late, within the node timeout. The
 /// waiter keeps retrying, at growing intervals, for a node timeout after its wake-up, and

@@ -440,7 +440,10 @@ impl Drop for Holding {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let n = self.ensemble.nodes.len();
-                let mut round = self.release_round(0..n, true);
+                // A lock's release wakes the next waiter; an abandoned attempt's wakes
+                // nobody: it held no lock, and the release of the lock its waiters wait
+                // for wakes them (the waking scripts wake where our key is absent too).
+                let mut round = self.release_round(0..n, self.in_flight.is_none());
                 let local = self.local.take();
                 let ensemble = Arc::clone(&self.ensemble);
                 let in_flight = self.in_flight.take();

@@ -112,7 +112,8 @@ pub(crate) fn inspect_reply(reply: Value) -> Result<Inspected, NodeOutcome> {
 
 /// A release's reply, decoded: [`RELEASE`](super::scripts::RELEASE)'s `{deleted, woke}`,
 /// or the one-key scripts' integer ([`UNLOCK`](super::scripts::UNLOCK) and `DELIFEQ`: 0 or
-/// 1 deleted; [`RELEASE_ONE`](super::scripts::RELEASE_ONE): 2 deleted and woke a client).
+/// 1 deleted; [`RELEASE_ONE`](super::scripts::RELEASE_ONE): 2 deleted and woke a client,
+/// 3 woke a client where the key was absent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Release {
     /// Whether it deleted a key holding our token.
@@ -126,6 +127,7 @@ pub(crate) fn release_reply(reply: Value) -> Result<Release, NodeOutcome> {
     let (deleted, woke) = match reply {
         Value::Int(n @ 0..=1) => (n, 0),
         Value::Int(2) => (1, 1),
+        Value::Int(3) => (0, 1),
         Value::Int(n) => return Err(NodeOutcome::Failed(format!("unexpected release reply {n}"))),
         other => decode::<(i64, i64)>(other)?,
     };
@@ -158,7 +160,9 @@ mod tests {
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
         assert_eq!(release_reply(pair(0, 0)), r(false, false));
         assert_eq!(release_reply(pair(2, 1)), r(true, true));
-        assert!(release_reply(Value::Int(3)).is_err());
+        assert_eq!(release_reply(Value::Int(3)), r(false, true));
+        assert_eq!(release_reply(pair(0, 1)), r(false, true));
+        assert!(release_reply(Value::Int(4)).is_err());
         assert!(release_reply(Value::Int(-1)).is_err());
         assert!(release_reply(Value::Nil).is_err());
     }

@@ -313,7 +313,10 @@ pub(crate) static MARK: Lua = Lua::with_globals(&[], &[Global::Marker], MARK_SRC
 ///
 /// Deletes every key whose value equals the token and returns `{deleted, woke}`: how many
 /// keys it deleted (0: none of them is ours, or they expired) and 1 if it woke a waiting
-/// client, else 0. With ARGV[2], for each deleted key it pops
+/// client, else 0. With ARGV[2], for each deleted key, and each key that is absent (it
+/// expired here, or our `SET` never landed here while a majority elsewhere granted the
+/// lock: the lock is free here all the same, and its waiters listed here must hear of the
+/// release), it pops
 /// client ids from the key's waiting list until one of them is listening, and publishes
 /// `<token>:<key>` on that client's channel (ARGV[3] followed by its id): one client is
 /// woken per release and node, in arrival order; ids of clients that went away are
@@ -332,25 +335,30 @@ local k = #KEYS / 3
 local n = 0
 local woke = 0
 for i = 1, k do
-    if redis.call('GET', KEYS[i]) == ARGV[1] then
+    local held = redis.call('GET', KEYS[i])
+    if held == ARGV[1] then
         n = n + 1
-        if ARGV[2] == '0' then
-            redis.call('DEL', KEYS[i])
-        else
-            local list = KEYS[k + i]
-            local turn = KEYS[2 * k + i]
-            while true do
-                local id = redis.call('LPOP', list)
-                if not id then
+    end
+    if held == ARGV[1] and ARGV[2] == '0' then
+        redis.call('DEL', KEYS[i])
+    elseif ARGV[2] ~= '0' and (held == ARGV[1] or not held) then
+        local list = KEYS[k + i]
+        local turn = KEYS[2 * k + i]
+        while true do
+            local id = redis.call('LPOP', list)
+            if not id then
+                if held then
                     redis.call('DEL', KEYS[i], turn)
-                    break
                 end
-                if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
+                break
+            end
+            if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[i]) > 0 then
+                if held then
                     redis.call('DEL', KEYS[i])
-                    redis.call('SET', turn, id, 'PX', ARGV[2])
-                    woke = 1
-                    break
                 end
+                redis.call('SET', turn, id, 'PX', ARGV[2])
+                woke = 1
+                break
             end
         end
     end
@@ -388,26 +396,34 @@ pub(crate) static UNLOCK: Lua = Lua::new(&[Kind::Lock], UNLOCK_SRC).repeatable()
 ///
 /// KEYS: the lock key, its waiting list, its turn. ARGV[1]: our token. ARGV[2]: the lifetime
 /// in milliseconds of the turn it gives the woken client. ARGV[3]: the prefix of the
-/// clients' wake-up channels. Returns 0 when the key does not hold the token (nothing
-/// changed), 1 after deleting it when nobody was woken (the turn deleted), 2 after deleting
-/// it and waking one client, as [`RELEASE`] wakes them.
+/// clients' wake-up channels. Returns 0 when the key holds another token, or is absent
+/// and nobody waits (nothing changed), 1 after deleting it when nobody was woken (the turn
+/// deleted), 2 after deleting it and waking one client, as [`RELEASE`] wakes them, and 3
+/// after waking one client while the key was absent (as [`RELEASE`] does then too).
 ///
 /// The key is deleted after the list is popped, in the same script (atomic, so nothing sees
 /// the order): waking nobody, one `DEL` takes the key and the turn together, the common
 /// case of an uncontended release, four calls instead of five.
 const RELEASE_ONE_SRC: &str = r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then
     return 0
 end
 while true do
     local id = redis.call('LPOP', KEYS[2])
     if not id then
+        if not held then
+            return 0
+        end
         redis.call('DEL', KEYS[1], KEYS[3])
         return 1
     end
     if redis.call('PUBLISH', ARGV[3] .. id, ARGV[1] .. ':' .. KEYS[1]) > 0 then
-        redis.call('DEL', KEYS[1])
         redis.call('SET', KEYS[3], id, 'PX', ARGV[2])
+        if not held then
+            return 3
+        end
+        redis.call('DEL', KEYS[1])
         return 2
     end
 end
