@@ -275,11 +275,12 @@ impl Ensemble {
         seating.clusters.get(i)?.as_ref()
     }
 
-    /// For member `i` when it is a Redis Cluster, the `host:port` of each shard master its
-    /// slot table names (learnt first if it never was), sorted; empty for any other member.
-    pub(crate) async fn cluster_shards(&self, i: usize) -> Vec<String> {
+    /// For member `i` when it is a Redis Cluster, each shard master its slot table names
+    /// (learnt first if it never was), sorted, with the `INFO replication` it gave (see
+    /// `ClusterMember::shard_replication`); empty for any other member.
+    pub(crate) async fn cluster_shards(&self, i: usize) -> Vec<(String, Option<String>)> {
         match self.cluster_of(i) {
-            Some(cluster) => cluster.owners().await,
+            Some(cluster) => cluster.shard_replication().await,
             None => Vec::new(),
         }
     }

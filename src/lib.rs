@@ -59,8 +59,8 @@ pub use held::extend::AutoExtend;
 pub use held::guard::LockGuard;
 pub use held::lease::{LockContext, LostSignal};
 pub use inspect::doctor::{
-    ClockOffset, DeploymentReport, Finding, FindingKind, KeyCensus, NodeInfo, SentinelAnswer,
-    ServerKind, Severity,
+    ClockOffset, ClusterShard, DeploymentReport, Finding, FindingKind, KeyCensus, NodeInfo,
+    SentinelAnswer, ServerKind, Severity,
 };
 pub use inspect::readers::{Reader, RwLockStatus};
 pub use inspect::status::{Holder, KeptOut, KeyState, LockStatus, Verdict};

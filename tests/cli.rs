@@ -791,7 +791,7 @@ fn a_redis_cluster_in_the_node_list() {
     holder.wait(LIMIT).expect(128 + 15);
     output(cli(&urls, ["doctor"]))
         .expect(0)
-        .stdout_has("cluster of 3 shards");
+        .stdout_has("cluster of 3 shards, 0 replicas");
 }
 
 #[test]

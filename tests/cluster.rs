@@ -170,25 +170,42 @@ async fn a_cluster_member_votes_beside_plain_servers() {
     assert_eq!(keys(cluster.node(owner), &resource), vec![resource.clone()]);
     assert_eq!(keys(&a, &resource), vec![resource.clone()]);
     guard.release().await.unwrap();
-    // The deployment check shows the Cluster member's shards, and does not warn of its
-    // cluster mode or its replicas: the member follows the cluster by design.
+    // The deployment check shows the Cluster member's shards and each one's replica, and
+    // does not warn of its cluster mode or its replicas: the member follows the cluster
+    // by design.
     let report = redlock.check_deployment().await;
-    let mut masters: Vec<String> = (0..3)
-        .map(|m| format!("127.0.0.1:{}", cluster.node(m).port()))
+    let addr = |i: usize| format!("127.0.0.1:{}", cluster.node(i).port());
+    let mut expected: Vec<(String, Vec<String>)> = (0..3)
+        .map(|m| {
+            (
+                addr(m),
+                cluster.replicas_of(m).into_iter().map(addr).collect(),
+            )
+        })
         .collect();
-    masters.sort();
-    assert_eq!(report.nodes[2].cluster_shards, masters);
+    expected.sort();
+    let shards: Vec<(String, Vec<String>)> = (report.nodes[2].cluster_shards.iter())
+        .map(|s| (s.master.clone(), s.replicas.clone()))
+        .collect();
+    assert_eq!(shards, expected);
     let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
     assert!(!kinds.contains(&FindingKind::ClusterMode), "{kinds:?}");
     assert!(!kinds.contains(&FindingKind::FailoverRisk), "{kinds:?}");
     redlock.shutdown().await;
-    // A shard listed again as a plain member is one server voting twice.
-    let shard = cluster.node(0).url();
-    let twice = client(&[&shard, &a.url(), &member_url(&cluster)]);
-    let report = twice.check_deployment().await;
-    let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
-    assert!(kinds.contains(&FindingKind::DuplicateServer), "{kinds:?}");
-    twice.shutdown().await;
+    // A shard listed again as a plain member is one server voting twice; a shard's
+    // replica listed as a plain member is one replication group.
+    let replica = cluster.replicas_of(1)[0];
+    let (shard, copy) = (cluster.node(0).url(), cluster.node(replica).url());
+    for (plain, kind) in [
+        (&shard, FindingKind::DuplicateServer),
+        (&copy, FindingKind::Replicated),
+    ] {
+        let twice = client(&[plain, &a.url(), &member_url(&cluster)]);
+        let report = twice.check_deployment().await;
+        let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
+        assert!(kinds.contains(&kind), "{kinds:?}");
+        twice.shutdown().await;
+    }
 }
 
 /// The other lock kinds on a Cluster member: a semaphore's slots share one shard (its

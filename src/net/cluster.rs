@@ -175,6 +175,37 @@ impl ClusterMember {
         owners
     }
 
+    /// For each shard master that owns a slot (see [`owners`](Self::owners)), its `INFO
+    /// replication` text, asked on a connection of its own; `None` for a master that gave
+    /// none within the connect timeout.
+    pub(crate) async fn shard_replication(&self) -> Vec<(String, Option<String>)> {
+        let owners = self.owners().await;
+        let asked = owners.into_iter().map(|owner| async move {
+            let info = match split_addr(&owner) {
+                Some((host, port)) => {
+                    let asked = self.info_replication(&host, port);
+                    tokio::time::timeout(self.connect_timeout, asked)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                }
+                None => None,
+            };
+            (owner, info)
+        });
+        futures::future::join_all(asked).await
+    }
+
+    /// `INFO replication` from the server at `host:port`.
+    async fn info_replication(&self, host: &str, port: u16) -> RedisResult<String> {
+        let client = self.client_at(host, port)?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await
+    }
+
     /// Every shard master named so far.
     pub(crate) fn shards(&self) -> Vec<Arc<Node>> {
         self.lock().shards.values().cloned().collect()

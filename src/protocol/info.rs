@@ -242,6 +242,22 @@ impl<'a> Info<'a> {
             .map(Duration::from_secs)
     }
 
+    /// The `host:port` of each connected replica (`slave0:ip=...,port=...`), in `INFO`'s
+    /// order.
+    pub(crate) fn replica_addresses(&self) -> Vec<String> {
+        let replicas = self.connected_replicas().unwrap_or(0);
+        (0..replicas)
+            .filter_map(|i| self.get(&format!("slave{i}")))
+            .filter_map(|line| {
+                let field = |name: &str| {
+                    line.split(',')
+                        .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
+                };
+                Some(format!("{}:{}", field("ip")?, field("port")?))
+            })
+            .collect()
+    }
+
     /// Whether this server process was promoted from a replica (or took part in a
     /// failover) since it started: `second_repl_offset` is -1 until then.
     pub(crate) fn promoted(&self) -> Option<bool> {
@@ -431,10 +447,15 @@ mod tests {
         let info = parse(text);
         assert_eq!(info.connected_replicas(), Some(2));
         assert_eq!(info.longest_replica_lag(), Some(Duration::from_secs(7)));
+        assert_eq!(
+            info.replica_addresses(),
+            vec!["127.0.0.1:7001".to_owned(), "127.0.0.1:7002".to_owned()]
+        );
         assert_eq!(info.promoted(), Some(false));
         let promoted = parse("role:master\r\nconnected_slaves:0\r\nsecond_repl_offset:1234\r\n");
         assert_eq!(promoted.connected_replicas(), Some(0));
         assert_eq!(promoted.longest_replica_lag(), None);
+        assert!(promoted.replica_addresses().is_empty());
         assert_eq!(promoted.promoted(), Some(true));
         assert_eq!(parse("role:master\r\n").promoted(), None);
     }

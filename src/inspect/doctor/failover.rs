@@ -54,6 +54,31 @@ pub(super) fn replication_lag(node: &NodeInfo, limits: &Limits) -> Option<Findin
     ))
 }
 
+/// A Cluster member's shard whose replica lags behind its master by more than the
+/// default TTL (warning, one per shard): the cluster's failover of that shard would lose
+/// every lock key written since.
+pub(super) fn shard_replication_lag(node: &NodeInfo, limits: &Limits) -> Vec<Finding> {
+    (node.cluster_shards.iter())
+        .filter_map(|shard| Some((shard, shard.replica_lag.filter(|lag| *lag > limits.ttl)?)))
+        .map(|(shard, lag)| {
+            finding(
+                FindingKind::ReplicationLag,
+                Severity::Warning,
+                Some(&node.name),
+                format!(
+                    "a replica of shard {} last acknowledged {} s ago, longer than the \
+                     default TTL ({:?}): a failover of that shard would lose every lock key \
+                     written since",
+                    shard.master,
+                    lag.as_secs(),
+                    limits.ttl
+                ),
+                "repair the shard's replication link",
+            )
+        })
+        .collect()
+}
+
 /// A member under Sentinel whose configured sentinels do not all name one master: a
 /// warning while a majority still does (`sentinel::agreed`, the member's own rule), an
 /// error when none does.

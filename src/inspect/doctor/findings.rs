@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::durability::{known_issue, majority_memory_loss, persistence, persistence_mismatch};
-use super::failover::{failover_risk, replication_lag, sentinel_quorum};
+use super::failover::{failover_risk, replication_lag, sentinel_quorum, shard_replication_lag};
 use super::finding;
 use super::{Finding, FindingKind, NodeInfo, Severity};
 use crate::config::Config;
@@ -64,6 +64,7 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
             out.extend(failover_risk(node));
         }
         out.extend(replication_lag(node, limits));
+        out.extend(shard_replication_lag(node, limits));
         out.extend(persistence(node));
         out.extend(eviction(node));
         out.extend(clock_skew(node, limits));
@@ -160,22 +161,20 @@ fn pairs(infos: &[NodeInfo], out: &mut Vec<Finding>) -> Vec<bool> {
     related
 }
 
-/// Members that share a server: a shard master of a Cluster member that another member
-/// names too (as a shard of its own, or as its address). One failure domain casts two
-/// votes: an error, as the same server listed twice is.
+/// Members that share a server or a replica set, where one of them is a Cluster member:
+/// a shard master that another member names too (as a shard of its own, or as its
+/// address) is one failure domain casting two votes, an error as the same server listed
+/// twice is; a shard replica that another member names is one replication group, an
+/// error as two plain members replicating each other are.
 fn shared_shards(infos: &[NodeInfo]) -> Vec<Finding> {
-    let servers = |n: &NodeInfo| -> Vec<String> {
-        match n.cluster_shards.is_empty() {
-            true => vec![address(&n.name)],
-            false => n.cluster_shards.clone(),
-        }
-    };
     let mut out = Vec::new();
     for (i, a) in infos.iter().enumerate() {
         for b in infos.iter().skip(i + 1) {
-            let (mine, theirs) = (servers(a), servers(b));
-            let both = a.cluster_shards.len() + b.cluster_shards.len() > 0;
-            if let Some(shared) = mine.iter().find(|s| both && theirs.contains(s)) {
+            if a.cluster_shards.is_empty() && b.cluster_shards.is_empty() {
+                continue;
+            }
+            let (mine, theirs) = (masters(a), masters(b));
+            if let Some(shared) = mine.iter().find(|s| theirs.contains(s)) {
                 out.push(finding(
                     FindingKind::DuplicateServer,
                     Severity::Error,
@@ -187,10 +186,41 @@ fn shared_shards(infos: &[NodeInfo]) -> Vec<Finding> {
                     ),
                     "list each Redis Cluster once, and no shard of it as another member",
                 ));
+            } else if let Some(shared) = group(a).find(|s| group(b).any(|t| t == *s)) {
+                out.push(finding(
+                    FindingKind::Replicated,
+                    Severity::Error,
+                    Some(&b.name),
+                    format!(
+                        "shares the replica set of {shared} with {}: one replication \
+                         group, not independent members, so a failover can hand the same \
+                         lock to two clients",
+                        a.name
+                    ),
+                    "give each member servers of its own, replicas included",
+                ));
             }
         }
     }
     out
+}
+
+/// The masters a member votes through: a Cluster member's shard masters, else its own
+/// address.
+fn masters(node: &NodeInfo) -> Vec<String> {
+    match node.cluster_shards.is_empty() {
+        true => vec![address(&node.name)],
+        false => (node.cluster_shards.iter())
+            .map(|s| s.master.clone())
+            .collect(),
+    }
+}
+
+/// Every server a member's data lives on: its masters and, for a Cluster member, the
+/// replicas of each shard.
+fn group(node: &NodeInfo) -> impl Iterator<Item = String> + '_ {
+    let replicas = (node.cluster_shards.iter()).flat_map(|s| s.replicas.iter().cloned());
+    masters(node).into_iter().chain(replicas)
 }
 
 /// `b` is the same server as `a` (same `run_id`).

@@ -306,10 +306,10 @@ pub struct NodeInfo {
     /// master during this check, in the order of the member's URL; empty for a plain
     /// server.
     pub sentinels: Vec<SentinelAnswer>,
-    /// For a member that is a Redis Cluster (`redis+cluster://`), the `host:port` of each
-    /// shard master its slot table names for this check, sorted; the other facts are its
-    /// first seed's. Empty for any other member.
-    pub cluster_shards: Vec<String>,
+    /// For a member that is a Redis Cluster (`redis+cluster://`), each shard master its
+    /// slot table names for this check, sorted by address, with that master's replicas;
+    /// the other facts are its first seed's. Empty for any other member.
+    pub cluster_shards: Vec<ClusterShard>,
     /// `uptime_in_seconds` from `INFO`: time since the server process started.
     pub uptime: Option<Duration>,
     /// The clock offset from the best of a few `TIME` samples.
@@ -329,6 +329,39 @@ pub struct SentinelAnswer {
     /// The master's `host:port` the sentinel named; `None` when it gave no answer in time
     /// or knows no such service.
     pub master: Option<String>,
+}
+
+/// One shard of a Redis Cluster member, as the deployment check found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterShard {
+    /// The shard master's `host:port`, as the cluster's slot table names it.
+    pub master: String,
+    /// Whether the master answered `INFO replication` for this check (else the replica
+    /// facts below are unknown, not absent).
+    pub answered: bool,
+    /// The `host:port` of each replica connected to the master.
+    pub replicas: Vec<String>,
+    /// The longest `lag` of those replicas (whole seconds since a replica's last
+    /// acknowledgement); `None` without replicas.
+    pub replica_lag: Option<Duration>,
+}
+
+impl ClusterShard {
+    /// The shard of master `master` as its `INFO replication` text describes it (`None`:
+    /// no answer).
+    pub(crate) fn from_info(master: String, info: Option<&str>) -> Self {
+        let parsed = info.map(crate::protocol::info::parse);
+        ClusterShard {
+            master,
+            answered: parsed.is_some(),
+            replicas: parsed
+                .as_ref()
+                .map(|i| i.replica_addresses())
+                .unwrap_or_default(),
+            replica_lag: parsed.as_ref().and_then(|i| i.longest_replica_lag()),
+        }
+    }
 }
 
 /// The crate's keys on one node, as the check counted them: the keys under
@@ -410,7 +443,9 @@ pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
     let mut nodes = Vec::with_capacity(probed.len());
     let (mut ledgers, mut scans) = (Vec::new(), Vec::new());
     for (mut node, shards) in probed.into_iter().zip(shards) {
-        node.info.cluster_shards = shards;
+        node.info.cluster_shards = (shards.into_iter())
+            .map(|(master, info)| ClusterShard::from_info(master, info.as_deref()))
+            .collect();
         node.info.keys = node.keys.as_ref().map(|scan| keys::census(scan, prefix));
         nodes.push(node.info);
         ledgers.push(node.ledger);

@@ -185,9 +185,7 @@ fn node_row(n: &NodeInfo) -> [String; 8] {
         version(n),
         match (&n.role, &n.sentinel_master) {
             (Some(role), Some(at)) => format!("{role} {at} ({})", sentinels_agreeing(n, at)),
-            _ if !n.cluster_shards.is_empty() => {
-                format!("cluster of {} shards", n.cluster_shards.len())
-            }
+            _ if !n.cluster_shards.is_empty() => cluster_topology(&n.cluster_shards),
             (role, _) => opt(role),
         },
         aof,
@@ -195,6 +193,18 @@ fn node_row(n: &NodeInfo) -> [String; 8] {
         uptime,
         clock,
     ]
+}
+
+/// `cluster of 3 shards, 3 replicas`: a Cluster member's topology (replicas of the shards
+/// that answered).
+fn cluster_topology(shards: &[super::ClusterShard]) -> String {
+    let replicas: usize = shards.iter().map(|s| s.replicas.len()).sum();
+    let silent = shards.iter().filter(|s| !s.answered).count();
+    let mut text = format!("cluster of {} shards, {replicas} replicas", shards.len());
+    if silent > 0 {
+        text.push_str(&format!(" ({silent} shards silent)"));
+    }
+    text
 }
 
 /// `sentinels 3/3`: how many of the member's configured sentinels named `master`.
@@ -267,7 +277,17 @@ fn node_json(out: &mut String, n: &NodeInfo) {
     o.bool("cluster_enabled", n.cluster_enabled);
     o.str("sentinel_master", n.sentinel_master.as_deref());
     o.array("cluster_shards", &n.cluster_shards, |out, shard| {
-        crate::inspect::json::json_str(out, shard);
+        let mut s = JsonObject::new(out);
+        s.str("master", Some(&shard.master));
+        s.bool("answered", Some(shard.answered));
+        s.array("replicas", &shard.replicas, |out, r| {
+            crate::inspect::json::json_str(out, r)
+        });
+        s.num(
+            "replica_lag_s",
+            shard.replica_lag.map(|lag| i128::from(lag.as_secs())),
+        );
+        s.end();
     });
     o.array("sentinels", &n.sentinels, |out, answer| {
         let mut a = JsonObject::new(out);

@@ -104,27 +104,65 @@ fn cluster_mode_and_eviction() {
     );
 }
 
+/// A shard of a Cluster member: its master, the replicas its `INFO replication` lists, each
+/// `lag_s` seconds behind.
+fn shard(master: &str, replicas: &[&str], lag_s: u64) -> ClusterShard {
+    let lines: String = (replicas.iter().enumerate())
+        .map(|(i, r)| {
+            let (ip, port) = r.split_once(':').unwrap();
+            format!("slave{i}:ip={ip},port={port},state=online,offset=1,lag={lag_s}\r\n")
+        })
+        .collect();
+    let info = format!(
+        "role:master\r\nconnected_slaves:{}\r\n{lines}",
+        replicas.len()
+    );
+    ClusterShard::from_info(master.into(), Some(&info))
+}
+
 /// A Cluster listed as one member is no `cluster_mode` warning, nor a failover risk for
 /// its seed's replicas; a Cluster whose shard another member names is one failure domain
-/// voting twice.
+/// voting twice, and one whose shard replica another member names is one replication
+/// group; a shard replica lagging past the TTL is flagged, shard by shard.
 #[test]
 fn a_cluster_member_and_a_shard_shared_with_another_member() {
     let mut infos = set(3);
     infos[2].name = "cluster:10.0.0.7:7000".into();
     infos[2].cluster_enabled = Some(true);
     infos[2].replicas = Some(1);
-    infos[2].cluster_shards = vec!["10.0.0.7:7000".into(), "10.0.0.8:7000".into()];
+    infos[2].cluster_shards = vec![
+        shard("10.0.0.7:7000", &["10.0.0.7:7001"], 0),
+        shard("10.0.0.8:7000", &["10.0.0.8:7001"], 0),
+    ];
     assert_eq!(kinds(&infos, &limits()), vec![]);
+    let shards = infos[2].cluster_shards.clone();
     infos[1].name = "10.0.0.8:7000".into();
     assert_eq!(
         kinds(&infos, &limits()),
         vec![(K::DuplicateServer, E, Some("cluster:10.0.0.7:7000".into()))]
     );
     infos[1].name = "cluster:10.0.0.9:7000".into();
-    infos[1].cluster_shards = vec!["10.0.0.8:7000".into()];
+    infos[1].cluster_shards = vec![shard("10.0.0.8:7000", &[], 0)];
     assert_eq!(
         kinds(&infos, &limits()),
         vec![(K::DuplicateServer, E, Some("cluster:10.0.0.7:7000".into()))]
+    );
+    // A plain member that is a shard's replica.
+    infos[1] = healthy(1);
+    infos[1].name = "10.0.0.8:7001".into();
+    assert_eq!(
+        kinds(&infos, &limits()),
+        vec![(K::Replicated, E, Some("cluster:10.0.0.7:7000".into()))]
+    );
+    // One shard's replica 40 s behind, past the 30 s TTL.
+    infos[1] = healthy(1);
+    infos[2].cluster_shards = vec![
+        shards[0].clone(),
+        shard("10.0.0.8:7000", &["10.0.0.8:7001"], 40),
+    ];
+    assert_eq!(
+        kinds(&infos, &limits()),
+        vec![(K::ReplicationLag, W, Some("cluster:10.0.0.7:7000".into()))]
     );
 }
 
