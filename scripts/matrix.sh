@@ -31,6 +31,9 @@ declare -A TARGET_ARGS=(
 # build i mod 5), and what they add to the per-build targets is process and fault
 # handling, which does not depend on the build. Each of them costs a minute or more a row.
 MIXED_ONLY=(faults cli)
+# Targets that skip the mixed row: a Sentinel group or a Cluster whose servers run different
+# builds is no deployment anyone runs, and each build has a row of its own for them.
+PER_BUILD_ONLY=(sentinel cluster)
 # The mixed ensemble, by server name: node i of a test runs entry i mod 5.
 MIXED=(redis-6.2 redis-7.0 redis-7.4 valkey-9.1 valkey-9.1)
 ALL=(redis-6.2 redis-7.0 valkey-9.1 redis-7.4)
@@ -60,6 +63,7 @@ for t in "${TARGETS[@]}"; do
 done
 
 mixed_only() { local m; for m in "${MIXED_ONLY[@]}"; do [[ "$m" == "$1" ]] && return 0; done; return 1; }
+per_build_only() { local m; for m in "${PER_BUILD_ONLY[@]}"; do [[ "$m" == "$1" ]] && return 0; done; return 1; }
 skipped() { local s; for s in "${SKIP[@]}"; do [[ "$s" == "$1" ]] && return 0; done; return 1; }
 
 # failure_report <row> <target> <log>: the failed tests' names and their panic messages,
@@ -82,6 +86,10 @@ run_row() {
     for t in "${TARGETS[@]}"; do
         if [[ "$row" != mixed ]] && mixed_only "$t"; then
             CELL[$row,$t]="skipped (mixed row)"
+            continue
+        fi
+        if [[ "$row" == mixed ]] && per_build_only "$t"; then
+            CELL[$row,$t]="skipped (per build)"
             continue
         fi
         log="target/matrix/$row/$t.log"

@@ -520,8 +520,11 @@ async fn granted_after(
     let ends = lost.ends;
     assert!(
         granted >= ends,
-        "granted {:?} before the lost lock's TTL ran out",
-        ends - granted
+        "granted {:?} before the lost lock's TTL ran out; the grant: {:?}; the promoted \
+         master then: {}",
+        ends - granted,
+        next.report(),
+        bookkeeping(cluster.node(promoted))
     );
     assert_eq!(
         keys(cluster.node(promoted), lost.resource),
@@ -539,6 +542,21 @@ async fn release_after_failover(next: quorum_lock::FencedGuard) {
         Ok(_) | Err(Error::Unavailable { .. }) => {}
         Err(e) => panic!("the next holder's release: {e:?}"),
     }
+}
+
+/// What a failover test prints when a lock was granted too soon: the server's replication
+/// state and the crate's keys there with their values.
+fn bookkeeping(server: &RedisServer) -> String {
+    let info: String = (redis::cmd("INFO").arg("replication"))
+        .query(&mut server.conn())
+        .unwrap_or_default();
+    let values: Vec<(String, Option<String>)> = (keys(server, "quorum-lock:*").into_iter())
+        .map(|k| {
+            let v = redis::cmd("GET").arg(&k).query(&mut server.conn()).ok();
+            (k, v)
+        })
+        .collect();
+    format!("{info:?} {values:?}")
 }
 
 /// A promotion that lost the lock and its fencing counter (replication cut before the
