@@ -131,9 +131,64 @@ async fn shutdown_releases_every_lock_and_closes_the_client() {
         Err(Error::ShutDown)
     ));
     assert_eq!(Error::ShutDown.to_string(), "the client was shut down");
-    // Dropping a guard after shutdown sends nothing; a second shutdown does nothing.
+    // Dropping a guard after shutdown sends nothing (its nodes are closed); a second
+    // shutdown does nothing.
     drop(guard_b);
     assert_eq!(redlock.shutdown().await, 0);
+    assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
+}
+
+/// A lock released, and one dropped, while `shutdown()` waits for an attempt under way
+/// leave no key: shutdown takes the locks still held only once that attempt is done, when
+/// those guards are gone, so their releases go out by themselves, and shutdown waits for
+/// them. Replies come 200 ms late through proxies, so the attempt is surely under way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_released_while_shutdown_waits_leave_no_key() {
+    let cluster = Cluster::start(3);
+    let proxies: Vec<FaultProxy> = (cluster.nodes.iter())
+        .map(|n| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], n.port()))))
+        .collect();
+    let redlock = client(&proxies.iter().map(FaultProxy::url).collect::<Vec<_>>());
+    let prefix = unique("release-in-shutdown");
+    let pattern = format!("{prefix}:*");
+    let released = redlock
+        .lock(format!("{prefix}:released"), TTL)
+        .await
+        .unwrap();
+    let dropped = redlock
+        .lock(format!("{prefix}:dropped"), TTL)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "both keys on every node", || {
+        cluster.keys_everywhere(&pattern).len() == 6
+    })
+    .await;
+    for proxy in &proxies {
+        proxy.set_delay(Duration::from_millis(200));
+    }
+    let attempt = tokio::spawn({
+        let (redlock, resource) = (redlock.clone(), format!("{prefix}:attempt"));
+        async move { redlock.try_lock(&resource, TTL).await }
+    });
+    eventually(
+        Duration::from_secs(10),
+        "the attempt's SET on every node",
+        || cluster.keys_everywhere(&format!("{prefix}:attempt")).len() == 3,
+    )
+    .await;
+    let mut shutting_down = Box::pin(redlock.shutdown());
+    assert!(
+        futures::poll!(shutting_down.as_mut()).is_pending(),
+        "shutdown waits for the attempt"
+    );
+    assert!(matches!(released.release().await, Err(Error::ShutDown)));
+    drop(dropped);
+    shutting_down.await;
+    match attempt.await.unwrap() {
+        Ok(Some(guard)) => assert!(!guard.is_valid(), "released by shutdown"),
+        Ok(None) | Err(Error::ShutDown) => {}
+        other => panic!("{other:?}"),
+    }
     assert_eq!(cluster.keys_everywhere(&pattern), Vec::new());
 }
 

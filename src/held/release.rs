@@ -258,13 +258,26 @@ impl Holding {
 
     /// Releases the lock on every node and decides (see `LockGuard::release` for what each
     /// outcome means); `expired` when the validity had run out before. Disarms.
+    ///
+    /// Once the client is shut down it still releases, and says [`Error::ShutDown`].
+    /// Counted as work under way before the check (as an attempt is, see
+    /// `Ensemble::begin_attempt`): a shutdown that closes after the check waits for this
+    /// release. One that closed before takes the locks still held only once the work under
+    /// way is done, when this guard may be gone: so the keys go now, on connections still
+    /// open (closed ones refuse at once).
     pub(crate) async fn release(&mut self, expired: bool) -> Result<NodeReport> {
-        let ensemble = Arc::clone(&self.ensemble);
-        if ensemble.is_closed() {
-            // The client's shutdown released it already, and sends nothing any more.
-            self.armed = false;
-            return Err(Error::ShutDown);
+        let _in_flight = self.ensemble.in_flight();
+        let closed = self.ensemble.is_closed();
+        let released = self.release_and_decide(expired).await;
+        match closed {
+            true => Err(Error::ShutDown),
+            false => released,
         }
+    }
+
+    /// The body of [`release`](Self::release).
+    async fn release_and_decide(&mut self, expired: bool) -> Result<NodeReport> {
+        let ensemble = Arc::clone(&self.ensemble);
         if let [node] = &ensemble.nodes[..] {
             return self.release_direct(node, expired).await;
         }
@@ -429,9 +442,7 @@ impl Holding {
 
 impl Drop for Holding {
     fn drop(&mut self) {
-        if !self.armed || (self.ensemble.is_closed() && self.in_flight.is_none()) {
-            // Shut down: the client released its locks and sends nothing any more. An
-            // abandoned attempt still cleans up: shutdown waits for it (`in_flight`).
+        if !self.armed {
             return;
         }
         self.gate.close();
@@ -446,7 +457,10 @@ impl Drop for Holding {
                 let mut round = self.release_round(0..n, self.in_flight.is_none());
                 let local = self.local.take();
                 let ensemble = Arc::clone(&self.ensemble);
-                let in_flight = self.in_flight.take();
+                // Shutdown waits for this release as for an attempt's clean-up: a lock
+                // dropped while the client shuts down may be gone before shutdown takes
+                // the locks still held. After shutdown the closed nodes refuse at once.
+                let in_flight = (self.in_flight.take()).unwrap_or_else(|| ensemble.in_flight());
                 handle.spawn(async move {
                     answers::collect(
                         &ensemble.nodes,
