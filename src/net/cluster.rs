@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
+use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use tokio::time::Instant;
 
@@ -196,10 +197,17 @@ impl ClusterMember {
         futures::future::join_all(asked).await
     }
 
+    /// A connection of its own to the server at `host:port`, with the member's settings
+    /// (the rounds' and the deployment check's questions, never a lock's requests).
+    async fn connection_to(&self, host: &str, port: u16) -> RedisResult<MultiplexedConnection> {
+        self.client_at(host, port)?
+            .get_multiplexed_async_connection()
+            .await
+    }
+
     /// `INFO replication` from the server at `host:port`.
     async fn info_replication(&self, host: &str, port: u16) -> RedisResult<String> {
-        let client = self.client_at(host, port)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = self.connection_to(host, port).await?;
         redis::cmd("INFO")
             .arg("replication")
             .query_async(&mut conn)
@@ -271,8 +279,7 @@ impl ClusterMember {
         host: &str,
         port: u16,
     ) -> RedisResult<(Vec<SlotRange>, Option<String>)> {
-        let client = self.client_at(host, port)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
+        let mut conn = self.connection_to(host, port).await?;
         let (reply, info): (Value, String) = redis::pipe()
             .cmd("CLUSTER")
             .arg("SLOTS")

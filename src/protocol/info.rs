@@ -233,10 +233,8 @@ impl<'a> Info<'a> {
     /// The largest `lag=` (whole seconds since the replica's last acknowledgement) of the
     /// connected replicas (`slave0:ip=...,lag=0`, ...); `None` with no replica listed.
     pub(crate) fn longest_replica_lag(&self) -> Option<Duration> {
-        let replicas = self.connected_replicas()?;
-        (0..replicas)
-            .filter_map(|i| self.get(&format!("slave{i}")))
-            .filter_map(|line| line.split(',').find_map(|part| part.strip_prefix("lag=")))
+        (self.replica_lines())
+            .filter_map(|line| replica_field(line, "lag"))
             .filter_map(|lag| lag.parse::<u64>().ok())
             .max()
             .map(Duration::from_secs)
@@ -245,17 +243,18 @@ impl<'a> Info<'a> {
     /// The `host:port` of each connected replica (`slave0:ip=...,port=...`), in `INFO`'s
     /// order.
     pub(crate) fn replica_addresses(&self) -> Vec<String> {
-        let replicas = self.connected_replicas().unwrap_or(0);
-        (0..replicas)
-            .filter_map(|i| self.get(&format!("slave{i}")))
+        (self.replica_lines())
             .filter_map(|line| {
-                let field = |name: &str| {
-                    line.split(',')
-                        .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
-                };
-                Some(format!("{}:{}", field("ip")?, field("port")?))
+                let (ip, port) = (replica_field(line, "ip")?, replica_field(line, "port")?);
+                Some(format!("{ip}:{port}"))
             })
             .collect()
+    }
+
+    /// The `slave<i>` lines of the connected replicas (none without `connected_slaves`).
+    fn replica_lines(&self) -> impl Iterator<Item = &'a str> + '_ {
+        let replicas = self.connected_replicas().unwrap_or(0);
+        (0..replicas).filter_map(|i| self.get(&format!("slave{i}")))
     }
 
     /// Whether this server process was promoted from a replica (or took part in a
@@ -284,6 +283,12 @@ impl<'a> Info<'a> {
     pub(crate) fn cluster_enabled(&self) -> Option<bool> {
         self.get("cluster_enabled").and_then(flag)
     }
+}
+
+/// The value of `name` in a replica line of `INFO` (`ip=127.0.0.1,port=7001,lag=0`).
+fn replica_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split(',')
+        .find_map(|part| part.strip_prefix(name)?.strip_prefix('='))
 }
 
 #[cfg(test)]
