@@ -4,6 +4,8 @@
 
 #[path = "quorum-lock/duration.rs"]
 mod duration;
+#[path = "quorum-lock/lag.rs"]
+mod lag;
 #[path = "quorum-lock/progress.rs"]
 mod progress;
 #[path = "quorum-lock/ready.rs"]
@@ -14,6 +16,12 @@ mod run;
 mod schedule;
 #[path = "quorum-lock/show.rs"]
 mod show;
+#[path = "quorum-lock/supervise.rs"]
+mod supervise;
+#[path = "quorum-lock/tree.rs"]
+mod tree;
+#[path = "quorum-lock/watchdog.rs"]
+mod watchdog;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -57,8 +65,8 @@ Exit status of `run`: the program's own status when it ran to the end (128+N whe
 N ended it); otherwise
    64  usage or configuration error
    69  not enough nodes reachable for a majority
-   70  the lock was lost, or could not be extended, while the program ran (it was sent
-       SIGTERM, then SIGKILL before the lock's validity ended)
+   70  the lock was lost, or could not be extended, while the program's tree ran (it was
+       sent SIGTERM, then SIGKILL before the lock's validity ended)
    75  the lock is held elsewhere (not acquired within the wait)
    77  permission denied: a node's ACL refused a command, key or channel
    78  two node URLs reach the same Redis server (it would vote twice)
@@ -69,11 +77,15 @@ PROGRAM runs without a shell, with QUORUM_LOCK_RESOURCE set (and QUORUM_LOCK_FEN
 with --fencing). SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to it.
 quorum-lock exits with its status, or 128+N if signal N ended it.
 
-The program is stopped before its lock's validity ends, so the next holder never overlaps
-it: if the lock is lost, or cannot be extended by the time only the grace period (plus
-100ms) of validity is left, or with --no-extend reaches that point, the program is sent
-SIGTERM, then SIGKILL after the grace period and 100ms before the validity ends, and
-quorum-lock exits 70. A --grace that does not fit in the --ttl's validity is refused.
+The lock is held until every process of the program's tree has exited, also those it left
+behind or that left its process group (--stop-leftovers stops what the program leaves
+behind instead). The tree is stopped before the lock's validity ends, so the next holder
+never overlaps it: if the lock is lost, or cannot be extended by the time only the grace
+period plus a kill margin (100ms, more on a busy host) of validity is left, or with
+--no-extend reaches that point, the tree is sent SIGTERM, then SIGKILL after the grace
+period and a margin before the validity ends, and quorum-lock exits 70. A watchdog process
+does the same if quorum-lock itself is stopped or starved. A --grace that does not fit in
+the --ttl's validity is refused.
 
 While it waits more than a second for the lock, and stderr is a terminal, quorum-lock says
 on stderr who holds the lock and when its key expires.
@@ -184,6 +196,11 @@ struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     grace: Option<Duration>,
 
+    /// When the program exits, stop the processes it left behind (SIGTERM, then SIGKILL
+    /// after the grace period) instead of holding the lock until they exit
+    #[arg(long)]
+    stop_leftovers: bool,
+
     /// Name of the lock
     #[arg(value_name = "RESOURCE")]
     resource: String,
@@ -266,6 +283,9 @@ impl Failure {
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == watchdog::WATCHDOG_ARG) {
+        return watchdog::main();
+    }
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(err) => return ExitCode::from(clap_failure(&err, &args)),
@@ -506,6 +526,7 @@ fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Fail
         },
         plan,
         node_timeout,
+        stop_leftovers: args.stop_leftovers,
         program: name,
         args: program.collect(),
     })

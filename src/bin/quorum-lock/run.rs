@@ -5,16 +5,21 @@ use std::io::{self, IsTerminal as _};
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::{Pid, getpgrp};
-use quorum_lock::{Error, FencingToken, LockGuard, LostReason, Redlock};
-use tokio::process::{Child, Command};
+use std::process::Command;
+
+use nix::sys::signal::Signal;
+use nix::unistd::{Pid, getpgrp, getpid};
+use quorum_lock::{Error, FencingToken, LockGuard, Redlock};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::duration::{display, human};
+use crate::lag::{LagMeter, TICK};
 use crate::progress;
 use crate::schedule::{KILL_MARGIN, Plan};
+use crate::supervise::{self, Started};
+use crate::tree::{self, ProcessTree, Target};
+use crate::watchdog::Watchdog;
 use crate::{
     EX_CONFIG, EX_NOPERM, EX_OSERR, EX_SOFTWARE, EX_TEMPFAIL, EX_UNAVAILABLE, EX_USAGE, Failure,
 };
@@ -33,6 +38,9 @@ pub(crate) struct RunOptions {
     pub(crate) plan: Plan,
     /// The client's per-node timeout: the pause between failed extensions.
     pub(crate) node_timeout: Duration,
+    /// `--stop-leftovers`: when the program exits, stop the processes it left behind
+    /// instead of holding the lock until they exit.
+    pub(crate) stop_leftovers: bool,
     pub(crate) program: OsString,
     pub(crate) args: Vec<OsString>,
 }
@@ -82,7 +90,7 @@ impl Signals {
     }
 
     /// The next signal received. Cancel safe.
-    async fn recv(&mut self) -> Signal {
+    pub(crate) async fn recv(&mut self) -> Signal {
         let waits = self.streams.iter_mut().map(|(sig, stream)| {
             Box::pin(async move {
                 match stream.recv().await {
@@ -102,7 +110,7 @@ fn signal_status(sig: Signal) -> u8 {
 }
 
 /// The exit status to pass on: the program's code, or 128 + the signal that ended it.
-fn exit_code(status: ExitStatus) -> u8 {
+pub(crate) fn exit_code(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(EX_SOFTWARE),
@@ -111,13 +119,8 @@ fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// The signal that ended the program, if one did.
-fn signal_of(status: ExitStatus) -> Option<Signal> {
-    use std::os::unix::process::ExitStatusExt;
-    status.signal().and_then(|sig| Signal::try_from(sig).ok())
-}
-
-fn describe(status: ExitStatus) -> String {
+/// How the program ended, in words.
+pub(crate) fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with status {code}"),
@@ -146,29 +149,6 @@ fn in_terminal_foreground() -> bool {
         .unwrap_or_default();
     let field = |i: usize| fields.get(i).and_then(|f| f.parse::<i32>().ok());
     matches!((field(2), field(5)), (Some(pgrp), Some(tpgid)) if pgrp == tpgid && pgrp == getpgrp().as_raw())
-}
-
-/// Where signals for the program go.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Target {
-    /// The program leads a process group of its own: signals go to the whole group, so a
-    /// shell script's children get them too (as from a terminal).
-    Group,
-    /// In a terminal's foreground the program stays in our process group, keeping the
-    /// terminal and job control: signals go to the program's process only.
-    Process,
-}
-
-/// Sends `sig` to the program (see [`Target`]) if it has not been reaped yet.
-fn send(child: &Child, target: Target, sig: Signal) {
-    if let Some(pid) = child.id().and_then(|id| i32::try_from(id).ok()) {
-        let pid = Pid::from_raw(pid);
-        // ESRCH (already gone) is fine: its exit is about to be seen.
-        let _ = match target {
-            Target::Group => killpg(pid, sig),
-            Target::Process => kill(pid, sig),
-        };
-    }
 }
 
 /// What went wrong acquiring, as an exit status and message.
@@ -232,39 +212,100 @@ pub(crate) async fn run(
     opts: RunOptions,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let (guard, fence) = acquire(redlock, &opts, signals).await?;
+    let mut lateness = LagMeter::default();
+    let (guard, fence) = acquire(redlock, &opts, signals, &mut lateness).await?;
     let validity = guard.validity();
-    if validity <= opts.plan.stop_budget() {
+    let margin = lateness.margin(KILL_MARGIN, Instant::now());
+    if validity <= opts.plan.grace.saturating_add(margin) {
         let _ = guard.release().await;
-        return Err(Failure::new(
-            EX_UNAVAILABLE,
-            format!(
-                "{:?} was acquired with only {} of validity left, not enough to run the program \
-                 and still stop it in time ({} grace period, SIGKILL {} before the validity \
-                 ends); the nodes answer too slowly for --ttl {}; not run",
-                opts.resource,
-                human(validity),
-                display(opts.plan.grace),
-                human(KILL_MARGIN),
-                display(opts.ttl)
-            ),
-        ));
+        return Err(too_little_validity(&opts, validity, &lateness));
     }
-    match spawn(fence, &opts) {
-        Ok((child, target)) => supervise(child, target, guard, &opts, signals).await,
-        Err(failure) => {
+    let watchdog = match Watchdog::start() {
+        Ok(watchdog) => watchdog,
+        Err(e) => {
             let _ = guard.release().await;
-            Err(failure)
+            return Err(Failure::new(
+                EX_OSERR,
+                format!("cannot start the watchdog: {e}; not run"),
+            ));
         }
-    }
+    };
+    // Before the program starts: its orphans must come to us, not to init.
+    tree::become_subreaper();
+    let tree = match spawn(fence, &opts, &watchdog) {
+        Ok(tree) => tree,
+        Err(failure) => {
+            watchdog.dismiss();
+            let _ = guard.release().await;
+            return Err(failure);
+        }
+    };
+    let mut watchdog = watchdog;
+    watchdog.watch(tree.program, tree.target == Target::Group);
+    let deadline = guard.deadline();
+    watchdog.feed(
+        deadline
+            .checked_sub(KILL_MARGIN / 2)
+            .unwrap_or_else(Instant::now),
+        deadline,
+    );
+    // After the last spawn: the standard library reaps a child whose `exec` failed itself.
+    let reaped = match tree::spawn_reaper() {
+        Ok(reaped) => reaped,
+        Err(e) => {
+            let failure = supervise::unwatched(&tree, "no reaper thread", &e);
+            let _ = guard.release().await;
+            return Err(failure);
+        }
+    };
+    let started = Started {
+        tree,
+        watchdog,
+        reaped,
+    };
+    supervise::supervise(started, guard, &opts, signals, lateness).await
+}
+
+/// The refusal when the lock was acquired with too little validity to run the program and
+/// still stop it in time: the nodes were slow, or this host delays `quorum-lock`'s timers.
+fn too_little_validity(opts: &RunOptions, validity: Duration, lateness: &LagMeter) -> Failure {
+    let now = Instant::now();
+    let margin = lateness.margin(KILL_MARGIN, now);
+    let cause = if margin > KILL_MARGIN {
+        format!(
+            "this host delays quorum-lock's timers by up to {} (a busy CPU, nice, a throttled \
+             cgroup), so SIGKILL must go {} before the validity ends",
+            human(lateness.worst(now)),
+            human(margin)
+        )
+    } else {
+        format!(
+            "the nodes answer too slowly for --ttl {} (SIGKILL goes {} before the validity \
+             ends)",
+            display(opts.ttl),
+            human(margin)
+        )
+    };
+    Failure::new(
+        EX_UNAVAILABLE,
+        format!(
+            "{:?} was acquired with only {} of validity left, not enough to run the program and \
+             still stop it in time ({} grace period): {cause}; not run",
+            opts.resource,
+            human(validity),
+            display(opts.plan.grace),
+        ),
+    )
 }
 
 /// Takes the lock within the wait, saying who holds it meanwhile when stderr is a terminal
-/// (see [`progress`]); a forwarded signal ends the wait.
+/// (see [`progress`]); a forwarded signal ends the wait. Measures the lateness of this
+/// process's timers meanwhile (see [`crate::lag`]).
 async fn acquire(
     redlock: &Redlock,
     opts: &RunOptions,
     signals: &mut Signals,
+    lateness: &mut LagMeter,
 ) -> Result<(LockGuard, Option<FencingToken>), Failure> {
     let acquire = async {
         let started = Instant::now();
@@ -302,29 +343,41 @@ async fn acquire(
     };
     // Who holds a semaphore's permits or a read-write lock is not shown while waiting.
     let show_progress = io::stderr().is_terminal() && opts.kind == HeldKind::Lock;
-    tokio::select! {
-        acquired = acquire => acquired.map_err(|e| acquire_failure(&e, opts, redlock)),
-        never = progress::report(redlock, &opts.resource), if show_progress => {
-            match never {}
-        }
-        sig = signals.recv() => {
-            // Whatever a cancelled attempt set expires with the TTL.
-            Err(Failure::new(
-                signal_status(sig),
-                format!("{} while waiting for {:?}; not run", sig.as_str(), opts.resource),
-            ))
+    let progress = progress::report(redlock, &opts.resource);
+    tokio::pin!(acquire, progress);
+    let mut tick_due = Instant::now() + TICK;
+    loop {
+        tokio::select! {
+            acquired = &mut acquire => {
+                return acquired.map_err(|e| acquire_failure(&e, opts, redlock));
+            }
+            never = &mut progress, if show_progress => match never {},
+            sig = signals.recv() => {
+                // Whatever a cancelled attempt set expires with the TTL.
+                return Err(Failure::new(
+                    signal_status(sig),
+                    format!("{} while waiting for {:?}; not run", sig.as_str(), opts.resource),
+                ));
+            }
+            () = tokio::time::sleep_until(tick_due) => {
+                let woke = Instant::now();
+                lateness.record(tick_due, woke);
+                tick_due = woke + TICK;
+            }
         }
     }
 }
 
 /// Starts the program with its environment, in a process group of its own unless in a
 /// terminal's foreground (see [`Target`]).
-fn spawn(fence: Option<FencingToken>, opts: &RunOptions) -> Result<(Child, Target), Failure> {
+fn spawn(
+    fence: Option<FencingToken>,
+    opts: &RunOptions,
+    watchdog: &Watchdog,
+) -> Result<ProcessTree, Failure> {
+    use std::os::unix::process::CommandExt as _;
     let mut command = Command::new(&opts.program);
-    command
-        .args(&opts.args)
-        .env(ENV_RESOURCE, &opts.resource)
-        .kill_on_drop(true);
+    command.args(&opts.args).env(ENV_RESOURCE, &opts.resource);
     let target = if in_terminal_foreground() {
         Target::Process
     } else {
@@ -338,7 +391,13 @@ fn spawn(fence: Option<FencingToken>, opts: &RunOptions) -> Result<(Child, Targe
         command.env_remove(ENV_FENCING);
     }
     match command.spawn() {
-        Ok(child) => Ok((child, target)),
+        // Reaped by the reaper thread, never through this handle.
+        Ok(child) => Ok(ProcessTree {
+            supervisor: getpid(),
+            program: Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX)),
+            target,
+            watchdog: Some(watchdog.pid()),
+        }),
         Err(e) => {
             let code = if e.kind() == io::ErrorKind::NotFound {
                 127
@@ -350,211 +409,5 @@ fn spawn(fence: Option<FencingToken>, opts: &RunOptions) -> Result<(Child, Targe
                 format!("cannot run {:?}: {e}", opts.program),
             ))
         }
-    }
-}
-
-/// Why the program is being stopped.
-#[derive(Debug, Clone)]
-enum Why {
-    /// The lock was lost (a majority no longer holds our token, or it expired).
-    Lost(LostReason),
-    /// With `--no-extend`: the program ran so long that the rest of the validity was only
-    /// enough to stop it.
-    TimeLimit,
-    /// Extensions kept failing until only enough validity was left to stop the program;
-    /// the last failure.
-    AtRisk(String),
-}
-
-/// The program was sent SIGTERM: when, why, and whether SIGKILL followed.
-struct Stopping {
-    why: Why,
-    termed: Instant,
-    killed: bool,
-}
-
-/// What the supervisor knows about keeping the lock.
-struct Keeping {
-    /// Extension failures push the next try back to here.
-    retry_at: Option<Instant>,
-    /// The last extension failure, for the message.
-    last_error: Option<String>,
-    /// The lost signal has fired.
-    lost: bool,
-}
-
-/// Waits for the program while forwarding signals, extending the lock and stopping the
-/// program in time: SIGTERM when only `grace + KILL_MARGIN` of validity is left without an
-/// extension (or when the lock is lost), SIGKILL after the grace period and always
-/// `KILL_MARGIN` before the validity ends (see [`Plan`]).
-async fn supervise(
-    mut child: Child,
-    target: Target,
-    guard: LockGuard,
-    opts: &RunOptions,
-    signals: &mut Signals,
-) -> Result<u8, Failure> {
-    let plan = opts.plan;
-    let lost = guard.lost_signal();
-    let retry_pause = opts.node_timeout.max(Duration::from_millis(1));
-    let mut keeping = Keeping {
-        retry_at: None,
-        last_error: None,
-        lost: false,
-    };
-    let mut stopping: Option<Stopping> = None;
-    let waited = loop {
-        let now = Instant::now();
-        let deadline = guard.deadline();
-        let term_at = stopping.is_none().then(|| plan.term_at(deadline, now));
-        let kill_at = stopping
-            .as_ref()
-            .filter(|s| !s.killed)
-            .map(|s| plan.kill_at(deadline, s.termed));
-        // Keep extending while the program shuts down: its clean-up runs under the lock.
-        let extend_at = plan
-            .extend_at(deadline, now)
-            .filter(|_| !keeping.lost)
-            .map(|at| keeping.retry_at.map_or(at, |r| r.max(at)));
-        tokio::select! {
-            // A program that has ended ran to the end, even if the lock was lost meanwhile.
-            biased;
-            status = child.wait() => break status,
-            () = sleep_until(kill_at), if kill_at.is_some() => {
-                send(&child, target, Signal::SIGKILL);
-                if let Some(s) = stopping.as_mut() {
-                    s.killed = true;
-                }
-            }
-            reason = lost.lost(), if !keeping.lost => {
-                keeping.lost = true;
-                if stopping.is_none() {
-                    send(&child, target, Signal::SIGTERM);
-                    stopping = Some(Stopping { why: Why::Lost(reason), termed: Instant::now(), killed: false });
-                }
-            }
-            () = sleep_until(term_at), if term_at.is_some() => {
-                send(&child, target, Signal::SIGTERM);
-                let why = match keeping.last_error.clone() {
-                    _ if !plan.extends() => Why::TimeLimit,
-                    Some(e) => Why::AtRisk(e),
-                    None => Why::AtRisk("no extension completed in time".into()),
-                };
-                stopping = Some(Stopping { why, termed: Instant::now(), killed: false });
-            }
-            result = extend_when(&guard, opts.ttl, extend_at), if extend_at.is_some() => {
-                let now = Instant::now();
-                // Never again at once, whatever the error (no tight loop).
-                let later = now.checked_add(retry_pause).unwrap_or(now);
-                match result {
-                    Ok(_) => keeping.retry_at = None,
-                    // The lease is marked lost: the lost branch fires next.
-                    Err(Error::NotHeld { .. }) => keeping.retry_at = Some(later),
-                    Err(e) => {
-                        keeping.last_error = Some(e.to_string());
-                        keeping.retry_at = Some(later);
-                    }
-                }
-            }
-            sig = signals.recv() => send(&child, target, sig),
-        }
-    };
-    let released = guard.release().await;
-    finish(waited, released, stopping, opts)
-}
-
-/// Sleeps until `at`, then tries one extension.
-async fn extend_when(
-    guard: &LockGuard,
-    ttl: Duration,
-    at: Option<Instant>,
-) -> quorum_lock::Result<Duration> {
-    sleep_until(at).await;
-    guard.extend(ttl).await
-}
-
-/// The exit status and message once the program has ended and the lock was released.
-fn finish(
-    waited: io::Result<ExitStatus>,
-    released: quorum_lock::Result<quorum_lock::NodeReport>,
-    stopping: Option<Stopping>,
-    opts: &RunOptions,
-) -> Result<u8, Failure> {
-    let status = match waited {
-        Ok(status) => status,
-        Err(e) => {
-            // `child` is dropped on return: kill_on_drop ends it.
-            return Err(Failure::new(
-                EX_OSERR,
-                format!("lost track of the program: {e}"),
-            ));
-        }
-    };
-    let nodes = match &released {
-        Ok(report) => report.to_string(),
-        Err(e) => e.report().map(ToString::to_string).unwrap_or_default(),
-    };
-    if let Some(stopping) = stopping {
-        let ending = if stopping.killed {
-            format!(
-                "it ignored SIGTERM and was killed with SIGKILL after the {} grace period, \
-                 {} before the lock's validity ended",
-                display(opts.plan.grace),
-                human(KILL_MARGIN)
-            )
-        } else if signal_of(status) == Some(Signal::SIGTERM) {
-            "SIGTERM ended it".to_owned()
-        } else {
-            format!("it was sent SIGTERM and {}", describe(status))
-        };
-        let what = match &stopping.why {
-            Why::Lost(reason) => format!("was lost while the program ran ({reason})"),
-            Why::TimeLimit => format!(
-                "was about to expire: the program outlived --ttl {} with --no-extend",
-                display(opts.ttl)
-            ),
-            Why::AtRisk(error) => format!(
-                "could not be extended in time (last attempt: {error}), with {} of validity \
-                 left",
-                human(opts.plan.stop_budget())
-            ),
-        };
-        return Err(Failure::new(
-            EX_SOFTWARE,
-            format!(
-                "lock on {:?} {what}; {ending}; release: {nodes}",
-                opts.resource
-            ),
-        ));
-    }
-    if let Err(e) = &released
-        && e.is_permission()
-    {
-        // A refused release left the key on the nodes: a configuration error, not success.
-        return Err(Failure::new(
-            EX_NOPERM,
-            format!(
-                "releasing {:?} after the program {}: {e}; the key stays until its TTL ends: \
-                 {nodes}",
-                opts.resource,
-                describe(status)
-            ),
-        ));
-    }
-    if let Err(e) = released {
-        // The program ran to the end, so its status stands; but say that the lock had gone.
-        crate::say_err(&format!(
-            "warning: releasing {:?} after the program {}: {e}: {nodes}",
-            opts.resource,
-            describe(status)
-        ));
-    }
-    Ok(exit_code(status))
-}
-
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -126,15 +126,19 @@ impl Plan {
     }
 
     /// When SIGTERM is due for a lock whose validity ends at `deadline`, unless an
-    /// extension moves the deadline first. `now` when that moment cannot be represented.
-    pub(crate) fn term_at(&self, deadline: Instant, now: Instant) -> Instant {
-        deadline.checked_sub(self.stop).unwrap_or(now)
+    /// extension moves the deadline first: `grace + margin` before it, where `margin` is
+    /// [`KILL_MARGIN`] widened by the supervisor's measured lateness (`lag`). `now` when
+    /// that moment cannot be represented.
+    pub(crate) fn term_at(&self, deadline: Instant, now: Instant, margin: Duration) -> Instant {
+        deadline
+            .checked_sub(self.grace.saturating_add(margin))
+            .unwrap_or(now)
     }
 
     /// When SIGKILL is due for a program sent SIGTERM at `termed`: after the grace period,
-    /// but never later than `KILL_MARGIN` before the validity ends at `deadline`.
-    pub(crate) fn kill_at(&self, deadline: Instant, termed: Instant) -> Instant {
-        let last = deadline.checked_sub(KILL_MARGIN).unwrap_or(termed);
+    /// but never later than `margin` before the validity ends at `deadline`.
+    pub(crate) fn kill_at(&self, deadline: Instant, termed: Instant, margin: Duration) -> Instant {
+        let last = deadline.checked_sub(margin).unwrap_or(termed);
         termed.checked_add(self.grace).map_or(last, |k| k.min(last))
     }
 
@@ -142,7 +146,8 @@ impl Plan {
     /// `None` with `--no-extend`.
     pub(crate) fn extend_at(&self, deadline: Instant, now: Instant) -> Option<Instant> {
         let lead = self.lead?;
-        Some(self.term_at(deadline, now).checked_sub(lead).unwrap_or(now))
+        let term_at = deadline.checked_sub(self.stop).unwrap_or(now);
+        Some(term_at.checked_sub(lead).unwrap_or(now))
     }
 }
 
@@ -223,9 +228,13 @@ mod tests {
         let plan = Plan::new(MS(2000), Some(MS(500)), true, NT).unwrap();
         let now = Instant::now();
         let deadline = now + MS(1978);
-        assert_eq!(plan.term_at(deadline, now), deadline - MS(600));
+        assert_eq!(plan.term_at(deadline, now, KILL_MARGIN), deadline - MS(600));
         assert_eq!(
-            plan.kill_at(deadline, plan.term_at(deadline, now)),
+            plan.kill_at(
+                deadline,
+                plan.term_at(deadline, now, KILL_MARGIN),
+                KILL_MARGIN
+            ),
             deadline - KILL_MARGIN
         );
         // Extensions start halfway through the 1.378 s before SIGTERM.
@@ -234,13 +243,16 @@ mod tests {
             Some(deadline - MS(600) - MS(689))
         );
         // Lost early (another owner took it): the full grace, if it ends in time.
-        assert_eq!(plan.kill_at(deadline, now), now + MS(500));
+        assert_eq!(plan.kill_at(deadline, now, KILL_MARGIN), now + MS(500));
         // Lost late: SIGKILL still lands before the validity ends.
         let late = deadline - MS(300);
-        assert_eq!(plan.kill_at(deadline, late), deadline - KILL_MARGIN);
+        assert_eq!(
+            plan.kill_at(deadline, late, KILL_MARGIN),
+            deadline - KILL_MARGIN
+        );
         // Past the deadline already: at once.
         assert_eq!(
-            plan.kill_at(deadline, deadline + MS(5)),
+            plan.kill_at(deadline, deadline + MS(5), KILL_MARGIN),
             deadline - KILL_MARGIN
         );
         let no_extend = Plan::new(MS(2000), Some(MS(500)), false, NT).unwrap();
