@@ -189,36 +189,54 @@ impl Lease {
         result
     }
 
-    /// The extension's call for `ttl`: the script of the lock's kind (a slot's also keeps its
-    /// semaphore's count record alive); for a mutex's or a
-    /// writer's one key, `SET ... IFEQ ... PX` on the nodes that have it, the same effect
-    /// as the script (see `protocol::native`) as long as the ensemble record needs no raise
-    /// (a TTL up to the acquisition's, see `acquired_ttl`); several keys need the script's
-    /// all or nothing, and a longer TTL the script's record raise (restart quarantine).
-    fn extend_call(&self, ttl: Duration) -> Call {
+    /// The extension's call for `ttl` on a node: the script of the lock's kind (a slot's
+    /// also keeps its semaphore's count record alive), which also re-seats the lock where
+    /// the node lost it when `reseat` names the life the node was seen admitted in; for a
+    /// mutex's or a writer's one key and no re-seat, `SET ... IFEQ ... PX` on the nodes
+    /// that have it, the same effect as the script (see `protocol::native`) as long as the
+    /// ensemble record needs no raise (a TTL up to the acquisition's, see `acquired_ttl`);
+    /// several keys need the script's all or nothing, and a longer TTL the script's record
+    /// raise (restart quarantine).
+    fn extend_call(&self, ttl: Duration, reseat: Option<&str>) -> Call {
         let ensemble = &self.ensemble;
         let script = match self.access {
             Access::Read => &rw_scripts::READ_EXTEND,
             Access::Permit(_) => &permit_scripts::PERMIT_EXTEND,
             Access::Mutex | Access::Write => &scripts::EXTEND,
         };
-        let call = Call::script(script, ensemble.config.space(), &self.keys)
+        let mut call = Call::script(script, ensemble.config.space(), &self.keys)
             .arg(&*self.token)
             .arg(whole_ms(ttl));
         if let Access::Permit(count) = self.access {
             // Keeps the count record alive as long as the slot.
-            return call.arg(count);
+            call = call.arg(count);
+        }
+        if let Some(life) = reseat {
+            return call.arg(life);
         }
         match &*self.keys {
             [key]
                 if ensemble.config.native_commands
                     && ttl <= self.acquired_ttl
-                    && self.access != Access::Read =>
+                    && matches!(self.access, Access::Mutex | Access::Write) =>
             {
                 call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
             }
             _ => call,
         }
+    }
+
+    /// One extension call per node: with the node's life where a lost copy may be
+    /// written back (a node seen admitted in its current life; never on a Cluster member,
+    /// whose markers are per slot).
+    fn extend_calls(&self, ttl: Duration) -> Vec<Arc<Call>> {
+        let slotted = self.ensemble.config.slotted;
+        (self.ensemble.nodes.iter())
+            .map(|node| {
+                let life = (!slotted).then(|| node.known().admitted_life()).flatten();
+                Arc::new(self.extend_call(ttl, life.as_deref()))
+            })
+            .collect()
     }
 
     async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
@@ -239,15 +257,16 @@ impl Lease {
             ttl,
             start,
         };
-        let call = self.extend_call(ttl);
+        let calls = self.extend_calls(ttl);
         let interpret = |i: usize, r| vouched(ensemble, i, extended_or_not(r));
         let is_yes = |o: &NodeOutcome| *o == NodeOutcome::Extended;
-        let collected = if let [node] = &ensemble.nodes[..] {
+        let collected = if let ([node], [call]) = (&ensemble.nodes[..], &calls[..]) {
             // The direct path of a single node (see `fanout::direct`).
-            let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
+            let answer = fanout::direct(node, call, ensemble.config.node_timeout).await;
             answers::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
         } else {
-            let mut round = Round::everywhere(ensemble.round_scope(), call);
+            let scope = ensemble.round_scope();
+            let mut round = Round::each(scope, 0..calls.len(), |i| &calls[i]);
             let collected = answers::collect(
                 &ensemble.nodes,
                 &mut round,
@@ -291,7 +310,12 @@ impl Lease {
 
 /// What one node answered an extension.
 fn extended_or_not(reply: Value) -> NodeOutcome {
-    reply::one_or(reply, NodeOutcome::Extended, NodeOutcome::NotHeld)
+    match reply::decode::<i64>(reply) {
+        Ok(1) => NodeOutcome::Extended,
+        Ok(2) => NodeOutcome::Reseated,
+        Ok(_) => NodeOutcome::NotHeld,
+        Err(failed) => failed,
+    }
 }
 
 /// `outcome` of node `i`, unless it is a yes that the node's membership does not vouch for

@@ -198,6 +198,15 @@ impl KnownServer {
         facts.run_id.clone()
     }
 
+    /// The node's current life, when this client saw it admitted in it (see
+    /// [`is_admitted`](Self::is_admitted)): where a held lock the node lost may be written
+    /// back.
+    pub(crate) fn admitted_life(&self) -> Option<Arc<str>> {
+        let known = self.lock();
+        let facts = known.as_ref().filter(|f| f.admitted)?;
+        facts.run_id.clone()
+    }
+
     /// Whether this client knows the node admitted in its current life (its marker named
     /// that life in an answer since the last connect learnt it).
     pub(crate) fn is_admitted(&self) -> bool {

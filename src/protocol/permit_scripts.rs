@@ -64,31 +64,43 @@ pub(crate) static PERMIT_ACQUIRE: Lua = Lua::with_globals(
     PERMIT_ACQUIRE_SRC,
 );
 
-/// Extends a slot lock (compare-and-`PEXPIRE`) and the count record with it.
+/// Extends a slot lock (compare-and-`PEXPIRE`) and the count record with it; re-seats the
+/// slot where the node lost it.
 ///
-/// KEYS: the slot's lock key, the count record, then the ensemble record
-/// ([`Global::MaxTtl`]). ARGV[1]: our token. ARGV[2]: the new TTL in milliseconds.
-/// ARGV[3]: the permit count. Returns 1 after raising the ensemble record to the TTL
-/// (never lowering it), resetting the slot's expiry and raising the count record's to at
-/// least the TTL; 0, changing nothing, when the slot does not hold our token.
+/// KEYS: the slot's lock key, the count record, then the ensemble record and the node's
+/// marker ([`Global`]). ARGV[1]: our token. ARGV[2]: the new TTL in milliseconds.
+/// ARGV[3]: the permit count. ARGV[4] (optional): the life in which the client saw this
+/// node admitted. Returns 1 after raising the ensemble record to the TTL (never lowering
+/// it), resetting the slot's expiry and raising the count record's to at least the TTL,
+/// when the slot holds our token; 2 after writing our token into the slot with the TTL
+/// and the same for the records, when the slot is absent here, the count record is absent
+/// or holds this count, and the node's marker names ARGV[4] (the re-seat of a permit that
+/// holds a majority elsewhere); 0, changing nothing, otherwise.
 pub(crate) const PERMIT_EXTEND_SRC: &str = concat!(
     lua_raise_record!(),
     r"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    return 0
+local slot = redis.call('GET', KEYS[1])
+local answer = 1
+if slot ~= ARGV[1] then
+    local count = redis.call('GET', KEYS[2])
+    if slot ~= false or (ARGV[4] or '') == '' or (count ~= false and count ~= ARGV[3])
+        or redis.call('GET', KEYS[4]) ~= ARGV[4] then
+        return 0
+    end
+    answer = 2
 end
 local ttl = tonumber(ARGV[2])
 raise_record(KEYS[3], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
 if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('SET', KEYS[2], ARGV[3], 'PX', ttl)
 end
-return 1
+return answer
 "
 );
 pub(crate) static PERMIT_EXTEND: Lua = Lua::with_globals(
     &[Kind::Lock, Kind::PermitCount],
-    &[Global::MaxTtl],
+    &[Global::MaxTtl, Global::Marker],
     PERMIT_EXTEND_SRC,
 )
 .repeatable();

@@ -165,32 +165,46 @@ pub(crate) static READ_RELEASE: Lua = Lua::new(
 )
 .repeatable();
 
-/// Extends a reader: its expiry becomes now + the new TTL, if it is still a live reader.
+/// Extends a reader: its expiry becomes now + the new TTL, if it is still a live reader;
+/// re-seats it where the node lost it.
 ///
-/// KEYS: the readers, then the ensemble record ([`Global::MaxTtl`]). ARGV[1]: the reader's
-/// token. ARGV[2]: the new TTL in milliseconds. Returns 1 after raising the record to the
-/// TTL (never lowering it), setting the reader's expiry and raising the set's own expiry
-/// to at least the TTL; 0, changing nothing, when the reader is absent or expired.
+/// KEYS: the writer's lock key, the readers, then the ensemble record and the node's
+/// marker ([`Global`]). ARGV[1]: the reader's token. ARGV[2]: the new TTL in milliseconds.
+/// ARGV[3] (optional): the life in which the client saw this node admitted. Returns 1
+/// after raising the record to the TTL (never lowering it), setting the reader's expiry
+/// and raising the set's own expiry to at least the TTL, when the reader is live here;
+/// 2 after the same when it was absent or expired here, no writer holds the lock here and
+/// the node's marker names ARGV[3] (the re-seat of a reader that holds a majority
+/// elsewhere); 0, changing nothing, otherwise.
 pub(crate) const READ_EXTEND_SRC: &str = concat!(
     lua_raise_record!(),
     lua_server_ms!(),
     r"
 local now = server_ms()
-local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or '0')
+local answer = 1
 if expiry <= now then
-    return 0
+    if (ARGV[3] or '') == '' or redis.call('EXISTS', KEYS[1]) == 1
+        or redis.call('GET', KEYS[4]) ~= ARGV[3] then
+        return 0
+    end
+    answer = 2
 end
 local ttl = tonumber(ARGV[2])
-raise_record(KEYS[2], ARGV[2])
-redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
-if redis.call('PTTL', KEYS[1]) < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
+raise_record(KEYS[3], ARGV[2])
+redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[2]) < ttl then
+    redis.call('PEXPIRE', KEYS[2], ttl)
 end
-return 1
+return answer
 "
 );
-pub(crate) static READ_EXTEND: Lua =
-    Lua::with_globals(&[Kind::Readers], &[Global::MaxTtl], READ_EXTEND_SRC).repeatable();
+pub(crate) static READ_EXTEND: Lua = Lua::with_globals(
+    &[Kind::Lock, Kind::Readers],
+    &[Global::MaxTtl, Global::Marker],
+    READ_EXTEND_SRC,
+)
+.repeatable();
 
 /// The read-write lock's scripts' sources, loaded on each new connection with the others.
 pub(crate) const SOURCES: [&str; 4] = [

@@ -542,30 +542,51 @@ pub(crate) static INSPECT: Lua = Lua::with_globals(
 )
 .repeatable();
 
-/// Compare-and-PEXPIRE, all or nothing.
+/// Compare-and-PEXPIRE, all or nothing, and the re-seat of a lock the node lost.
 ///
-/// KEYS: the lock keys, then the ensemble record ([`Global::MaxTtl`]). ARGV[1]: our token.
-/// ARGV[2]: new TTL in milliseconds. Returns 1 after raising the record to the new TTL
-/// (never lowering it) and resetting the expiry of every key when all of them hold our
-/// token, 0 (and changes nothing) when any of them does not.
+/// KEYS: the lock keys, then the ensemble record and the node's marker ([`Global`]).
+/// ARGV[1]: our token. ARGV[2]: new TTL in milliseconds. ARGV[3] (optional): the life in
+/// which the client saw this node admitted, to re-seat the lock here.
+///
+/// Returns 1 after raising the record to the new TTL (never lowering it) and resetting
+/// the expiry of every key when all of them hold our token. Returns 2 after writing our
+/// token with the TTL into every key when none of them exists (the node lost its memory,
+/// or the keys expired here) and the node's marker names ARGV[3]: a holder that still
+/// holds a majority gets its copy back on a node admitted in its current life, so that a
+/// later restart elsewhere does not take its majority. Returns 0, changing nothing,
+/// otherwise (a key holds another token, only some keys are missing, or no life matches).
 const EXTEND_SRC: &str = concat!(
     lua_raise_record!(),
     r"
-local k = #KEYS - 1
+local k = #KEYS - 2
+local missing = 0
 for i = 1, k do
-    if redis.call('GET', KEYS[i]) ~= ARGV[1] then
+    local value = redis.call('GET', KEYS[i])
+    if value == false then
+        missing = missing + 1
+    elseif value ~= ARGV[1] then
         return 0
     end
 end
+if missing == 0 then
+    raise_record(KEYS[k + 1], ARGV[2])
+    for i = 1, k do
+        redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    end
+    return 1
+end
+if missing < k or (ARGV[3] or '') == '' or redis.call('GET', KEYS[k + 2]) ~= ARGV[3] then
+    return 0
+end
 raise_record(KEYS[k + 1], ARGV[2])
 for i = 1, k do
-    redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
-return 1
+return 2
 "
 );
 pub(crate) static EXTEND: Lua =
-    Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl], EXTEND_SRC).repeatable();
+    Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl, Global::Marker], EXTEND_SRC).repeatable();
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
 pub(crate) const SOURCES: [&str; 11] = [

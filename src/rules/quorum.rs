@@ -97,7 +97,8 @@ pub(crate) fn vote(outcome: &NodeOutcome, yes: &NodeOutcome) -> Vote {
         | NodeOutcome::NotHeld
         | NodeOutcome::WrongType
         | NodeOutcome::CountMismatch { .. } => Vote::No,
-        NodeOutcome::Quarantined { .. } => Vote::Missing,
+        // A copy written back counts from the next round on.
+        NodeOutcome::Quarantined { .. } | NodeOutcome::Reseated => Vote::Missing,
         NodeOutcome::PermissionDenied(_) => Vote::Denied,
         o if o.is_failure() => Vote::Missing,
         _ => Vote::Open,
