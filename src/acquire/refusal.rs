@@ -41,7 +41,7 @@ pub(super) async fn no_majority(
     );
     let decision = quorum::decide_acquire(votes, start.elapsed(), None);
     let err = refusal(ensemble, &collected, decision, start.elapsed());
-    let err = count_mismatch(plan, &collected).unwrap_or(err);
+    let err = count_mismatch(ensemble, plan, &collected).unwrap_or(err);
     attempt_error(&collected, refused, err)
 }
 
@@ -53,16 +53,14 @@ fn certainly_not_set(outcome: &NodeOutcome) -> bool {
     )
 }
 
-/// The error of a semaphore's slot refused by a node that records another permit count:
-/// clients of one semaphore use different counts, which no retry mends.
-fn count_mismatch(plan: &Plan, collected: &Collected) -> Option<Error> {
+/// The error of a semaphore's slot refused by a majority of nodes that record another
+/// permit count (see [`count_in_use`]): clients of one semaphore use different counts,
+/// which no retry mends.
+fn count_mismatch(ensemble: &Ensemble, plan: &Plan, collected: &Collected) -> Option<Error> {
     let Access::Permit(count) = plan.access else {
         return None;
     };
-    let recorded = (collected.outcomes.iter()).find_map(|(o, _)| match o {
-        NodeOutcome::CountMismatch { recorded } => Some(*recorded),
-        _ => None,
-    })?;
+    let recorded = count_in_use(&collected.outcomes, ensemble.quorum)?;
     let recorded = recorded.map_or_else(|| "another count of".to_owned(), |n| n.to_string());
     Some(Error::Config(format!(
         "semaphore slot {:?}: this client uses {count} permits, but the nodes record \
@@ -70,6 +68,20 @@ fn count_mismatch(plan: &Plan, collected: &Collected) -> Option<Error> {
          a semaphore must use the same count",
         plan.resources[0]
     )))
+}
+
+/// The count another semaphore's holders use (`None` inside: a record that is not a count),
+/// when at least `quorum` nodes refused for a count record other than ours: only then may
+/// holders of that count hold, since a holder's slot and count record are on a majority.
+/// A minority's record (left by an attempt that failed, say) refuses the slot on those
+/// nodes only, as another holder's key would: contention, not a configuration error.
+fn count_in_use(outcomes: &[(NodeOutcome, Duration)], quorum: usize) -> Option<Option<u32>> {
+    let mut recorded = (outcomes.iter()).filter_map(|(o, _)| match o {
+        NodeOutcome::CountMismatch { recorded } => Some(*recorded),
+        _ => None,
+    });
+    let first = recorded.next()?;
+    (1 + recorded.count() >= quorum).then_some(first)
 }
 
 /// After a failed plain `SET NX`, which nodes that refused it hold a key of another type
@@ -163,4 +175,44 @@ fn attempt_error(collected: &Collected, refused: Option<NodeReport>, err: Error)
     let report = err.report().map(ToString::to_string).unwrap_or_default();
     tracing::debug!(%report, "attempt failed");
     err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_majority_s_count_record_is_a_count_in_use() {
+        let three = |o: [NodeOutcome; 3]| o.map(|o| (o, Duration::ZERO));
+        let mismatch = |n| NodeOutcome::CountMismatch { recorded: n };
+        let (held, free) = (NodeOutcome::HeldByOther, NodeOutcome::Acquired);
+        let table = [
+            ([mismatch(Some(3)), held.clone(), held.clone()], None),
+            ([mismatch(Some(3)), free.clone(), free.clone()], None),
+            ([free.clone(), mismatch(None), NodeOutcome::TimedOut], None),
+            (
+                [mismatch(Some(3)), mismatch(Some(3)), held.clone()],
+                Some(Some(3)),
+            ),
+            (
+                [mismatch(Some(1)), free.clone(), mismatch(Some(1))],
+                Some(Some(1)),
+            ),
+            ([mismatch(None), mismatch(None), mismatch(None)], Some(None)),
+            ([held.clone(), held.clone(), held], None),
+        ];
+        for (outcomes, in_use) in table {
+            assert_eq!(
+                count_in_use(&three(outcomes.clone()), 2),
+                in_use,
+                "{outcomes:?}"
+            );
+        }
+        let one = [(mismatch(Some(2)), Duration::ZERO)];
+        assert_eq!(
+            count_in_use(&one, 1),
+            Some(Some(2)),
+            "a single node decides alone"
+        );
+    }
 }
