@@ -14,7 +14,7 @@ use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::access::Access;
-use crate::protocol::reply;
+use crate::protocol::{keys, permit_scripts, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
 
@@ -36,9 +36,10 @@ pub(super) async fn no_majority(
     let (ensemble, plan) = (this.ensemble, this.plan);
     let plain_set = plan.keys.len() == 1 && this.enqueue.is_none() && !plan.fencing;
     let (refused, ()) = tokio::join!(
-        holding.release_on(maybe_ours, this.requeue()),
+        holding.release_on(maybe_ours.iter().copied(), this.requeue()),
         find_other_types(ensemble, plan, plain_set, &mut collected),
     );
+    forget_count(ensemble, plan, maybe_ours);
     let decision = quorum::decide_acquire(votes, start.elapsed(), None);
     let err = refusal(ensemble, &collected, decision, start.elapsed());
     let err = count_mismatch(ensemble, plan, &collected).unwrap_or(err);
@@ -141,7 +142,29 @@ pub(super) async fn give_back(
         reply.finish_in_background(ensemble.round_scope());
     }
     let refused = (holding.release_on(0..ensemble.nodes.len(), this.requeue())).await;
+    forget_count(ensemble, this.plan, 0..ensemble.nodes.len());
     attempt_error(collected, refused, err)
+}
+
+/// After a failed attempt on a semaphore's slot released it on the nodes `which`: removes,
+/// in the background, the count record it may have set there beside the slot, on the
+/// nodes where no slot of its count is left ([`permit_scripts::PERMIT_FORGET`]). Left
+/// there, it would refuse the clients of the count in use for up to a TTL. Best effort: a
+/// record this misses expires with its TTL, and a minority's refuses only as contention
+/// ([`count_in_use`]).
+fn forget_count(ensemble: &Ensemble, plan: &Plan, which: impl IntoIterator<Item = usize>) {
+    let (Access::Permit(permits), [resource]) = (plan.access, &plan.resources[..]) else {
+        return;
+    };
+    let slots = keys::permit_slots(ensemble.config.space(), resource, permits);
+    let call = Call::script(
+        &permit_scripts::PERMIT_FORGET,
+        ensemble.config.space(),
+        &slots,
+    )
+    .arg(permits);
+    let scope = ensemble.round_scope();
+    Round::broadcast(scope, call, which).finish_in_background(scope);
 }
 
 /// The error of a decision other than a win, `elapsed` after the attempt started,
