@@ -352,6 +352,68 @@ async fn a_client_with_another_count_is_refused_while_holders_hold() {
 }
 
 #[tokio::test]
+async fn a_count_recorded_on_a_minority_is_contention_not_a_config_error() {
+    let cluster = Cluster::start(3);
+    let name = unique("stray");
+    let held = client(&cluster.urls()).semaphore(&name, 2).unwrap();
+    let held = held.acquire(TTL).await.unwrap();
+    // Another count recorded on one node only (the crate's count record key).
+    let record_three_permits_on = |i: usize| {
+        let mut conn = cluster.nodes[i].conn();
+        let count = format!("quorum-lock:permits:{name}");
+        let set = redis::cmd("SET")
+            .arg(count)
+            .arg(3)
+            .arg("PX")
+            .arg(60_000)
+            .clone();
+        set.query::<()>(&mut conn).unwrap();
+    };
+    record_three_permits_on(0);
+    let other = client(&cluster.urls()).semaphore(&name, 2).unwrap();
+    // The slots are tried from a random one on: the held one first about every other time.
+    for _ in 0..16 {
+        let permit = other.try_acquire(TTL).await;
+        let permit = permit.expect("the other slot, free on every node").unwrap();
+        assert_ne!(permit.slot(), held.slot());
+        permit.release().await.unwrap();
+    }
+    // On a majority the count is in use: a configuration error.
+    record_three_permits_on(1);
+    match other.try_acquire(TTL).await {
+        Err(Error::Config(msg)) => assert!(msg.contains("record 3 permits"), "{msg}"),
+        refused => panic!("refused for its count, not {refused:?}"),
+    }
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_failed_attempt_of_another_count_leaves_no_count_record() {
+    let cluster = Cluster::start(3);
+    let name = unique("leftover");
+    let held = client(&cluster.urls()).semaphore(&name, 2).unwrap();
+    let held = held.acquire(TTL).await.unwrap();
+    // Node 0 lost the holder's slot and count record: a client of 3 permits takes a slot
+    // there alone, and fails on the count the others record.
+    let count = format!("quorum-lock:permits:{name}");
+    let slot = format!("quorum-lock:permit:{name}:{}", held.slot());
+    let mut node0 = cluster.nodes[0].conn();
+    let lose = redis::cmd("DEL").arg(&count).arg(&slot).clone();
+    lose.query::<()>(&mut node0).unwrap();
+    let three = client(&cluster.urls()).semaphore(&name, 3).unwrap();
+    let refused = three.try_acquire(TTL).await;
+    assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
+    common::eventually(TTL / 2, "its count record gone with its slot", || {
+        let recorded = redis::cmd("GET")
+            .arg(&count)
+            .query::<Option<u32>>(&mut node0);
+        recorded.unwrap().is_none()
+    })
+    .await;
+    held.release().await.unwrap();
+}
+
+#[tokio::test]
 async fn bad_input_is_a_config_error() {
     let cluster = Cluster::start(1);
     let redlock = builder(&cluster.urls()).build().unwrap();

@@ -203,6 +203,32 @@ pub(crate) fn outcome(admission: &Admission) -> NodeOutcome {
     }
 }
 
+/// The outcome of a node's fence commit (`committed`: [`NodeOutcome::Acquired`] where the
+/// script found our token and committed the counter), given the outcome of its vote in the
+/// acquisition as the ballot judged it (`acquired`) and whether its membership vouches for
+/// it now (`vouched`, see `Ensemble::vouches`). The commit counts only where the vote
+/// counted and is still vouched for: a node whose vote was never judged (still pending,
+/// timed out or failed while the ballot read the others) or was kept out may be a
+/// superseded master or a restarted one, and a counter committed there is no promise that
+/// the next holder reads it. Such a commit keeps the acquisition's outcome, which says why
+/// it does not count; a vote no longer vouched for is [`QuarantineReason::NoIdentity`], as
+/// in an acquisition.
+pub(crate) fn fence_outcome(
+    committed: NodeOutcome,
+    acquired: &NodeOutcome,
+    vouched: bool,
+) -> NodeOutcome {
+    match (committed, acquired) {
+        (NodeOutcome::Acquired, NodeOutcome::Acquired) if vouched => NodeOutcome::Acquired,
+        (NodeOutcome::Acquired, NodeOutcome::Acquired) => NodeOutcome::Quarantined {
+            reason: QuarantineReason::NoIdentity,
+            remaining: None,
+        },
+        (NodeOutcome::Acquired, not_counted) => not_counted.clone(),
+        (other, _) => other,
+    }
+}
+
 impl Read {
     /// A node's answer before its reply is read: nothing set, no marker, no record; its
     /// `run_id`, age (see [`aged`]) and durability as its connect learnt them.
@@ -280,6 +306,39 @@ mod tests {
             record_ms,
             fence: None,
         }
+    }
+
+    #[test]
+    fn a_fence_commit_counts_only_where_the_acquisition_vote_counted_and_is_vouched_for() {
+        let kept_out = |reason| NodeOutcome::Quarantined {
+            reason,
+            remaining: None,
+        };
+        // The acquisition's outcome of the node, and whether its commit counts when vouched.
+        let table = [
+            (NodeOutcome::Acquired, true),
+            (NodeOutcome::Pending, false),
+            (NodeOutcome::TimedOut, false),
+            (NodeOutcome::Failed("reset".into()), false),
+            (NodeOutcome::HeldByOther, false),
+            (kept_out(QuarantineReason::MemoryLost), false),
+            (kept_out(QuarantineReason::NoIdentity), false),
+            (kept_out(QuarantineReason::Readmitting), false),
+        ];
+        let mut wrong = Vec::new();
+        for (acquired, counts) in table {
+            for vouched in [true, false] {
+                let committed = fence_outcome(NodeOutcome::Acquired, &acquired, vouched);
+                if committed.is_acquired() != (counts && vouched) {
+                    wrong.push(format!(
+                        "{acquired:?} (vouched: {vouched}) -> {committed:?}"
+                    ));
+                }
+                let refused = fence_outcome(NodeOutcome::NotHeld, &acquired, vouched);
+                assert_eq!(refused, NodeOutcome::NotHeld);
+            }
+        }
+        assert!(wrong.is_empty(), "counted wrongly: {wrong:#?}");
     }
 
     #[test]

@@ -16,9 +16,10 @@ use crate::rules::safety::NextToken;
 
 /// Second round of a fencing acquisition: the new token is one above the highest counter
 /// that can be trusted ([`ballot::token`]: a majority of them is needed), and is committed
-/// next to the lock on a majority of voting nodes before the guard exists. Any two
-/// majorities share a node, so the next holder reads a counter at least this high and
-/// mints a larger one.
+/// next to the lock on a majority of voting nodes before the guard exists: nodes whose
+/// vote counted in `acquired` and that are still vouched for ([`ballot::fence_outcome`]).
+/// Any two majorities share a node, so the next holder reads a counter at least this high
+/// and mints a larger one.
 pub(super) async fn commit_fence(
     ensemble: &Ensemble,
     plan: &Plan,
@@ -47,13 +48,13 @@ pub(super) async fn commit_fence(
     let collected = answers::collect(
         &ensemble.nodes,
         &mut round,
-        |i, answer| match reply::one_or(answer, NodeOutcome::Acquired, NodeOutcome::NotHeld) {
-            // Only where the acquisition's vote counted.
-            NodeOutcome::Acquired => match acquired.outcomes.get(i) {
-                Some((o @ NodeOutcome::Quarantined { .. }, _)) => o.clone(),
-                _ => NodeOutcome::Acquired,
-            },
-            other => other,
+        |i, answer| {
+            let committed = reply::one_or(answer, NodeOutcome::Acquired, NodeOutcome::NotHeld);
+            let voted = acquired
+                .outcomes
+                .get(i)
+                .map_or(&NodeOutcome::Pending, |(o, _)| o);
+            ballot::fence_outcome(committed, voted, ensemble.vouches(i))
         },
         NodeOutcome::is_acquired,
         Stop::WhenCertain,

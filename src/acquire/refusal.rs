@@ -14,7 +14,7 @@ use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::access::Access;
-use crate::protocol::reply;
+use crate::protocol::{keys, permit_scripts, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
 
@@ -36,12 +36,13 @@ pub(super) async fn no_majority(
     let (ensemble, plan) = (this.ensemble, this.plan);
     let plain_set = plan.keys.len() == 1 && this.enqueue.is_none() && !plan.fencing;
     let (refused, ()) = tokio::join!(
-        holding.release_on(maybe_ours, this.requeue()),
+        holding.release_on(maybe_ours.iter().copied(), this.requeue()),
         find_other_types(ensemble, plan, plain_set, &mut collected),
     );
+    forget_count(ensemble, plan, maybe_ours);
     let decision = quorum::decide_acquire(votes, start.elapsed(), None);
     let err = refusal(ensemble, &collected, decision, start.elapsed());
-    let err = count_mismatch(plan, &collected).unwrap_or(err);
+    let err = count_mismatch(ensemble, plan, &collected).unwrap_or(err);
     attempt_error(&collected, refused, err)
 }
 
@@ -53,16 +54,14 @@ fn certainly_not_set(outcome: &NodeOutcome) -> bool {
     )
 }
 
-/// The error of a semaphore's slot refused by a node that records another permit count:
-/// clients of one semaphore use different counts, which no retry mends.
-fn count_mismatch(plan: &Plan, collected: &Collected) -> Option<Error> {
+/// The error of a semaphore's slot refused by a majority of nodes that record another
+/// permit count (see [`count_in_use`]): clients of one semaphore use different counts,
+/// which no retry mends.
+fn count_mismatch(ensemble: &Ensemble, plan: &Plan, collected: &Collected) -> Option<Error> {
     let Access::Permit(count) = plan.access else {
         return None;
     };
-    let recorded = (collected.outcomes.iter()).find_map(|(o, _)| match o {
-        NodeOutcome::CountMismatch { recorded } => Some(*recorded),
-        _ => None,
-    })?;
+    let recorded = count_in_use(&collected.outcomes, ensemble.quorum)?;
     let recorded = recorded.map_or_else(|| "another count of".to_owned(), |n| n.to_string());
     Some(Error::Config(format!(
         "semaphore slot {:?}: this client uses {count} permits, but the nodes record \
@@ -70,6 +69,20 @@ fn count_mismatch(plan: &Plan, collected: &Collected) -> Option<Error> {
          a semaphore must use the same count",
         plan.resources[0]
     )))
+}
+
+/// The count another semaphore's holders use (`None` inside: a record that is not a count),
+/// when at least `quorum` nodes refused for a count record other than ours: only then may
+/// holders of that count hold, since a holder's slot and count record are on a majority.
+/// A minority's record (left by an attempt that failed, say) refuses the slot on those
+/// nodes only, as another holder's key would: contention, not a configuration error.
+fn count_in_use(outcomes: &[(NodeOutcome, Duration)], quorum: usize) -> Option<Option<u32>> {
+    let mut recorded = (outcomes.iter()).filter_map(|(o, _)| match o {
+        NodeOutcome::CountMismatch { recorded } => Some(*recorded),
+        _ => None,
+    });
+    let first = recorded.next()?;
+    (1 + recorded.count() >= quorum).then_some(first)
 }
 
 /// After a failed plain `SET NX`, which nodes that refused it hold a key of another type
@@ -129,7 +142,29 @@ pub(super) async fn give_back(
         reply.finish_in_background(ensemble.round_scope());
     }
     let refused = (holding.release_on(0..ensemble.nodes.len(), this.requeue())).await;
+    forget_count(ensemble, this.plan, 0..ensemble.nodes.len());
     attempt_error(collected, refused, err)
+}
+
+/// After a failed attempt on a semaphore's slot released it on the nodes `which`: removes,
+/// in the background, the count record it may have set there beside the slot, on the
+/// nodes where no slot of its count is left ([`permit_scripts::PERMIT_FORGET`]). Left
+/// there, it would refuse the clients of the count in use for up to a TTL. Best effort: a
+/// record this misses expires with its TTL, and a minority's refuses only as contention
+/// ([`count_in_use`]).
+fn forget_count(ensemble: &Ensemble, plan: &Plan, which: impl IntoIterator<Item = usize>) {
+    let (Access::Permit(permits), [resource]) = (plan.access, &plan.resources[..]) else {
+        return;
+    };
+    let slots = keys::permit_slots(ensemble.config.space(), resource, permits);
+    let call = Call::script(
+        &permit_scripts::PERMIT_FORGET,
+        ensemble.config.space(),
+        &slots,
+    )
+    .arg(permits);
+    let scope = ensemble.round_scope();
+    Round::broadcast(scope, call, which).finish_in_background(scope);
 }
 
 /// The error of a decision other than a win, `elapsed` after the attempt started,
@@ -163,4 +198,44 @@ fn attempt_error(collected: &Collected, refused: Option<NodeReport>, err: Error)
     let report = err.report().map(ToString::to_string).unwrap_or_default();
     tracing::debug!(%report, "attempt failed");
     err
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_majority_s_count_record_is_a_count_in_use() {
+        let three = |o: [NodeOutcome; 3]| o.map(|o| (o, Duration::ZERO));
+        let mismatch = |n| NodeOutcome::CountMismatch { recorded: n };
+        let (held, free) = (NodeOutcome::HeldByOther, NodeOutcome::Acquired);
+        let table = [
+            ([mismatch(Some(3)), held.clone(), held.clone()], None),
+            ([mismatch(Some(3)), free.clone(), free.clone()], None),
+            ([free.clone(), mismatch(None), NodeOutcome::TimedOut], None),
+            (
+                [mismatch(Some(3)), mismatch(Some(3)), held.clone()],
+                Some(Some(3)),
+            ),
+            (
+                [mismatch(Some(1)), free.clone(), mismatch(Some(1))],
+                Some(Some(1)),
+            ),
+            ([mismatch(None), mismatch(None), mismatch(None)], Some(None)),
+            ([held.clone(), held.clone(), held], None),
+        ];
+        for (outcomes, in_use) in table {
+            assert_eq!(
+                count_in_use(&three(outcomes.clone()), 2),
+                in_use,
+                "{outcomes:?}"
+            );
+        }
+        let one = [(mismatch(Some(2)), Duration::ZERO)];
+        assert_eq!(
+            count_in_use(&one, 1),
+            Some(Some(2)),
+            "a single node decides alone"
+        );
+    }
 }

@@ -13,6 +13,7 @@ use crate::net::failure::{NodeFailure, failed};
 use crate::net::fanout::Round;
 use crate::net::node::Node;
 use crate::report::{NodeOutcome, NodeReport, NodeResult};
+use crate::rules::deadline::is_in_time;
 use crate::rules::quorum::{Certainty, Tally};
 
 /// The outcome of a round so far.
@@ -73,7 +74,8 @@ pub(crate) enum Stop {
 /// outcome is no longer [`Certainty::Pending`] (and the node named heard from), leaving the
 /// rest in the round; nodes not heard from are reported as
 /// [`NodeOutcome::Pending`] with the time waited so far. At the round's deadline every node
-/// not heard from is [`NodeOutcome::TimedOut`].
+/// not heard from is [`NodeOutcome::TimedOut`], and so is a node whose answer is read then
+/// or later (this task ran late).
 pub(crate) async fn collect(
     nodes: &[Arc<Node>],
     round: &mut Round,
@@ -164,6 +166,7 @@ pub(crate) async fn collect_reading<R>(
                 break;
             }
         };
+        let result = as_counted(round, result, latency);
         let (outcome, said) = answered(nodes, index, result, &mut read);
         let certainty = tally.record(is_yes(&outcome));
         if let (Some(slot), Some(kept)) = (outcomes.get_mut(index), reads.get_mut(index)) {
@@ -181,6 +184,21 @@ pub(crate) async fn collect_reading<R>(
         }
     }
     (Collected { outcomes, tally }, reads)
+}
+
+/// A node's answer as its round counts it: read `latency` after the round's start, at its
+/// deadline or later, it timed out (see [`is_in_time`]), whatever it said. The biased
+/// `select!` of [`collect_reading`] takes answers that are ready before the timer, so a
+/// client that ran late would otherwise count answers that came after the deadline.
+fn as_counted(
+    round: &Round,
+    result: Result<Value, NodeFailure>,
+    latency: Duration,
+) -> Result<Value, NodeFailure> {
+    match is_in_time(round.start + latency, round.deadline) {
+        true => result,
+        false => Err(NodeFailure::TimedOut),
+    }
 }
 
 /// A node's answer as an outcome and what else it says: a reply through `read`, a
@@ -239,5 +257,63 @@ pub(crate) fn collected_none(nodes: &[Arc<Node>]) -> Collected {
     Collected {
         outcomes: vec![(NodeOutcome::Pending, Duration::ZERO); n],
         tally: Tally::new(n),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::coalesce::Yield;
+    use crate::net::node::Member;
+    use crate::net::request::NodeFuture;
+
+    fn nodes(n: usize) -> Vec<Arc<Node>> {
+        let node = |i| {
+            Node::new(
+                format!("n{i}"),
+                Member::Unusable("test".into()),
+                Duration::from_secs(1),
+                Yield::Deferred,
+            )
+        };
+        (0..n).map(|i| Arc::new(node(i))).collect()
+    }
+
+    /// A round of `n` requests, each answered `OK` at once.
+    fn answered_round(n: usize, timeout: Duration) -> Round {
+        let ok = |index| NodeFuture {
+            index,
+            request: Box::pin(async { Ok(Value::Okay) }),
+        };
+        Round::new((0..n).map(ok), timeout)
+    }
+
+    async fn votes(nodes: &[Arc<Node>], round: &mut Round) -> Collected {
+        let interpret = |_, value| match value {
+            Value::Okay => NodeOutcome::Acquired,
+            _ => NodeOutcome::HeldByOther,
+        };
+        collect(
+            nodes,
+            round,
+            interpret,
+            NodeOutcome::is_acquired,
+            Stop::AtEnd,
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn answers_read_at_the_deadline_or_later_do_not_vote() {
+        let nodes = nodes(3);
+        let mut round = answered_round(3, Duration::from_secs(3600));
+        assert_eq!(votes(&nodes, &mut round).await.tally.yes(), 3);
+        // The same answers, ready, but read only once the deadline came (as by a task that
+        // stalled past it): a round whose deadline is its start.
+        let mut round = answered_round(3, Duration::ZERO);
+        let collected = votes(&nodes, &mut round).await;
+        assert_eq!(collected.tally.yes(), 0, "{:?}", collected.outcomes);
+        let outcomes = collected.outcomes.iter().map(|(o, _)| o);
+        assert!(outcomes.into_iter().all(|o| *o == NodeOutcome::TimedOut));
     }
 }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::net::failure::{NodeFailure, failed};
 use crate::net::node::Node;
 use crate::net::request::NodeFuture;
+use crate::net::timely;
 
 /// One task per client that waits for the requests rounds left behind, so every node's
 /// failure is still counted, without spawning a task per round.
@@ -86,14 +87,14 @@ fn count(nodes: &[Arc<Node>], index: usize, result: Result<Value, NodeFailure>) 
 }
 
 /// `request` bounded by `deadline`: its answer, or [`NodeFailure::TimedOut`] (the request
-/// dropped) once the deadline passed.
+/// dropped) once the deadline passed, also for an answer read then (see [`timely`]).
 fn bounded(
     request: NodeFuture,
     deadline: Instant,
 ) -> impl Future<Output = (usize, Result<Value, NodeFailure>)> {
     let index = request.index;
     async move {
-        tokio::time::timeout_at(deadline, request)
+        timely::within(deadline, request)
             .await
             .unwrap_or((index, Err(NodeFailure::TimedOut)))
     }

@@ -32,6 +32,7 @@ use futures::future::BoxFuture;
 use crate::net::coalesce::Yield;
 use crate::net::node::{Member, Node, ShardOf};
 use crate::net::server_facts::{FactsHook, life_in};
+use crate::net::timely;
 use crate::protocol::slots::SLOTS;
 use crate::rules::cluster::confirmed_owners;
 use crate::rules::sentinel::vouched;
@@ -233,13 +234,15 @@ impl ClusterMember {
         if masters.is_empty() {
             masters = distinct_masters(&self.first_seed_answer().await);
         }
+        // Each answer counts only when read within the connect timeout (see `timely`).
+        let deadline = crate::rules::deadline::after(Instant::now(), self.connect_timeout);
         let asked = masters.iter().map(|(host, port)| async move {
-            let answer = tokio::time::timeout(self.connect_timeout, self.ask_slots(host, *port));
+            let answer = timely::within(deadline, self.ask_slots(host, *port));
             match answer.await {
-                Ok(Ok((ranges, life))) if !ranges.is_empty() => {
+                Some(Ok((ranges, life))) if !ranges.is_empty() => {
                     Some((format!("{host}:{port}"), ranges, life))
                 }
-                Ok(Err(e)) => {
+                Some(Err(e)) => {
                     tracing::debug!(member = %self.name, %host, port, error = %e, "CLUSTER SLOTS failed");
                     None
                 }

@@ -24,6 +24,7 @@ use crate::net::call::Call;
 use crate::net::failure::NodeFailure;
 use crate::net::node::Node;
 use crate::net::request::{NodeFuture, send};
+use crate::net::timely;
 
 /// The nodes a round goes to, as the layers above hand them down: every node in
 /// configuration order, the timeout that bounds one request, and the collector that
@@ -194,7 +195,8 @@ impl Round {
 /// by `timeout` from now, with no [`Round`] (no boxed future, no shared call, no vectors
 /// of requests, no collector). What [`collect`](super::answers::collect) makes of a round of that one node, the
 /// same in every respect: at the deadline the request is dropped and the node
-/// [`NodeOutcome::TimedOut`](crate::report::NodeOutcome::TimedOut) (counted as a failure); a command already written to the
+/// [`NodeOutcome::TimedOut`](crate::report::NodeOutcome::TimedOut) (counted as a failure), as is an answer read at
+/// the deadline or later (see [`timely`]); a command already written to the
 /// connection stays ahead of anything sent there later (the clean-up's release), exactly
 /// as when a round drops it.
 ///
@@ -207,10 +209,12 @@ pub(crate) async fn direct(
 ) -> (Result<Value, NodeFailure>, Duration) {
     let start = Instant::now();
     let deadline = crate::rules::deadline::after(start, timeout);
-    match tokio::time::timeout_at(deadline, node.send(call)).await {
-        Ok(result) => (result, start.elapsed()),
-        Err(_) => (Err(NodeFailure::TimedOut), start.elapsed()),
-    }
+    // An answer read at the deadline or later (this task ran late) timed out too.
+    let result = timely::within(deadline, node.send(call)).await;
+    (
+        result.unwrap_or(Err(NodeFailure::TimedOut)),
+        start.elapsed(),
+    )
 }
 
 /// Polls `request` once without waiting, as [`Round::start`] does: once this returns, its

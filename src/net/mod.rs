@@ -14,6 +14,8 @@
 //! - [`fanout`]: one request to many nodes under one deadline (a [`Round`](fanout::Round)),
 //!   or to the one node of a single-node client, awaited in place;
 //! - [`request`]: one node's request in a round;
+//! - [`timely`]: a request bounded by a deadline, whose answer counts only when read before
+//!   it (every round's rule, also for the sentinels' and a cluster's confirmations);
 //! - [`answers`]: a round's answers as they arrive, decided as soon as the outcome is
 //!   certain;
 //! - [`background`]: the collector of the answers that rounds leave behind;
@@ -41,3 +43,4 @@ pub(crate) mod send_gate;
 pub(crate) mod sentinel;
 pub(crate) mod server_facts;
 pub(crate) mod subscription;
+pub(crate) mod timely;

@@ -22,6 +22,8 @@ use futures::future::{BoxFuture, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
 
+use crate::net::timely;
+
 /// The confirmation's lifetime (`rules::sentinel`): a request renews it in the background
 /// once half of it has passed, and before its vote is judged once all of it has.
 pub(crate) use crate::rules::sentinel::CONFIRM_WINDOW;
@@ -241,8 +243,8 @@ impl SentinelLink {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The sentinel's answer to `SENTINEL get-master-addr-by-name`, within `timeout`, or
-    /// `None`. On the kept connection, else (or when that one fails: its runtime may be
+    /// The sentinel's answer to `SENTINEL get-master-addr-by-name`, read within `timeout`,
+    /// or `None`. On the kept connection, else (or when that one fails: its runtime may be
     /// gone) on a new one, which is kept.
     async fn ask(&self, service: &str, timeout: Duration) -> Option<MasterAddr> {
         let query = async {
@@ -257,11 +259,14 @@ impl SentinelLink {
             *self.kept() = Some(conn.clone());
             ask_on(conn, service).await.ok().flatten()
         };
-        let answer = tokio::time::timeout(timeout, query).await;
-        if answer.is_err() {
+        // An answer read at the deadline or later timed out too (see `timely`): it names
+        // no master for the confirmation, and the connection goes as after a timeout.
+        let deadline = crate::rules::deadline::after(tokio::time::Instant::now(), timeout);
+        let answer = timely::within(deadline, query).await;
+        if answer.is_none() {
             *self.kept() = None;
         }
-        answer.ok().flatten()
+        answer.flatten()
     }
 }
 

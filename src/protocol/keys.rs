@@ -277,6 +277,15 @@ pub(crate) fn permit_resource(name: &str, slot: u32) -> String {
     internal("", "permit", &format!("{name}:{slot}"))
 }
 
+/// The lock keys in `space` of every slot of a semaphore of `permits` permits, named by the
+/// resource of one of its slots (see [`permit_resource`]), in slot order.
+pub(crate) fn permit_slots(space: Space<'_>, slot_resource: &str, permits: u32) -> Vec<String> {
+    let semaphore = semaphore_of(slot_resource);
+    (0..permits)
+        .map(|slot| lock(space, &permit_resource(semaphore, slot)))
+        .collect()
+}
+
 /// The resource name of read-write lock `name`: its writer's lock key (with the key
 /// prefix added, as to any resource), and the name its readers and writer intent are
 /// derived from.
@@ -579,6 +588,8 @@ mod tests {
         let count = |key: &str| derived(Kind::PermitCount, "app:", key);
         assert_eq!(count(&slot(0)), "app:quorum-lock:permits:jobs:a");
         assert_eq!(count(&slot(7)), count(&slot(0)));
+        let every = permit_slots(Space::flat("app:"), &permit_resource("jobs:a", 1), 3);
+        assert_eq!(every, [slot(0), slot(1), slot(2)]);
         assert_ne!(
             count(&lock(Space::flat("app:"), &permit_resource("jobs:b", 0))),
             count(&slot(0))
@@ -721,6 +732,8 @@ mod tests {
                 derived_name(Kind::Waiters, prefix, key, tag).joined()
             };
             assert_eq!(list(&slot_key(0)), list(&slot_key(5)));
+            let every = permit_slots(space, &permit_resource("jobs:a", 2), 6);
+            assert_eq!(every, (0..6).map(slot_key).collect::<Vec<_>>());
             assert_eq!(
                 lock_of(slot_key(3).strip_prefix(prefix).unwrap_or_default()),
                 LockOf::PermitSlot {

@@ -32,7 +32,7 @@ mod tests {
 
     #[test]
     fn every_script_is_preloaded_once() {
-        use permit_scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND};
+        use permit_scripts::{PERMIT_ACQUIRE, PERMIT_EXTEND, PERMIT_FORGET};
         use rw_scripts::{READ_EXTEND, READ_RELEASE, READERS, RW_ACQUIRE};
         use scripts::{
             ACQUIRE, EXTEND, FENCE, FENCED_SET, GATE, INSPECT, LEAVE, MARK, RELEASE, RELEASE_ONE,
@@ -56,6 +56,7 @@ mod tests {
             &READERS,
             &PERMIT_ACQUIRE,
             &PERMIT_EXTEND,
+            &PERMIT_FORGET,
         ];
         let loaded: Vec<&str> = every_source().collect();
         assert_eq!(loaded.len(), every.len());

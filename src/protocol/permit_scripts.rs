@@ -1,7 +1,8 @@
 //! The scripts of a semaphore's slot locks: a slot is taken and extended as a mutex's lock
 //! key is, and each also keeps the semaphore's permit count recorded beside it, so that a
 //! client that uses another count is refused while a holder of this one may hold (a slot
-//! lock is released by the mutex's scripts).
+//! lock is released by the mutex's scripts; a failed attempt's count record goes with
+//! [`PERMIT_FORGET`]).
 
 use super::keys::{Global, Kind};
 use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_raise_record};
@@ -105,5 +106,27 @@ pub(crate) static PERMIT_EXTEND: Lua = Lua::with_globals(
 )
 .repeatable();
 
+/// Removes the count record a failed attempt may have set beside a slot it took, once no
+/// slot of that count is left on the node: the attempt's slot is released, and a record
+/// that no slot holds would refuse clients of the count in use there for up to a TTL.
+///
+/// KEYS: the lock key of every slot of the semaphore for ARGV[1] permits (k of them), then
+/// the count record k times (one per slot: the layout's block). ARGV[1]: the permit count.
+/// Returns 1 after deleting the record; 0, changing nothing, when it records another count
+/// (or none) or a slot of the count is held (its holder's record).
+pub(crate) const PERMIT_FORGET_SRC: &str = r"
+local k = #KEYS / 2
+if redis.call('GET', KEYS[k + 1]) ~= ARGV[1] then
+    return 0
+end
+if redis.call('EXISTS', unpack(KEYS, 1, k)) > 0 then
+    return 0
+end
+redis.call('DEL', KEYS[k + 1])
+return 1
+";
+pub(crate) static PERMIT_FORGET: Lua =
+    Lua::new(&[Kind::Lock, Kind::PermitCount], PERMIT_FORGET_SRC).repeatable();
+
 /// The slot locks' scripts' sources, loaded on each new connection with the others.
-pub(crate) const SOURCES: [&str; 2] = [PERMIT_ACQUIRE_SRC, PERMIT_EXTEND_SRC];
+pub(crate) const SOURCES: [&str; 3] = [PERMIT_ACQUIRE_SRC, PERMIT_EXTEND_SRC, PERMIT_FORGET_SRC];

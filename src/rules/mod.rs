@@ -9,7 +9,7 @@
 //! - [`cluster`]: a member that is a Redis Cluster: which master its masters agree owns
 //!   each slot;
 //! - [`retry`]: the backoff between attempts;
-//! - [`deadline`]: instants a duration later that saturate.
+//! - [`deadline`]: instants a duration later that saturate, and answers in time.
 
 pub mod cluster;
 pub(crate) mod deadline;

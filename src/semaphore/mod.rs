@@ -18,7 +18,7 @@
 //!
 //! Every client of one name must use the same permit count: each node records the count
 //! beside the slots while their holders may hold, and a client that asks for another count
-//! is refused ([`Error::Config`]) until they are gone.
+//! is refused ([`Error::Config`], when a majority of nodes records it) until they are gone.
 
 mod listen;
 pub(crate) mod permit;
