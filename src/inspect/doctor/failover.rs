@@ -79,11 +79,11 @@ pub(super) fn shard_replication_lag(node: &NodeInfo, limits: &Limits) -> Vec<Fin
         .collect()
 }
 
-/// A member under Sentinel whose configured sentinels do not all name one master: a
-/// warning while a majority still does (`sentinel::agreed`, the member's own rule), an
-/// error when none does.
+/// A member under Sentinel whose group's sentinels do not all name one master: a
+/// warning while a majority of the group still does (`sentinel::agreed`, the member's own
+/// rule), an error when none does.
 pub(super) fn sentinel_quorum(node: &NodeInfo) -> Option<Finding> {
-    let configured = node.sentinels.len();
+    let configured = node.sentinel_group_size.unwrap_or(node.sentinels.len());
     let named: Vec<Option<&str>> = node.sentinels.iter().map(|s| s.master.as_deref()).collect();
     let master = agreed(&named, configured);
     let agreeing = master.map_or(0, |m| named.iter().filter(|n| **n == Some(m)).count());

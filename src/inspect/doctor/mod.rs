@@ -302,10 +302,14 @@ pub struct NodeInfo {
     /// For a member under Sentinel (`redis+sentinel://`), the master's `host:port` as a
     /// majority of its sentinels named it for this check; `None` for a plain server.
     pub sentinel_master: Option<String>,
-    /// For a member under Sentinel, what each of its configured sentinels named as the
-    /// master during this check, in the order of the member's URL; empty for a plain
-    /// server.
+    /// For a member under Sentinel, what each sentinel of its group the client knows named
+    /// as the master during this check: those the member's URL lists first, in its order,
+    /// then those learnt from the sentinels; empty for a plain server.
     pub sentinels: Vec<SentinelAnswer>,
+    /// For a member under Sentinel, how many sentinels its group has as the client counts
+    /// them (those listed, those learnt, or more when a sentinel counts more): the member
+    /// votes only while a majority of them names its master. `None` for a plain server.
+    pub sentinel_group_size: Option<usize>,
     /// For a member that is a Redis Cluster (`redis+cluster://`), each shard master its
     /// slot table names for this check, sorted by address, with that master's replicas;
     /// the other facts are its first seed's. Empty for any other member.
@@ -324,8 +328,11 @@ pub struct NodeInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SentinelAnswer {
-    /// The sentinel's `host:port`, as the member's URL lists it.
+    /// The sentinel's `host:port`, as the member's URL lists it or a sentinel reported it.
     pub sentinel: String,
+    /// Whether the member's URL lists the sentinel (else the client learnt it from the
+    /// sentinels).
+    pub listed: bool,
     /// The master's `host:port` the sentinel named; `None` when it gave no answer in time
     /// or knows no such service.
     pub master: Option<String>,

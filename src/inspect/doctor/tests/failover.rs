@@ -93,6 +93,7 @@ fn answers(named: &[Option<&str>]) -> Vec<SentinelAnswer> {
         .enumerate()
         .map(|(i, m)| SentinelAnswer {
             sentinel: format!("10.0.1.{i}:26379"),
+            listed: true,
             master: m.map(str::to_owned),
         })
         .collect()
