@@ -567,3 +567,65 @@ async fn a_client_listing_one_sentinel_gets_no_vote_from_a_minority_of_the_group
     x.shutdown().await;
     y.shutdown().await;
 }
+
+/// A client whose URL lists one sentinel of a healthy group of three learns the other two
+/// from it: it locks as usual, the deployment check shows all three and warns that the
+/// list is partial, and with the listed sentinel gone the two it learnt still confirm the
+/// master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_listing_one_sentinel_learns_the_group() {
+    let mut topology = SentinelTopology::start(1, 3);
+    let listed = topology.sentinels()[0].addr().to_string();
+    let url = format!("redis+sentinel://{listed}/{}", topology.service());
+    let redlock = client(&url);
+    let guard = redlock
+        .lock(unique("sentinel-one-listed"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+
+    let report = redlock.check_deployment().await;
+    let node = &report.nodes[0];
+    let master = format!("127.0.0.1:{}", topology.server(0).port());
+    let mut shown: Vec<(String, bool, Option<String>)> = node
+        .sentinels
+        .iter()
+        .map(|s| (s.sentinel.clone(), s.listed, s.master.clone()))
+        .collect();
+    shown[1..].sort();
+    let mut expected: Vec<(String, bool, Option<String>)> = topology
+        .sentinel_addrs()
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| (addr.to_string(), i == 0, Some(master.clone())))
+        .collect();
+    expected[1..].sort();
+    assert_eq!(shown, expected);
+    assert_eq!(node.sentinel_group_size, Some(3));
+    let partial: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::SentinelPartialList)
+        .collect();
+    assert_eq!(partial.len(), 1, "{:?}", report.findings);
+    assert_eq!(partial[0].severity, quorum_lock::Severity::Warning);
+    assert!(
+        partial[0].message.contains("lists 1 of the 3 sentinels"),
+        "{}",
+        partial[0].message
+    );
+    let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
+    assert!(!kinds.contains(&FindingKind::SentinelQuorum), "{kinds:?}");
+    assert!(report.to_json().contains("\"listed\":false"));
+
+    topology.sentinel_mut(0).kill();
+    let guard = redlock
+        .try_lock(unique("sentinel-listed-gone"), Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(
+        guard.is_some(),
+        "the two learnt sentinels confirm the master"
+    );
+    redlock.shutdown().await;
+}

@@ -155,6 +155,12 @@ pub enum FindingKind {
     /// its votes (warning); without a majority it does not vote now (error; during a
     /// failover, until the sentinels agree again).
     SentinelQuorum,
+    /// A member under Sentinel whose URL lists only some of its group's sentinels: the
+    /// others were learnt from the sentinels that answered (warning). The member counts a
+    /// majority of the whole group all the same, but a client that starts while the listed
+    /// sentinels are down or cut off learns nothing, and a group member it never learnt
+    /// cannot help it vote.
+    SentinelPartialList,
 }
 
 impl FindingKind {
@@ -186,6 +192,7 @@ impl FindingKind {
             FindingKind::ForeignData => "foreign_data",
             FindingKind::PermitCountMismatch => "permit_count_mismatch",
             FindingKind::SentinelQuorum => "sentinel_quorum",
+            FindingKind::SentinelPartialList => "sentinel_partial_list",
         }
     }
 }
