@@ -149,9 +149,10 @@ pub enum FindingKind {
     /// The nodes record different permit counts for one semaphore: its clients use
     /// different counts for one name (warning).
     PermitCountMismatch,
-    /// A member under Sentinel whose configured sentinels do not all name one master: some
-    /// are down, cut off, or see the topology otherwise. The member votes only while a
-    /// majority of them names its master, so with a bare majority left one more loss stops
+    /// A member under Sentinel whose sentinel group (those its URL lists and those learnt
+    /// from them) does not all name one master: some are down, cut off, or see the
+    /// topology otherwise. The member votes only while a majority of the group names its
+    /// master, so with a bare majority left one more loss stops
     /// its votes (warning); without a majority it does not vote now (error; during a
     /// failover, until the sentinels agree again).
     SentinelQuorum,
