@@ -1,6 +1,6 @@
 //! Model check of a member under Sentinel through a failover, with the client's own rules
-//! (`quorum_lock::sentinel`: the sentinels' agreement, whose confirmation a vote needs,
-//! when a promoted master's quarantine starts; `quorum_lock::safety`: the quarantine
+//! (`quorum_lock::sentinel`: the group learnt from the sentinels and its agreement, whose
+//! confirmation a vote needs, when a promoted master's quarantine starts; `quorum_lock::safety`: the quarantine
 //! period and the validity). DESIGN.md section 7 states the argument.
 //!
 //! In short: one member (N = 1: two clients that both get this member's vote for one key
@@ -8,10 +8,12 @@
 //! sentinels, two clients, time in ticks of 125 ms so that the confirmation window is 4
 //! ticks, TTL 1 s (8 ticks). A key lives its TTL less one tick and a lock its validity
 //! rounded down after one tick, as in `tests/model.rs`. Every step is atomic at one tick:
-//! - `Confirm(c)`: client `c` asks every sentinel; the address a majority names becomes
-//!   its confirmation, from now; a connection to another address is dropped. Answers are
-//!   read at the round's start: a real round's answers come later and may only name the
-//!   new master sooner, while its window still counts from the start;
+//! - `Confirm(c)`: client `c` asks the sentinels its URL lists, and those their answers
+//!   report (`SentinelGroup`: every sentinel knows the two others); the address a majority
+//!   of the group names becomes its confirmation, from now; a connection to another
+//!   address is dropped. Answers are read at the round's start: a real round's answers
+//!   come later and may only name the new master sooner, while its window still counts
+//!   from the start;
 //! - `Connect(c)`: `c` resolves the master as a confirmation does and connects there,
 //!   refused by a demoted server (`ROLE`); a promoted master is quarantined for the
 //!   quarantine period of the TTL from `sentinel::promoted_life_start` of now;
@@ -29,15 +31,21 @@
 //! them), locks are never released early (a release only shortens an overlap), and the
 //! clock starts with the failover (what clients do before it happens at tick 0).
 //!
-//! Safety: *mutual exclusion* (never two holders). The rules are checked safe, and each
-//! weakened variant is caught: votes counted on any connection without the confirmation
-//! (a client still connected to M locks there after the failover), and the promoted
-//! master's quarantine counted from when it is learnt instead of a window later (a vote on
-//! M confirmed just before the switch outlives it). `sometimes` properties guard against
+//! Two histories: in the first both clients list and reach every sentinel; in the second
+//! (a partition) the first client lists all three and reaches the two that move to R, the
+//! second lists and reaches only the third, which stays with M.
+//!
+//! Safety: *mutual exclusion* (never two holders). The rules are checked safe in both
+//! histories, and each weakened variant is caught: votes counted on any connection without
+//! the confirmation (a client still connected to M locks there after the failover), the
+//! promoted master's quarantine counted from when it is learnt instead of a window later (a
+//! vote on M confirmed just before the switch outlives it), and a majority of the client's
+//! own list instead of the group (in the partition, the second client confirms M alone). `sometimes` properties guard against
 //! vacuity: a lock on the promoted master, and one on M after a sentinel switched.
 
 use std::time::{Duration, Instant};
 
+use quorum_lock::sentinel::{GroupReport, RoundOutcome, SentinelGroup};
 use quorum_lock::{safety, sentinel};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -72,6 +80,29 @@ enum Rule {
     NoConfirmation,
     /// The promoted master's quarantine starts when it is learnt.
     NoShift,
+    /// A majority of the sentinels the client's URL lists, not of the group.
+    OwnList,
+}
+
+/// Which sentinels each client lists and reaches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum History {
+    /// Both clients list and reach all three.
+    AllListed,
+    /// The first client lists all three and reaches the first two; the second lists and
+    /// reaches only the third, which never moves to R.
+    PartialList,
+}
+
+impl History {
+    /// The sentinels client `c` lists, and those it reaches.
+    fn sentinels(self, c: usize) -> (&'static [usize], &'static [usize]) {
+        match (self, c) {
+            (History::AllListed, _) => (&[0, 1, 2], &[0, 1, 2]),
+            (History::PartialList, 0) => (&[0, 1, 2], &[0, 1]),
+            (History::PartialList, _) => (&[2], &[2]),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -112,6 +143,7 @@ enum Action {
 
 struct Failover {
     rule: Rule,
+    history: History,
     horizon: u8,
     attempts: u8,
     /// Confirmation rounds per client, connects included.
@@ -123,10 +155,39 @@ impl Failover {
         base + ms(tick)
     }
 
-    /// What a confirmation round at this step agrees on.
-    fn agreed(s: &State) -> Option<u8> {
-        let reports: Vec<Option<u8>> = s.views.iter().map(|&v| Some(v)).collect();
-        sentinel::agreed(&reports, SENTINELS)
+    /// What a confirmation round of client `c` at this step agrees on.
+    fn agreed(&self, s: &State, c: usize) -> Option<u8> {
+        let (listed, reached) = self.history.sentinels(c);
+        let answer = |i: usize| reached.contains(&i).then_some(s.views[i]);
+        if self.rule == Rule::OwnList {
+            let reports: Vec<Option<u8>> = listed.iter().map(|&i| answer(i)).collect();
+            return sentinel::agreed(&reports, listed.len());
+        }
+        // The round: the listed sentinels, then those their answers report.
+        let mut group = SentinelGroup::new(listed.iter().copied());
+        let mut asked = listed.to_vec();
+        let mut answers = Vec::new();
+        let mut next = 0;
+        while let Some(&i) = asked.get(next) {
+            next += 1;
+            let named = answer(i);
+            if named.is_some() {
+                let report = GroupReport {
+                    id: Some(format!("sentinel-{i}")),
+                    others: (0..SENTINELS)
+                        .filter(|&o| o != i)
+                        .map(|o| (o, Some(format!("sentinel-{o}"))))
+                        .collect(),
+                    num_others: SENTINELS - 1,
+                };
+                asked.extend(group.learn(&i, &report));
+            }
+            answers.push((i, named));
+        }
+        match group.outcome(&answers, 0) {
+            RoundOutcome::Agreed(master) => Some(master),
+            _ => None,
+        }
     }
 
     /// Whether `c`'s vote on its connection counts now.
@@ -211,7 +272,7 @@ impl Model for Failover {
         let mut n = s.clone();
         match action {
             Action::Confirm(i) => {
-                let agreed = Self::agreed(s)?;
+                let agreed = self.agreed(s, i)?;
                 let c = &mut n.clients[i];
                 c.confirms += 1;
                 c.confirmed = Some((s.now, agreed));
@@ -220,7 +281,7 @@ impl Model for Failover {
                 }
             }
             Action::Connect(i) => {
-                let agreed = Self::agreed(s)?;
+                let agreed = self.agreed(s, i)?;
                 if !Self::is_master(s, agreed) {
                     return None;
                 }
@@ -319,22 +380,28 @@ fn representative(s: &State) -> State {
     mirror
 }
 
-fn check(rule: Rule, stop_at: Option<&'static str>) -> impl Checker<Failover> {
+fn check(rule: Rule, history: History, stop_at: Option<&'static str>) -> impl Checker<Failover> {
     let started = std::time::Instant::now();
     let model = Failover {
         rule,
+        history,
         horizon: 14,
         attempts: 2,
         confirms: 2,
     };
-    let builder = model.checker().symmetry_fn(representative);
+    let builder = model.checker();
+    // The clients are alike only when they list and reach the same sentinels.
+    let builder = match history {
+        History::AllListed => builder.symmetry_fn(representative),
+        History::PartialList => builder,
+    };
     let builder = match stop_at {
         Some(property) => builder.finish_when(HasDiscoveries::AnyOf([property].into())),
         None => builder,
     };
     let checker = builder.spawn_dfs().join();
     eprintln!(
-        "{rule:?}: {} states in {:.2?}",
+        "{rule:?}, {history:?}: {} states in {:.2?}",
         checker.unique_state_count(),
         started.elapsed()
     );
@@ -343,7 +410,7 @@ fn check(rule: Rule, stop_at: Option<&'static str>) -> impl Checker<Failover> {
 
 #[test]
 fn the_confirmation_and_the_later_quarantine_keep_exclusion_through_a_failover() {
-    let checker = check(Rule::Crate, None);
+    let checker = check(Rule::Crate, History::AllListed, None);
     if let Some(path) = checker.discovery(EXCLUSION) {
         panic!("counterexample: {:?}", path.into_actions());
     }
@@ -351,20 +418,38 @@ fn the_confirmation_and_the_later_quarantine_keep_exclusion_through_a_failover()
     checker.assert_any_discovery(ON_OLD_AFTER_SWITCH);
 }
 
-fn assert_caught(rule: Rule) {
-    let checker = check(rule, Some(EXCLUSION));
+/// The partition: the first client confirms what the two sentinels it reaches name, the
+/// second reaches one sentinel of the group of three and never confirms.
+#[test]
+fn a_majority_of_the_learnt_group_keeps_exclusion_with_a_partial_list() {
+    let checker = check(Rule::Crate, History::PartialList, None);
+    if let Some(path) = checker.discovery(EXCLUSION) {
+        panic!("counterexample: {:?}", path.into_actions());
+    }
+    checker.assert_any_discovery(ON_PROMOTED);
+}
+
+fn assert_caught(rule: Rule, history: History) {
+    let checker = check(rule, history, Some(EXCLUSION));
     let Some(path) = checker.discovery(EXCLUSION) else {
-        panic!("{rule:?} must lose exclusion");
+        panic!("{rule:?} must lose exclusion in {history:?}");
     };
     eprintln!("{rule:?} loses exclusion: {:?}", path.into_actions());
 }
 
 #[test]
 fn votes_without_the_confirmation_lose_exclusion() {
-    assert_caught(Rule::NoConfirmation);
+    assert_caught(Rule::NoConfirmation, History::AllListed);
 }
 
 #[test]
 fn a_quarantine_from_when_the_promoted_master_is_learnt_loses_exclusion() {
-    assert_caught(Rule::NoShift);
+    assert_caught(Rule::NoShift, History::AllListed);
+}
+
+/// The second client, listing only the sentinel left with M, locks there while the first
+/// holds on R.
+#[test]
+fn a_majority_of_the_clients_own_list_loses_exclusion() {
+    assert_caught(Rule::OwnList, History::PartialList);
 }

@@ -1,13 +1,15 @@
 //! Members under Redis Sentinel, against a real master with two replicas and three
 //! sentinels on loopback: a `redis+sentinel://` member locks as a plain one does, follows a
 //! failover, keeps a promoted replica that lacks a lock out until that lock's TTL is over,
-//! and gives a client still connected to the old master no vote there.
+//! gives a client still connected to the old master no vote there, and counts a majority
+//! of the whole sentinel group even when its URL lists one sentinel.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::topology::SentinelTopology;
+use common::proxy::{FaultProxy, Link};
+use common::topology::{SentinelProcess, SentinelTopology};
 use common::{RedisServer, unique};
 use quorum_lock::{Error, FindingKind, LockGuard, Redlock};
 
@@ -381,4 +383,249 @@ async fn a_paused_master_replaced_by_the_sentinels_keeps_its_lost_lock_exclusive
     drop(held);
     first.shutdown().await;
     second.shutdown().await;
+}
+
+/// Closes every connection the sentinel `sentinel` has on `server` (Sentinel names them
+/// `sentinel-<first 8 characters of its id>-cmd` and `-pubsub`): a paused sentinel then
+/// reads nothing published there after this, as if cut off from it.
+fn cut_sentinel_links(server: &RedisServer, id: &str) {
+    let mut conn = server.conn();
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+    let name = format!("name=sentinel-{}-", &id[..8]);
+    for line in clients.lines().filter(|l| l.contains(&name)) {
+        let client_id = line
+            .split(' ')
+            .find_map(|field| field.strip_prefix("id="))
+            .expect("CLIENT LIST has ids");
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(client_id)
+            .query(&mut conn)
+            .unwrap();
+    }
+}
+
+/// The longest TTL of the clients of [`three_member_client`]: a promoted master's
+/// quarantine lasts that long.
+const GROUP_TTL: Duration = Duration::from_secs(6);
+
+/// A client of `[svc, p1, p2]`, quorum 2, whose sentinel requests give up after 150 ms.
+fn three_member_client(sentinel_member: &str, p1: &str, p2: &str) -> Redlock {
+    Redlock::builder()
+        .nodes([sentinel_member, p1, p2])
+        .ttl_ceiling(GROUP_TTL)
+        .default_ttl(GROUP_TTL)
+        .connect_timeout(Duration::from_millis(150))
+        .retry_delay(Duration::from_millis(20))
+        .max_retry_delay(Duration::from_millis(100))
+        .build()
+        .unwrap()
+}
+
+/// The ports of the other sentinels `sentinel` knows for `service`.
+fn known_sentinel_ports(sentinel: &SentinelProcess, service: &str) -> Vec<u16> {
+    let known: Vec<std::collections::HashMap<String, String>> = redis::cmd("SENTINEL")
+        .arg("SENTINELS")
+        .arg(service)
+        .query(&mut sentinel.conn())
+        .unwrap();
+    known
+        .iter()
+        .filter_map(|s| s.get("port")?.parse().ok())
+        .collect()
+}
+
+/// Two clients of the members `[svc, P1, P2]`: X lists the three sentinels of `svc`, the
+/// third through a proxy (as the third announces itself to the others), Y lists only the
+/// third, directly. The third sentinel is cut off (the proxy closes its connections; it is
+/// paused, and its links to the servers are closed) while the first forces a failover to
+/// the replica R; the old master M cannot be demoted (its `REPLICAOF` is renamed away), so
+/// it stays a master. X locks through R and P2 (its link to P1 fails fast). Then the first
+/// two sentinels, R and P2 stop, and the third resumes, still naming M and remembering the
+/// others. Y must not lock through M and P1 while X holds: the third sentinel alone is no
+/// majority of the group of three, whatever Y's URL lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_listing_one_sentinel_gets_no_vote_from_a_minority_of_the_group() {
+    let topology = SentinelTopology::start_with_master_args(
+        1,
+        3,
+        &[
+            "--rename-command",
+            "REPLICAOF",
+            "",
+            "--rename-command",
+            "SLAVEOF",
+            "",
+        ],
+    );
+    let service = topology.service();
+    let sentinels = topology.sentinels();
+    // The others reach the third sentinel only through the proxy, once it announces it.
+    let third = FaultProxy::start(sentinels[2].addr());
+    let _: () = redis::cmd("SENTINEL")
+        .arg("CONFIG")
+        .arg("SET")
+        .arg("announce-port")
+        .arg(third.addr().port())
+        .query(&mut sentinels[2].conn())
+        .unwrap();
+    common::wait_until(
+        Duration::from_secs(20),
+        "the others to know the third sentinel at the proxy",
+        || {
+            sentinels[..2]
+                .iter()
+                .all(|s| known_sentinel_ports(s, service).contains(&third.addr().port()))
+        },
+    );
+    let (p1, p2) = (RedisServer::start(), RedisServer::start());
+    let p1_for_x = FaultProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], p1.port())));
+    let listing = |listed: &[std::net::SocketAddr]| {
+        let addrs: Vec<String> = listed.iter().map(ToString::to_string).collect();
+        format!("redis+sentinel://{}/{service}", addrs.join(","))
+    };
+    let x = three_member_client(
+        &listing(&[sentinels[0].addr(), sentinels[1].addr(), third.addr()]),
+        &p1_for_x.url(),
+        &p2.url(),
+    );
+    let y = three_member_client(&listing(&[sentinels[2].addr()]), &p1.url(), &p2.url());
+    // Every node admitted (restart quarantine's marker written), with a short record.
+    let warm = x
+        .lock(unique("sentinel-group-warm"), Duration::from_secs(1))
+        .await;
+    warm.unwrap().release().await.unwrap();
+
+    let third_id: String = redis::cmd("SENTINEL")
+        .arg("MYID")
+        .query(&mut sentinels[2].conn())
+        .unwrap();
+    third.set_link(Link::Reset);
+    sentinels[2].pause();
+    for server in topology.servers() {
+        cut_sentinel_links(server, &third_id);
+    }
+    let promoted = topology.failover();
+    assert_eq!(promoted, 1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    // X locks through R (once its quarantine as a promoted master is over) and P2.
+    p1_for_x.set_link(Link::Reset);
+    let resource = unique("sentinel-group");
+    let held = x
+        .lock(&resource, GROUP_TTL)
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    assert_eq!(keys(topology.server(1), &resource), vec![resource.clone()]);
+    assert_eq!(keys(&p1, &resource), Vec::<String>::new());
+
+    sentinels[0].pause();
+    sentinels[1].pause();
+    topology.server(1).pause();
+    p2.pause();
+    sentinels[2].resume();
+    let started = Instant::now();
+    let attempt = y.try_lock(&resource, Duration::from_secs(2)).await;
+    let tried = started.elapsed();
+    let old_master_role = role(topology.server(0));
+    let third_names: Vec<String> = redis::cmd("SENTINEL")
+        .arg("get-master-addr-by-name")
+        .arg(service)
+        .query(&mut sentinels[2].conn())
+        .unwrap();
+    sentinels[0].resume();
+    sentinels[1].resume();
+    topology.server(1).resume();
+    p2.resume();
+
+    assert_eq!(
+        old_master_role, "master",
+        "the old master was still a master"
+    );
+    assert_eq!(
+        third_names[1],
+        topology.server(0).port().to_string(),
+        "the third sentinel still named the old master"
+    );
+    eprintln!(
+        "Y's attempt took {tried:?}: {:?}",
+        attempt.as_ref().map(|g| g.is_some())
+    );
+    if let Ok(Some(second)) = attempt {
+        panic!(
+            "two holders: Y locked through the old master (token {}) while X holds \
+             (token {}, valid: {})",
+            second.token(),
+            held.token(),
+            held.is_valid()
+        );
+    }
+    assert!(held.is_valid(), "X still holds");
+    drop(held);
+    x.shutdown().await;
+    y.shutdown().await;
+}
+
+/// A client whose URL lists one sentinel of a healthy group of three learns the other two
+/// from it: it locks as usual, the deployment check shows all three and warns that the
+/// list is partial, and with the listed sentinel gone the two it learnt still confirm the
+/// master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_listing_one_sentinel_learns_the_group() {
+    let mut topology = SentinelTopology::start(1, 3);
+    let listed = topology.sentinels()[0].addr().to_string();
+    let url = format!("redis+sentinel://{listed}/{}", topology.service());
+    let redlock = client(&url);
+    let guard = redlock
+        .lock(unique("sentinel-one-listed"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+
+    let report = redlock.check_deployment().await;
+    let node = &report.nodes[0];
+    let master = format!("127.0.0.1:{}", topology.server(0).port());
+    let mut shown: Vec<(String, bool, Option<String>)> = node
+        .sentinels
+        .iter()
+        .map(|s| (s.sentinel.clone(), s.listed, s.master.clone()))
+        .collect();
+    shown[1..].sort();
+    let mut expected: Vec<(String, bool, Option<String>)> = topology
+        .sentinel_addrs()
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| (addr.to_string(), i == 0, Some(master.clone())))
+        .collect();
+    expected[1..].sort();
+    assert_eq!(shown, expected);
+    assert_eq!(node.sentinel_group_size, Some(3));
+    let partial: Vec<_> = report
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::SentinelPartialList)
+        .collect();
+    assert_eq!(partial.len(), 1, "{:?}", report.findings);
+    assert_eq!(partial[0].severity, quorum_lock::Severity::Warning);
+    assert!(
+        partial[0].message.contains("lists 1 of the 3 sentinels"),
+        "{}",
+        partial[0].message
+    );
+    let kinds: Vec<_> = report.findings.iter().map(|f| f.kind).collect();
+    assert!(!kinds.contains(&FindingKind::SentinelQuorum), "{kinds:?}");
+    assert!(report.to_json().contains("\"listed\":false"));
+
+    topology.sentinel_mut(0).kill();
+    let guard = redlock
+        .try_lock(unique("sentinel-listed-gone"), Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert!(
+        guard.is_some(),
+        "the two learnt sentinels confirm the master"
+    );
+    redlock.shutdown().await;
 }

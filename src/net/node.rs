@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::net::call::{Call, SendError};
 use crate::net::coalesce::Yield;
 use crate::net::failure::{NodeFailure, classify};
-use crate::net::sentinel::{MasterAddr, SentinelMaster};
+use crate::net::sentinel::{MasterAddr, SentinelMaster, Survey};
 use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
 use crate::protocol;
 use crate::protocol::native::Capabilities;
@@ -315,23 +315,14 @@ impl Node {
         }
     }
 
-    /// For a Sentinel member, each configured sentinel's `host:port` and the master's
-    /// `host:port` it names now (`None`: no answer within `timeout`); `None` for a plain
-    /// server.
-    pub(crate) async fn sentinel_survey(
-        &self,
-        timeout: Duration,
-    ) -> Option<Vec<(String, Option<String>)>> {
+    /// For a Sentinel member, each sentinel of its group as the member knows it and the
+    /// master it names now (within `timeout`), and the group's size (see
+    /// [`SentinelMaster::survey`]); `None` for a plain server.
+    pub(crate) async fn sentinel_survey(&self, timeout: Duration) -> Option<Survey> {
         let Member::Sentinel(sentinel) = &self.member else {
             return None;
         };
-        let answers = sentinel.survey(timeout).await;
-        Some(
-            answers
-                .into_iter()
-                .map(|(at, named)| (at, named.map(|(h, p)| format!("{h}:{p}"))))
-                .collect(),
-        )
+        Some(sentinel.survey(timeout).await)
     }
 
     pub(crate) fn name(&self) -> &str {

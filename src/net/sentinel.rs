@@ -1,6 +1,12 @@
 //! A member that is a master under Redis Sentinel: the node's connection goes to the
-//! address a majority of its sentinels report for the service, and its votes count only
-//! while such a majority has confirmed that address recently.
+//! address a majority of its sentinel group reports for the service, and its votes count
+//! only while such a majority has confirmed that address recently.
+//!
+//! The group is not the member's URL list: every round learns from the sentinels which
+//! others they know (`SENTINEL SENTINELS`, `num-other-sentinels` of `SENTINEL MASTER`),
+//! asks those too, and counts a majority of every sentinel ever learnt
+//! (`rules::sentinel::SentinelGroup`). A majority of a partial list would not do: a client
+//! listing one sentinel cut off with the old master would go on confirming it.
 //!
 //! Why the confirmation: after a failover the old master may go on accepting writes for a
 //! while (until Sentinel reconfigures it, seconds later, or for as long as it stays
@@ -17,28 +23,57 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use futures::FutureExt;
+use std::collections::HashMap;
+
 use futures::future::{BoxFuture, Shared};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use redis::aio::MultiplexedConnection;
-use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, RedisResult};
+use redis::{Client, ConnectionAddr, ConnectionInfo, FromRedisValue, RedisError, RedisResult};
 
 use crate::net::timely;
 
 /// The confirmation's lifetime (`rules::sentinel`): a request renews it in the background
 /// once half of it has passed, and before its vote is judged once all of it has.
 pub(crate) use crate::rules::sentinel::CONFIRM_WINDOW;
-use crate::rules::sentinel::{agreed, vouched};
+use crate::rules::sentinel::{GroupReport, RoundOutcome, SentinelGroup, vouched};
 
-/// An address as the sentinels report it.
+/// An address as the sentinels report it: a master's, or a sentinel's.
 pub(crate) type MasterAddr = (String, u16);
 
 /// One member under Sentinel.
 pub(crate) struct SentinelMaster {
     service: String,
-    sentinels: Vec<SentinelLink>,
+    /// One link per sentinel address asked, those of the URL first; learnt ones are added
+    /// and none is removed.
+    links: Mutex<Vec<Arc<SentinelLink>>>,
+    /// The sentinels of the group as learnt so far, which only grows.
+    group: Mutex<SentinelGroup<MasterAddr>>,
+    /// A learnt sentinel's connection settings (those of the first listed one).
+    sentinel_template: Option<ConnectionInfo>,
     /// The master's connection settings (credentials, database, TCP), its address aside.
     template: ConnectionInfo,
     state: Mutex<State>,
+}
+
+/// What one sentinel answered in a round.
+struct Answer {
+    /// The sentinel's address, as asked.
+    sentinel: MasterAddr,
+    /// The master it names; `None`: no answer in time, or no such service.
+    master: Option<MasterAddr>,
+    /// What it told of its group, when it did.
+    group: Option<GroupReport<MasterAddr>>,
+}
+
+/// What the deployment check shows of a member's sentinels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Survey {
+    /// Each known sentinel: its `host:port`, whether the URL lists it, and the master it
+    /// names now (`None`: no answer in time, or no such service). Listed ones first.
+    pub(crate) answers: Vec<(String, bool, Option<MasterAddr>)>,
+    /// How many sentinels the group has, as the member counts them.
+    pub(crate) group_size: usize,
 }
 
 #[derive(Default)]
@@ -63,9 +98,17 @@ impl SentinelMaster {
     /// The member for `service`, asking `sentinels`; `template` holds the master's
     /// connection settings.
     pub(crate) fn new(service: String, sentinels: Vec<Client>, template: ConnectionInfo) -> Self {
+        let links: Vec<Arc<SentinelLink>> = sentinels
+            .into_iter()
+            .map(|client| Arc::new(SentinelLink::new(client)))
+            .collect();
         SentinelMaster {
             service,
-            sentinels: sentinels.into_iter().map(SentinelLink::new).collect(),
+            group: Mutex::new(SentinelGroup::new(links.iter().map(|l| l.addr.clone()))),
+            sentinel_template: links
+                .first()
+                .map(|l| l.client.get_connection_info().clone()),
+            links: Mutex::new(links),
             template,
             state: Mutex::new(State::default()),
         }
@@ -73,6 +116,31 @@ impl SentinelMaster {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn group(&self) -> MutexGuard<'_, SentinelGroup<MasterAddr>> {
+        self.group.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn links(&self) -> MutexGuard<'_, Vec<Arc<SentinelLink>>> {
+        self.links.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The link to the sentinel at `addr`, made (and kept) if there is none yet; `None`
+    /// when the driver cannot use the address.
+    fn link_to(&self, addr: &MasterAddr) -> Option<Arc<SentinelLink>> {
+        let mut links = self.links();
+        if let Some(link) = links.iter().find(|l| l.addr == *addr) {
+            return Some(Arc::clone(link));
+        }
+        let (host, port) = addr.clone();
+        let info = self
+            .sentinel_template
+            .clone()?
+            .set_addr(ConnectionAddr::Tcp(host, port));
+        let link = Arc::new(SentinelLink::new(Client::open(info).ok()?));
+        links.push(Arc::clone(&link));
+        Some(link)
     }
 
     /// Asks the sentinels for the master (each within `timeout`) and returns a client for
@@ -104,43 +172,104 @@ impl SentinelMaster {
         Ok(addr)
     }
 
-    /// The address of the master that a majority of the sentinels report now.
+    /// The address of the master that a majority of the sentinel group reports now.
     async fn agreed_master(&self, timeout: Duration) -> RedisResult<MasterAddr> {
-        let reports = self.ask_every(timeout).await;
-        agreed(&reports, self.sentinels.len()).ok_or_else(|| {
-            let seen: Vec<String> = reports
-                .iter()
-                .map(|r| {
-                    r.as_ref()
-                        .map_or("no answer".into(), |(h, p)| format!("{h}:{p}"))
-                })
-                .collect();
-            RedisError::from((
-                redis::ErrorKind::Io,
-                "no sentinel majority names the master",
-                format!("service {:?}: {}", self.service, seen.join(", ")),
-            ))
-        })
+        let (answers, outcome) = self.round(timeout, true).await;
+        match outcome {
+            RoundOutcome::Agreed(addr) => Ok(addr),
+            _ => {
+                let seen: Vec<String> = answers
+                    .iter()
+                    .map(|a| {
+                        let named = a
+                            .master
+                            .as_ref()
+                            .map_or("no answer".into(), |(h, p)| format!("{h}:{p}"));
+                        format!("{}:{} {named}", a.sentinel.0, a.sentinel.1)
+                    })
+                    .collect();
+                Err(RedisError::from((
+                    redis::ErrorKind::Io,
+                    "no sentinel majority names the master",
+                    format!(
+                        "service {:?}, a group of {}: {}",
+                        self.service,
+                        self.group().size(),
+                        seen.join(", ")
+                    ),
+                )))
+            }
+        }
     }
 
-    /// What each configured sentinel names as the master now (each within `timeout`), in
-    /// the order of the member's URL: the sentinel's `host:port` and its answer, `None`
-    /// when it gave none in time or knows no such service. Records no confirmation: the
-    /// deployment check reads it, no vote depends on it.
-    pub(crate) async fn survey(&self, timeout: Duration) -> Vec<(String, Option<MasterAddr>)> {
-        let reports = self.ask_every(timeout).await;
-        self.sentinels
+    /// One round: asks every sentinel of the group at once (each within `timeout`),
+    /// learning the group from their answers and asking the sentinels new to it as they
+    /// come. With `settle`, it ends as soon as its outcome is certain, so that a silent
+    /// sentinel costs nothing once a majority agrees; else it waits for every answer.
+    async fn round(
+        &self,
+        timeout: Duration,
+        settle: bool,
+    ) -> (Vec<Answer>, RoundOutcome<MasterAddr>) {
+        let links: Vec<Arc<SentinelLink>> = self.links().clone();
+        let service = self.service.as_str();
+        let mut asks: FuturesUnordered<_> = links
+            .into_iter()
+            .map(|l| ask(l, service, timeout))
+            .collect();
+        let mut answers: Vec<Answer> = Vec::new();
+        while let Some(answer) = asks.next().await {
+            if let Some(report) = &answer.group {
+                let new = self.group().learn(&answer.sentinel, report);
+                for addr in new {
+                    if let Some(link) = self.link_to(&addr) {
+                        asks.push(ask(link, service, timeout));
+                    }
+                }
+            }
+            answers.push(answer);
+            if settle {
+                let outcome = self.outcome(&answers, asks.len());
+                if outcome != RoundOutcome::Undecided {
+                    return (answers, outcome);
+                }
+            }
+        }
+        let outcome = self.outcome(&answers, 0);
+        (answers, outcome)
+    }
+
+    /// Where a round with `answers` and `pending` asks under way stands.
+    fn outcome(&self, answers: &[Answer], pending: usize) -> RoundOutcome<MasterAddr> {
+        let named: Vec<(MasterAddr, Option<MasterAddr>)> = answers
             .iter()
-            .map(|s| s.client.get_connection_info().addr().to_string())
-            .zip(reports)
-            .collect()
+            .map(|a| (a.sentinel.clone(), a.master.clone()))
+            .collect();
+        self.group().outcome(&named, pending)
     }
 
-    /// Every configured sentinel's answer, in the order of the member's URL, each asked
-    /// at once and within `timeout`.
-    async fn ask_every(&self, timeout: Duration) -> Vec<Option<MasterAddr>> {
-        let asks = self.sentinels.iter().map(|s| s.ask(&self.service, timeout));
-        futures::future::join_all(asks).await
+    /// What each known sentinel of the group names as the master now (each within
+    /// `timeout`), listed ones first, and the group's size. Records no confirmation: the
+    /// deployment check reads it, no vote depends on it.
+    pub(crate) async fn survey(&self, timeout: Duration) -> Survey {
+        let (answers, _) = self.round(timeout, false).await;
+        let group = self.group();
+        let shown = group
+            .members()
+            .iter()
+            .map(|member| {
+                let named = answers
+                    .iter()
+                    .filter(|a| member.addrs.contains(&a.sentinel))
+                    .find_map(|a| a.master.clone());
+                let (host, port) = &member.addrs[0];
+                (format!("{host}:{port}"), member.listed, named)
+            })
+            .collect();
+        Survey {
+            answers: shown,
+            group_size: group.size(),
+        }
     }
 
     /// Notes that the node's connection now goes to `addr`.
@@ -227,13 +356,22 @@ impl SentinelMaster {
 
 /// One sentinel, and the connection to it kept between confirmations.
 struct SentinelLink {
+    /// Its address, as the URL lists it or a sentinel reported it.
+    addr: MasterAddr,
     client: Client,
     conn: Mutex<Option<MultiplexedConnection>>,
 }
 
 impl SentinelLink {
     fn new(client: Client) -> Self {
+        let addr = match client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                (host.to_ascii_lowercase(), *port)
+            }
+            other => (other.to_string(), 0),
+        };
         SentinelLink {
+            addr,
             client,
             conn: Mutex::new(None),
         }
@@ -243,21 +381,20 @@ impl SentinelLink {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The sentinel's answer to `SENTINEL get-master-addr-by-name`, read within `timeout`,
-    /// or `None`. On the kept connection, else (or when that one fails: its runtime may be
-    /// gone) on a new one, which is kept.
-    async fn ask(&self, service: &str, timeout: Duration) -> Option<MasterAddr> {
+    /// The sentinel's answer read within `timeout`, or `None`. On the kept connection,
+    /// else (or when that one fails: its runtime may be gone) on a new one, which is kept.
+    async fn ask(&self, service: &str, timeout: Duration) -> Option<Reply> {
         let query = async {
             let kept = self.kept().clone();
             if let Some(conn) = kept {
                 if let Ok(reply) = ask_on(conn, service).await {
-                    return reply;
+                    return Some(reply);
                 }
                 *self.kept() = None;
             }
             let conn = self.client.get_multiplexed_async_connection().await.ok()?;
             *self.kept() = Some(conn.clone());
-            ask_on(conn, service).await.ok().flatten()
+            ask_on(conn, service).await.ok()
         };
         // An answer read at the deadline or later timed out too (see `timely`): it names
         // no master for the confirmation, and the connection goes as after a timeout.
@@ -270,13 +407,67 @@ impl SentinelLink {
     }
 }
 
-/// `SENTINEL get-master-addr-by-name service` on `conn`: the address, `None` when the
-/// sentinel knows no such service or answers something else.
-async fn ask_on(mut conn: MultiplexedConnection, service: &str) -> RedisResult<Option<MasterAddr>> {
-    let reply: Option<(String, String)> = redis::cmd("SENTINEL")
+/// Asks the sentinel of `link` (within `timeout`) and returns its answer.
+async fn ask(link: Arc<SentinelLink>, service: &str, timeout: Duration) -> Answer {
+    let reply = link.ask(service, timeout).await;
+    let (master, group) = reply.map_or((None, None), |r| (r.master, r.group));
+    Answer {
+        sentinel: link.addr.clone(),
+        master,
+        group,
+    }
+}
+
+/// One sentinel's reply: the master it names, and what it tells of its group.
+struct Reply {
+    master: Option<MasterAddr>,
+    group: Option<GroupReport<MasterAddr>>,
+}
+
+/// `SENTINEL get-master-addr-by-name`, `MASTER`, `SENTINELS` (for `service`) and `MYID`
+/// pipelined on `conn`. The master is `None` when the sentinel knows no such service or
+/// answers something else; the group report is `None` unless both `MASTER` and
+/// `SENTINELS` answered (`MYID`, which Redis before 6.2 lacks, may not).
+async fn ask_on(mut conn: MultiplexedConnection, service: &str) -> RedisResult<Reply> {
+    let replies: Vec<redis::Value> = redis::pipe()
+        .ignore_errors()
+        .cmd("SENTINEL")
         .arg("get-master-addr-by-name")
         .arg(service)
+        .cmd("SENTINEL")
+        .arg("MASTER")
+        .arg(service)
+        .cmd("SENTINEL")
+        .arg("SENTINELS")
+        .arg(service)
+        .cmd("SENTINEL")
+        .arg("MYID")
         .query_async(&mut conn)
         .await?;
-    Ok(reply.and_then(|(host, port)| Some((host.to_ascii_lowercase(), port.parse().ok()?))))
+    let mut replies = replies.into_iter();
+    let mut next = || replies.next().unwrap_or(redis::Value::Nil);
+    let master = Option::<(String, String)>::from_redis_value(next())
+        .ok()
+        .flatten()
+        .and_then(|(host, port)| Some((host.to_ascii_lowercase(), port.parse().ok()?)));
+    let counted = HashMap::<String, String>::from_redis_value(next())
+        .ok()
+        .and_then(|m| m.get("num-other-sentinels")?.parse::<usize>().ok());
+    let others = Vec::<HashMap<String, String>>::from_redis_value(next()).ok();
+    let id = String::from_redis_value(next()).ok();
+    let group = counted.zip(others).map(|(num_others, others)| GroupReport {
+        id,
+        others: others
+            .iter()
+            .filter_map(|s| {
+                let addr = (
+                    s.get("ip")?.to_ascii_lowercase(),
+                    s.get("port")?.parse().ok()?,
+                );
+                Some((addr, s.get("runid").cloned()))
+            })
+            .collect(),
+        num_others,
+    });
+    Ok(Reply { master, group })
 }

@@ -108,6 +108,11 @@ impl FaultProxy {
         proxy
     }
 
+    /// `127.0.0.1:PORT` of the proxy.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// `redis://127.0.0.1:PORT` of the proxy.
     pub fn url(&self) -> String {
         format!("redis://{}", self.addr)

@@ -7,7 +7,7 @@
 //! a topology that does not settle within [`TOPOLOGY_TIMEOUT`] panics with each node's
 //! state and log tail. Every node is a [`RedisServer`] and every sentinel a
 //! [`SentinelProcess`]: both are SIGKILLed by pid and reaped when dropped, also during a
-//! panic.
+//! panic (a paused one too: SIGKILL needs no SIGCONT).
 //!
 //! All nodes of one topology run the same binary (the next one of [`super::SERVERS_ENV`],
 //! or [`super::redis_server_bin`]): replication between different builds is not what
@@ -21,6 +21,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill as send_signal};
+use nix::unistd::Pid;
 
 use super::{
     Proc, RedisServer, START_TRIES, ServerExtras, ServerOptions, file_tail, free_port,
@@ -766,6 +769,28 @@ impl SentinelProcess {
         }
     }
 
+    /// SIGSTOP, as a stalled VM: the sentinel accepts connections and answers nothing.
+    /// Returns once the process is seen stopped.
+    pub fn pause(&self) {
+        self.signal(Signal::SIGSTOP, "stop", |state| state == 'T');
+    }
+
+    /// SIGCONT; returns once the process is no longer seen stopped.
+    pub fn resume(&self) {
+        self.signal(Signal::SIGCONT, "continue", |state| state != 'T');
+    }
+
+    fn signal(&self, signal: Signal, what: &str, done: impl Fn(char) -> bool) {
+        let pid = self.pid;
+        send_signal(Pid::from_raw(pid as i32), signal)
+            .unwrap_or_else(|e| panic!("{signal} sentinel {pid}: {e}"));
+        super::wait_until(
+            Duration::from_secs(5),
+            &format!("sentinel to {what}"),
+            || super::proc_state(pid).is_none_or(&done),
+        );
+    }
+
     /// Sync connection with [`super::ADMIN_TIMEOUT`] timeouts.
     pub fn conn(&self) -> redis::Connection {
         let client = redis::Client::open(self.url()).expect("sentinel URL");
@@ -830,6 +855,16 @@ impl SentinelTopology {
     /// starts the sentinels; returns once every sentinel reports the master's address,
     /// every replica (linked, `master-link-status` ok) and every other sentinel.
     pub fn start(replicas: usize, sentinels: usize) -> SentinelTopology {
+        Self::start_with_master_args(replicas, sentinels, &[])
+    }
+
+    /// [`start`](Self::start), with `master_args` added to the first master's command line
+    /// (say `--rename-command REPLICAOF ""`, which keeps the sentinels from demoting it).
+    pub fn start_with_master_args(
+        replicas: usize,
+        sentinels: usize,
+        master_args: &[&str],
+    ) -> SentinelTopology {
         assert!(sentinels >= 1, "a sentinel topology needs a sentinel");
         let bin = next_server_bin(false);
         let node_extras = |more: &[String]| ServerExtras {
@@ -841,7 +876,9 @@ impl SentinelTopology {
             bin: Some(bin.clone()),
             ..ServerExtras::default()
         };
-        let master = RedisServer::start_extended(ServerOptions::default(), node_extras(&[]));
+        let master_args: Vec<String> = master_args.iter().map(|a| a.to_string()).collect();
+        let master =
+            RedisServer::start_extended(ServerOptions::default(), node_extras(&master_args));
         let replicaof = [
             "--replicaof".to_string(),
             "127.0.0.1".to_string(),

@@ -1,6 +1,6 @@
 //! The findings on failover: a listed master that a failover can replace, a replica too
 //! far behind for a failover to keep the locks, and a member under Sentinel whose
-//! sentinels do not all name one master.
+//! sentinels do not all name one master or whose URL lists only some of them.
 
 use super::Limits;
 use super::{Finding, FindingKind, NodeInfo, Severity, finding};
@@ -79,11 +79,11 @@ pub(super) fn shard_replication_lag(node: &NodeInfo, limits: &Limits) -> Vec<Fin
         .collect()
 }
 
-/// A member under Sentinel whose configured sentinels do not all name one master: a
-/// warning while a majority still does (`sentinel::agreed`, the member's own rule), an
-/// error when none does.
+/// A member under Sentinel whose group's sentinels do not all name one master: a
+/// warning while a majority of the group still does (`sentinel::agreed`, the member's own
+/// rule), an error when none does.
 pub(super) fn sentinel_quorum(node: &NodeInfo) -> Option<Finding> {
-    let configured = node.sentinels.len();
+    let configured = node.sentinel_group_size.unwrap_or(node.sentinels.len());
     let named: Vec<Option<&str>> = node.sentinels.iter().map(|s| s.master.as_deref()).collect();
     let master = agreed(&named, configured);
     let agreeing = master.map_or(0, |m| named.iter().filter(|n| **n == Some(m)).count());
@@ -126,5 +126,39 @@ pub(super) fn sentinel_quorum(node: &NodeInfo) -> Option<Finding> {
         what,
         "bring back or reconnect the sentinels that do not name the master; during a \
          failover, check again once it has settled",
+    ))
+}
+
+/// A member under Sentinel whose URL lists only some of the sentinels its group has
+/// (warning): the client learnt the others from the listed ones, and needs a majority of
+/// them all; one that starts while the listed ones are out of reach learns nothing.
+pub(super) fn sentinel_partial_list(node: &NodeInfo) -> Option<Finding> {
+    let listed = node.sentinels.iter().filter(|s| s.listed).count();
+    let group = node.sentinel_group_size.unwrap_or(node.sentinels.len());
+    if node.sentinels.is_empty() || listed >= group {
+        return None;
+    }
+    let learnt: Vec<&str> = node
+        .sentinels
+        .iter()
+        .filter(|s| !s.listed)
+        .map(|s| s.sentinel.as_str())
+        .collect();
+    let learnt = if learnt.is_empty() {
+        "none known by address".to_owned()
+    } else {
+        learnt.join(", ")
+    };
+    Some(finding(
+        FindingKind::SentinelPartialList,
+        Severity::Warning,
+        Some(&node.name),
+        format!(
+            "its URL lists {listed} of the {group} sentinels of its group (learnt from them: \
+             {learnt}): the member votes only while a majority of all {group} names its \
+             master, and a client that starts while the listed ones are out of reach \
+             learns none of the others"
+        ),
+        "list every sentinel of the group in the member's URL",
     ))
 }

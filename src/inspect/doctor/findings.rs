@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use super::durability::{known_issue, majority_memory_loss, persistence, persistence_mismatch};
-use super::failover::{failover_risk, replication_lag, sentinel_quorum, shard_replication_lag};
+use super::failover::{
+    failover_risk, replication_lag, sentinel_partial_list, sentinel_quorum, shard_replication_lag,
+};
 use super::finding;
 use super::{Finding, FindingKind, NodeInfo, Severity};
 use crate::config::Config;
@@ -52,6 +54,7 @@ pub(crate) fn findings(infos: &[NodeInfo], quorum: usize, limits: &Limits) -> Ve
     let related = pairs(infos, &mut out);
     for (node, related) in infos.iter().zip(related) {
         out.extend(sentinel_quorum(node));
+        out.extend(sentinel_partial_list(node));
         if !node.reachable {
             out.push(unreachable(node, votes));
             continue;

@@ -149,12 +149,19 @@ pub enum FindingKind {
     /// The nodes record different permit counts for one semaphore: its clients use
     /// different counts for one name (warning).
     PermitCountMismatch,
-    /// A member under Sentinel whose configured sentinels do not all name one master: some
-    /// are down, cut off, or see the topology otherwise. The member votes only while a
-    /// majority of them names its master, so with a bare majority left one more loss stops
+    /// A member under Sentinel whose sentinel group (those its URL lists and those learnt
+    /// from them) does not all name one master: some are down, cut off, or see the
+    /// topology otherwise. The member votes only while a majority of the group names its
+    /// master, so with a bare majority left one more loss stops
     /// its votes (warning); without a majority it does not vote now (error; during a
     /// failover, until the sentinels agree again).
     SentinelQuorum,
+    /// A member under Sentinel whose URL lists only some of its group's sentinels: the
+    /// others were learnt from the sentinels that answered (warning). The member counts a
+    /// majority of the whole group all the same, but a client that starts while the listed
+    /// sentinels are down or cut off learns nothing, and a group member it never learnt
+    /// cannot help it vote.
+    SentinelPartialList,
 }
 
 impl FindingKind {
@@ -186,6 +193,7 @@ impl FindingKind {
             FindingKind::ForeignData => "foreign_data",
             FindingKind::PermitCountMismatch => "permit_count_mismatch",
             FindingKind::SentinelQuorum => "sentinel_quorum",
+            FindingKind::SentinelPartialList => "sentinel_partial_list",
         }
     }
 }
@@ -302,10 +310,14 @@ pub struct NodeInfo {
     /// For a member under Sentinel (`redis+sentinel://`), the master's `host:port` as a
     /// majority of its sentinels named it for this check; `None` for a plain server.
     pub sentinel_master: Option<String>,
-    /// For a member under Sentinel, what each of its configured sentinels named as the
-    /// master during this check, in the order of the member's URL; empty for a plain
-    /// server.
+    /// For a member under Sentinel, what each sentinel of its group the client knows named
+    /// as the master during this check: those the member's URL lists first, in its order,
+    /// then those learnt from the sentinels; empty for a plain server.
     pub sentinels: Vec<SentinelAnswer>,
+    /// For a member under Sentinel, how many sentinels its group has as the client counts
+    /// them (those listed, those learnt, or more when a sentinel counts more): the member
+    /// votes only while a majority of them names its master. `None` for a plain server.
+    pub sentinel_group_size: Option<usize>,
     /// For a member that is a Redis Cluster (`redis+cluster://`), each shard master its
     /// slot table names for this check, sorted by address, with that master's replicas;
     /// the other facts are its first seed's. Empty for any other member.
@@ -324,8 +336,11 @@ pub struct NodeInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SentinelAnswer {
-    /// The sentinel's `host:port`, as the member's URL lists it.
+    /// The sentinel's `host:port`, as the member's URL lists it or a sentinel reported it.
     pub sentinel: String,
+    /// Whether the member's URL lists the sentinel (else the client learnt it from the
+    /// sentinels).
+    pub listed: bool,
     /// The master's `host:port` the sentinel named; `None` when it gave no answer in time
     /// or knows no such service.
     pub master: Option<String>,

@@ -59,11 +59,17 @@ pub(super) async fn probe(node: &Node, prefix: &str) -> Probed {
 async fn probe_into(node: &Node, prefix: &str, probed: &mut Probed) {
     // First, and whether or not the master answers: the sentinels' view is what explains
     // an unreachable member.
-    if let Some(answers) = node.sentinel_survey(RESPONSE_TIMEOUT).await {
-        probed.info.sentinels = answers
+    if let Some(survey) = node.sentinel_survey(RESPONSE_TIMEOUT).await {
+        probed.info.sentinels = survey
+            .answers
             .into_iter()
-            .map(|(sentinel, master)| SentinelAnswer { sentinel, master })
+            .map(|(sentinel, listed, master)| SentinelAnswer {
+                sentinel,
+                listed,
+                master: master.map(|(host, port)| format!("{host}:{port}")),
+            })
             .collect();
+        probed.info.sentinel_group_size = Some(survey.group_size);
     }
     let Some(conn) = connect(node, &mut probed.info).await else {
         return;

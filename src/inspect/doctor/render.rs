@@ -207,14 +207,21 @@ fn cluster_topology(shards: &[super::ClusterShard]) -> String {
     text
 }
 
-/// `sentinels 3/3`: how many of the member's configured sentinels named `master`.
+/// `sentinels 3/3`: how many of the sentinels of the member's group named `master`, with
+/// `, 2 learnt` when its URL lists only some of them.
 fn sentinels_agreeing(n: &NodeInfo, master: &str) -> String {
     let agreeing = n
         .sentinels
         .iter()
         .filter(|s| s.master.as_deref() == Some(master))
         .count();
-    format!("sentinels {agreeing}/{}", n.sentinels.len())
+    let group = n.sentinel_group_size.unwrap_or(n.sentinels.len());
+    let learnt = n.sentinels.iter().filter(|s| !s.listed).count();
+    if learnt == 0 {
+        format!("sentinels {agreeing}/{group}")
+    } else {
+        format!("sentinels {agreeing}/{group}, {learnt} learnt")
+    }
 }
 
 /// `redis 7.0.15` or `valkey 9.1.2`; just `redis_version` when the kind is unknown.
@@ -292,9 +299,14 @@ fn node_json(out: &mut String, n: &NodeInfo) {
     o.array("sentinels", &n.sentinels, |out, answer| {
         let mut a = JsonObject::new(out);
         a.str("sentinel", Some(&answer.sentinel));
+        a.bool("listed", Some(answer.listed));
         a.str("master", answer.master.as_deref());
         a.end();
     });
+    o.num(
+        "sentinel_group_size",
+        n.sentinel_group_size.and_then(|g| i128::try_from(g).ok()),
+    );
     o.num("uptime_secs", n.uptime.map(|d| i128::from(d.as_secs())));
     o.key("clock");
     match &n.clock {

@@ -93,6 +93,7 @@ fn answers(named: &[Option<&str>]) -> Vec<SentinelAnswer> {
         .enumerate()
         .map(|(i, m)| SentinelAnswer {
             sentinel: format!("10.0.1.{i}:26379"),
+            listed: true,
             master: m.map(str::to_owned),
         })
         .collect()
@@ -150,4 +151,52 @@ fn an_unreachable_member_still_shows_what_its_sentinels_say() {
     for f in report.iter().chain(&warning) {
         assert!(!f.message.contains("  "), "{}", f.message);
     }
+}
+
+#[test]
+fn a_member_whose_url_lists_only_some_of_its_sentinels() {
+    const A: Option<&str> = Some("10.0.0.2:6379");
+    // Listed flags of the sentinels the client knows (all naming A), the group's size,
+    // the findings expected on node 1.
+    type Row = (&'static [bool], usize, &'static [(K, Severity)]);
+    let table: [Row; 5] = [
+        (&[true, true, true], 3, &[]),
+        (&[true, false, false], 3, &[(K::SentinelPartialList, W)]),
+        (&[true, true, false], 3, &[(K::SentinelPartialList, W)]),
+        // Counted, not known by address: no majority of the five names A.
+        (
+            &[true, true],
+            5,
+            &[(K::SentinelQuorum, E), (K::SentinelPartialList, W)],
+        ),
+        (&[true], 1, &[]),
+    ];
+    for (listed, group, expected) in table {
+        let mut infos = set(3);
+        infos[1].sentinels = answers(&vec![A; listed.len()]);
+        for (answer, &listed) in infos[1].sentinels.iter_mut().zip(listed) {
+            answer.listed = listed;
+        }
+        infos[1].sentinel_group_size = Some(group);
+        infos[1].sentinel_master = A.map(str::to_owned);
+        let expected: Vec<_> = expected.iter().map(|&(k, s)| (k, s, node(1))).collect();
+        assert_eq!(kinds(&infos, &limits()), expected, "{listed:?} of {group}");
+    }
+    let mut infos = set(3);
+    infos[1].sentinels = answers(&[A, A, A]);
+    infos[1].sentinels[2].listed = false;
+    infos[1].sentinel_group_size = Some(3);
+    let found = findings(&infos, 2, &limits());
+    let partial = found
+        .iter()
+        .find(|f| f.kind == K::SentinelPartialList)
+        .expect("a partial list finding");
+    assert!(
+        partial.message.contains("lists 2 of the 3 sentinels")
+            && partial.message.contains("learnt from them: 10.0.1.2:26379"),
+        "{}",
+        partial.message
+    );
+    assert!(!partial.message.contains("  "), "{}", partial.message);
+    assert_eq!(K::SentinelPartialList.as_str(), "sentinel_partial_list");
 }

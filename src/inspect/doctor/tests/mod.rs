@@ -56,6 +56,7 @@ fn healthy(i: usize) -> NodeInfo {
         cluster_enabled: Some(false),
         sentinel_master: None,
         sentinels: Vec::new(),
+        sentinel_group_size: None,
         cluster_shards: Vec::new(),
         uptime: Some(Duration::from_secs(3600)),
         clock: Some(ClockOffset {
