@@ -195,6 +195,39 @@ async fn readers_share_and_a_waiting_writer_keeps_new_readers_out() {
     no_key_left(&cluster).await;
 }
 
+/// A writer whose wait is given up by its caller (a `timeout` drops the future) leaves no
+/// intent behind to keep new readers out for its TTL.
+#[tokio::test]
+async fn a_dropped_waiting_writer_keeps_no_reader_out() {
+    let cluster = Cluster::start(3);
+    let name = unique("dropped-writer");
+    let (a, b) = (client(&cluster.urls()), client(&cluster.urls()));
+    let (a, b) = (a.rwlock(&name).unwrap(), b.rwlock(&name).unwrap());
+    let reader = a.try_read(TTL).await.unwrap().expect("a reader");
+    let waiting = b.write(TTL).wait(Duration::from_secs(20));
+    let intent_set = async {
+        common::eventually(Duration::from_secs(5), "the writer's intent", || {
+            !cluster.keys_everywhere("quorum-lock:intent:*").is_empty()
+        })
+        .await;
+    };
+    tokio::select! {
+        _ = waiting => panic!("the writer got in beside a reader"),
+        () = intent_set => {}
+    }
+    reader.release().await.unwrap();
+    common::eventually(Duration::from_secs(5), "the intent cleared", || {
+        cluster.keys_everywhere("quorum-lock:intent:*").is_empty()
+    })
+    .await;
+    let next = a.try_read(TTL).await.unwrap();
+    next.expect("a new reader once the writer was dropped")
+        .release()
+        .await
+        .unwrap();
+    no_key_left(&cluster).await;
+}
+
 #[tokio::test]
 async fn a_dead_reader_delays_a_writer_by_its_own_ttl_only() {
     let cluster = Cluster::start(3);

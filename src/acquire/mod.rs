@@ -92,6 +92,8 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     };
     let mut attempts: u32 = 0;
     crate::acquire::heal::start_healer(ensemble);
+    // Every way out but a win, a dropped future included, clears a writer's intent.
+    let mut cleanup = intent::IntentCleanup::new(&plan);
     loop {
         let remaining = wait.saturating_sub(started.elapsed());
         if waiting
@@ -104,6 +106,7 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
         let (enqueue, gated) = waiting.next(attempts);
         // Seated anew for every attempt: a Cluster member's slot may have a new owner.
         let seated = &ensemble.seated(&plan.keys).await;
+        cleanup.seat(seated);
         let result = match enqueue.filter(|_| gated) {
             // A waiter that was not woken asks the waiting-list node first, so it does not
             // take the lock from under the client a release woke, nor split the votes.
@@ -116,7 +119,7 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
         let err = match result {
             Ok(mut guard) => {
                 waiting.acquired(enqueue, enqueue.and_then(|e| guard.vote(e.node)));
-                intent::clear_after_write(seated, &plan, |i| guard.voted_yes(i));
+                cleanup.won(|i| guard.voted_yes(i));
                 metrics::acquired(started.elapsed());
                 if let Some(policy) = request.auto_extend {
                     guard.auto_extend(policy);
@@ -124,14 +127,10 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
                 return Ok(guard);
             }
             Err(e) if e.is_retryable() => e,
-            Err(e) => {
-                intent::clear_after_write(seated, &plan, |_| false);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
         let remaining = wait.saturating_sub(started.elapsed());
         if remaining.is_zero() || max_attempts.is_some_and(|m| attempts >= m) {
-            intent::clear_after_write(seated, &plan, |_| false);
             return Err(gave_up(attempts, started, err));
         }
         let poll = |shift| backoff.next(shift);
