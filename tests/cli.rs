@@ -673,17 +673,6 @@ fn a_program_ignoring_sigterm_is_killed_after_the_grace_period() {
     assert!(status_json(&urls, &resource).contains("\"owner\":\"intruder\""));
 }
 
-/// Whether process `pid` has ended: gone, or a zombie waiting to be reaped.
-fn has_ended(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // After the command name in parentheses comes the state letter.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
-        Err(_) => true,
-    }
-}
-
 /// The first moment `pid` is seen ended, polling every millisecond (at most [`LIMIT`]).
 fn ended_at(pid: i32) -> Instant {
     let start = Instant::now();

@@ -48,16 +48,6 @@ fn worker_pid(dir: &Scratch) -> i32 {
     read_pid(&path)
 }
 
-/// Whether `pid` has ended: gone, or a zombie.
-fn has_ended(pid: i32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
-        Err(_) => true,
-    }
-}
-
 /// SIGKILLs a worker when dropped, should a test fail while it still runs.
 struct KillWorker(PathBuf);
 

@@ -325,3 +325,14 @@ pub fn read_pid(path: &Path) -> i32 {
         .parse()
         .unwrap_or_else(|e| panic!("pid in {}: {e}", path.display()))
 }
+
+/// Whether process `pid` has ended: gone, or a zombie waiting to be reaped.
+pub fn has_ended(pid: i32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // After the command name in parentheses comes the state letter.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+        Err(_) => true,
+    }
+}
