@@ -208,6 +208,39 @@ async fn the_check_shows_a_member_losing_its_sentinels() {
     redlock.shutdown().await;
 }
 
+/// A frozen sentinel (SIGSTOP, as a stalled VM: it accepts nothing and answers nothing) of
+/// three stops nothing: fresh clients, as a cron job's each run, and a long-lived one keep
+/// locking through the two that answer, within a short wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_sentinel_of_three_stops_no_client() {
+    let topology = SentinelTopology::start(1, 3);
+    let url = topology.member_url();
+    let warm = client(&url);
+    let try_one = |redlock: Redlock, name: &'static str| async move {
+        let guard = redlock
+            .lock(unique(name), Duration::from_secs(2))
+            .wait(Duration::from_secs(3))
+            .await
+            .unwrap_or_else(|e| panic!("{name}: one frozen sentinel of three stopped it: {e}"));
+        guard.release().await.unwrap();
+        redlock
+    };
+    let warm = try_one(warm, "frozen-sentinel-warm-up").await;
+    topology.sentinels()[2].pause();
+    for _ in 0..3 {
+        try_one(client(&url), "frozen-sentinel-fresh")
+            .await
+            .shutdown()
+            .await;
+    }
+    let mut warm = warm;
+    for _ in 0..3 {
+        warm = try_one(warm, "frozen-sentinel-warm").await;
+    }
+    topology.sentinels()[2].resume();
+    warm.shutdown().await;
+}
+
 #[test]
 fn a_sentinel_member_without_quarantine_or_with_a_bad_url_is_a_config_error() {
     let refused = |builder: quorum_lock::RedlockBuilder| match builder.build() {
