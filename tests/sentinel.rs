@@ -241,6 +241,53 @@ async fn a_frozen_sentinel_of_three_stops_no_client() {
     warm.shutdown().await;
 }
 
+/// A promoted master's quarantine counts from when this client first learnt it: reconnects
+/// to the same master (a killed connection, a redirect) do not start it over, so a client
+/// whose connections keep breaking still gets the promoted master's vote back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnects_do_not_restart_a_promoted_masters_quarantine() {
+    let topology = SentinelTopology::start(1, 3);
+    let redlock = Redlock::builder()
+        .nodes([topology.member_url()])
+        .retry_delay(Duration::from_millis(20))
+        .max_retry_delay(Duration::from_millis(100))
+        .ttl_ceiling(Duration::from_secs(3))
+        .default_ttl(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let warm = redlock.lock(unique("reconnect-warm"), Duration::from_secs(2));
+    warm.wait(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let promoted = topology.failover();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let failed_over = Instant::now();
+    let granted = loop {
+        // Every connection of this client to the promoted master breaks, again and again.
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"][..])
+            .query(&mut topology.server(promoted).conn())
+            .unwrap();
+        if let Ok(Some(guard)) = redlock
+            .try_lock(&unique("reconnect"), Duration::from_secs(2))
+            .await
+        {
+            guard.release().await.unwrap();
+            break failed_over.elapsed();
+        }
+        assert!(
+            failed_over.elapsed() < Duration::from_secs(20),
+            "every reconnect started the promoted master's quarantine over"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    println!("the promoted master voted again {granted:?} after the failover");
+    redlock.shutdown().await;
+}
+
 #[test]
 fn a_sentinel_member_without_quarantine_or_with_a_bad_url_is_a_config_error() {
     let refused = |builder: quorum_lock::RedlockBuilder| match builder.build() {

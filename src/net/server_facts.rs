@@ -152,15 +152,27 @@ impl KnownServer {
         let mut known = self.lock();
         let old = known.as_ref().and_then(|f| f.run_id.clone());
         let restarted = matches!((&old, &facts.run_id), (Some(old), Some(new)) if old != new);
-        let (admitted, record_ms) = known
+        let same_life = known
             .as_ref()
-            .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id)
-            .map_or((false, 0), |f| (f.admitted, f.record_ms));
-        *known = Some(ServerFacts {
-            admitted,
-            record_ms,
-            ..facts
-        });
+            .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id);
+        let facts = match same_life {
+            // The same life again (a reconnect, a redirect): what this client knew of it
+            // stays, its age included, so a quarantine counted from when this client first
+            // learnt a promoted life does not start over at every reconnect.
+            Some(old) => ServerFacts {
+                admitted: old.admitted,
+                record_ms: old.record_ms,
+                at: old.at,
+                uptime: old.uptime,
+                ..facts
+            },
+            None => ServerFacts {
+                admitted: false,
+                record_ms: 0,
+                ..facts
+            },
+        };
+        *known = Some(facts);
         restarted
     }
 
