@@ -24,11 +24,6 @@ pub enum NodeOutcome {
     },
     /// Our token was found and its expiry reset (extend).
     Extended,
-    /// Our token was missing (the node lost its memory, or the key expired there) and was
-    /// written back, on a node this client saw admitted in its current life (extend): the
-    /// lock has its copy there again. Not a vote in this round; the next extension counts
-    /// it.
-    Reseated,
     /// Our token was found and deleted (release).
     Released,
     /// The node stored our token but restart quarantine keeps its vote out: it may have
@@ -166,7 +161,6 @@ impl fmt::Display for NodeOutcome {
                 f.write_str("semaphore in use with another permit count")
             }
             NodeOutcome::Extended => f.write_str("extended"),
-            NodeOutcome::Reseated => f.write_str("re-seated (its copy written back)"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::NotHeld => f.write_str("not held"),
             NodeOutcome::Quarantined { reason, remaining } => {

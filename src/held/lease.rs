@@ -189,10 +189,11 @@ impl Lease {
         result
     }
 
-    /// The extension's call for `ttl` on a node: the script of the lock's kind (a slot's
-    /// also keeps its semaphore's count record alive), which also re-seats the lock where
-    /// the node lost it when `reseat` names the life the node was seen admitted in; for a
-    /// mutex's or a writer's one key and no re-seat, `SET ... IFEQ ... PX` on the nodes
+    /// The extension's call for `ttl`: the script of the lock's kind (a slot's also keeps
+    /// its semaphore's count record alive), which also writes the lock back where the node
+    /// lost it when `reseat` names the life the node was seen admitted in (see
+    /// [`reseat_lost_copies`](Self::reseat_lost_copies)); for a mutex's or a writer's one
+    /// key and no re-seat, `SET ... IFEQ ... PX` on the nodes
     /// that have it, the same effect as the script (see `protocol::native`) as long as the
     /// ensemble record needs no raise (a TTL up to the acquisition's, see `acquired_ttl`);
     /// several keys need the script's all or nothing, and a longer TTL the script's record
@@ -226,17 +227,28 @@ impl Lease {
         }
     }
 
-    /// One extension call per node: with the node's life where a lost copy may be
-    /// written back (a node seen admitted in its current life; never on a Cluster member,
-    /// whose markers are per slot).
-    fn extend_calls(&self, ttl: Duration) -> Vec<Arc<Call>> {
-        let slotted = self.ensemble.config.slotted;
-        (self.ensemble.nodes.iter())
-            .map(|node| {
-                let life = (!slotted).then(|| node.known().admitted_life()).flatten();
-                Arc::new(self.extend_call(ttl, life.as_deref()))
+    /// After an extension that a majority renewed: writes the holder's copy back (see
+    /// `EXTEND`) on the nodes that answered that they lack it, where this client saw the
+    /// node admitted in its current life (never on a Cluster member, whose markers are per
+    /// slot). Safe because the renewals hold a majority until the new validity ends, so no
+    /// other client may hold the lock; never overwrites another token. In the background,
+    /// and not a vote: the copy counts from the next extension on.
+    fn reseat_lost_copies(&self, ttl: Duration, outcomes: &[(NodeOutcome, Duration)]) {
+        let ensemble = &self.ensemble;
+        if ensemble.config.slotted {
+            return;
+        }
+        let calls: Vec<(usize, Arc<Call>)> = (outcomes.iter().enumerate())
+            .filter(|(_, (outcome, _))| *outcome == NodeOutcome::NotHeld)
+            .filter_map(|(i, _)| {
+                let life = ensemble.nodes.get(i)?.known().admitted_life()?;
+                Some((i, Arc::new(self.extend_call(ttl, Some(&life)))))
             })
-            .collect()
+            .collect();
+        if !calls.is_empty() {
+            let scope = ensemble.round_scope();
+            Round::pairs(scope, &calls).finish_in_background(scope);
+        }
     }
 
     async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
@@ -257,16 +269,15 @@ impl Lease {
             ttl,
             start,
         };
-        let calls = self.extend_calls(ttl);
+        let call = self.extend_call(ttl, None);
         let interpret = |i: usize, r| vouched(ensemble, i, extended_or_not(r));
         let is_yes = |o: &NodeOutcome| *o == NodeOutcome::Extended;
-        let collected = if let ([node], [call]) = (&ensemble.nodes[..], &calls[..]) {
+        let collected = if let [node] = &ensemble.nodes[..] {
             // The direct path of a single node (see `fanout::direct`).
-            let answer = fanout::direct(node, call, ensemble.config.node_timeout).await;
+            let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
             answers::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
         } else {
-            let scope = ensemble.round_scope();
-            let mut round = Round::each(scope, 0..calls.len(), |i| &calls[i]);
+            let mut round = Round::everywhere(ensemble.round_scope(), call);
             let collected = answers::collect(
                 &ensemble.nodes,
                 &mut round,
@@ -296,6 +307,7 @@ impl Lease {
                 metrics::extended("extended");
                 tracing::Span::current().record("votes", collected.tally.yes());
                 tracing::debug!(?elapsed, "extended");
+                self.reseat_lost_copies(ttl, &collected.outcomes);
             }
             // Too many nodes said definitely not ours: nothing can bring it back.
             Decision::NotHeld => self.mark_lost(LostReason::NotHeld),
@@ -310,12 +322,7 @@ impl Lease {
 
 /// What one node answered an extension.
 fn extended_or_not(reply: Value) -> NodeOutcome {
-    match reply::decode::<i64>(reply) {
-        Ok(1) => NodeOutcome::Extended,
-        Ok(2) => NodeOutcome::Reseated,
-        Ok(_) => NodeOutcome::NotHeld,
-        Err(failed) => failed,
-    }
+    reply::one_or(reply, NodeOutcome::Extended, NodeOutcome::NotHeld)
 }
 
 /// `outcome` of node `i`, unless it is a yes that the node's membership does not vouch for

@@ -170,6 +170,13 @@ impl Round {
         Round::new(pending, scope.timeout)
     }
 
+    /// Sends each node `i` its own call, for the pairs `(i, call)` given.
+    pub(crate) fn pairs(scope: RoundScope<'_>, calls: &[(usize, Arc<Call>)]) -> Self {
+        let pending = (calls.iter())
+            .filter_map(|(i, call)| scope.nodes.get(*i).map(|node| send(*i, node, call)));
+        Round::new(pending, scope.timeout)
+    }
+
     /// Sends `call` to every node of `scope`.
     pub(crate) fn everywhere(scope: RoundScope<'_>, call: Call) -> Self {
         Round::broadcast(scope, call, 0..scope.nodes.len())

@@ -97,8 +97,7 @@ pub(crate) fn vote(outcome: &NodeOutcome, yes: &NodeOutcome) -> Vote {
         | NodeOutcome::NotHeld
         | NodeOutcome::WrongType
         | NodeOutcome::CountMismatch { .. } => Vote::No,
-        // A copy written back counts from the next round on.
-        NodeOutcome::Quarantined { .. } | NodeOutcome::Reseated => Vote::Missing,
+        NodeOutcome::Quarantined { .. } => Vote::Missing,
         NodeOutcome::PermissionDenied(_) => Vote::Denied,
         o if o.is_failure() => Vote::Missing,
         _ => Vote::Open,
