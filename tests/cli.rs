@@ -380,6 +380,38 @@ fn a_killed_shared_run_delays_an_exclusive_run_by_its_ttl_only() {
     );
 }
 
+/// A waiting `--exclusive` run that is killed leaves an intent that keeps new `--shared`
+/// runs out for a few retry periods only (see `RetryPolicy::intent_lifetime`), not for
+/// the writer's TTL.
+#[test]
+fn a_killed_waiting_writer_keeps_readers_out_briefly_only() {
+    let (cluster, urls, scratch, name) = setup(TTL, "killed-writer");
+    let ready = scratch.path("ready");
+    let _group = KillGroup(ready.clone());
+    let stop = scratch.sh("stop");
+    let body = format!("while [ ! -e {stop} ]; do sleep 0.02; done");
+    let shared = ["--ttl", TTL_ARG, "--shared"];
+    let reader = hold(&urls, &scratch, &shared, &name, &ready, "", &body);
+    let exclusive = ["--ttl", "30s", "--wait", "30s", "--exclusive"];
+    let writer = start(run_cmd(&urls, &exclusive, &name, &["true"]), &scratch);
+    wait_until(LIMIT, "the waiting writer's intent", || {
+        !cluster.keys_everywhere("quorum-lock:intent:*").is_empty()
+    });
+    writer.signal(Signal::SIGKILL);
+    let killed = writer.wait(LIMIT);
+    assert!(killed.status.code().is_none(), "killed: {killed:#?}");
+    fs::write(&stop, "").unwrap();
+    reader.wait(LIMIT).expect(0);
+    let started = Instant::now();
+    let next = ["--ttl", TTL_ARG, "--shared", "--wait", "10s"];
+    output(run_cmd(&urls, &next, &name, &["true"])).expect(0);
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "readers kept out {waited:?}"
+    );
+}
+
 #[test]
 fn a_run_with_another_permit_count_is_refused_while_one_holds() {
     let (_cluster, urls, scratch, name) = setup(TTL, "permit-counts");

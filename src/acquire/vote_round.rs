@@ -9,6 +9,7 @@ use redis::Value;
 
 use crate::acquire::ballot::{self, Read, Seen};
 use crate::acquire::plan::{Attempt, Plan};
+use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
 use crate::held::release::Holding;
 use crate::net::answers::{self, Collected, Stop};
@@ -131,9 +132,14 @@ fn lock_call(
             match plan.access.mode() {
                 None => call.gated(holding.gate()),
                 // The read-write script's own fast path: no fencing counter to return.
-                Some(mode) => (call.arg(mode))
-                    .arg(scripts::flag(plain && !fencing))
-                    .gated(holding.gate()),
+                Some(mode) => {
+                    let config = &ensemble.config;
+                    let intent = (config.retry).intent_lifetime(plan.ttl, config.node_timeout);
+                    (call.arg(mode))
+                        .arg(scripts::flag(plain && !fencing))
+                        .arg(whole_ms(intent))
+                        .gated(holding.gate())
+                }
             }
         }
     }

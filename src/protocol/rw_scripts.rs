@@ -24,7 +24,8 @@ use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_ra
 /// read the fencing counter, rejoin at the head). ARGV[7]: `'r'` to read, `'w'` to write.
 /// ARGV[8]: `'1'` for the fast path: the client knows that this node's record covers the
 /// TTL in its current life (as for the mutex's plain `SET NX PX`), so the record is neither
-/// raised nor read, nor the marker.
+/// raised nor read, nor the marker. ARGV[9] (optional, a writer's): how long its intent
+/// lasts, in milliseconds (default: the TTL); every try of a waiting writer sets it anew.
 ///
 /// Otherwise raises the ensemble record first, as the mutex's script does. A writer that holds the
 /// key refuses both sides. Then the readers whose expiry passed by the server's clock are dropped,
@@ -33,7 +34,7 @@ use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_ra
 /// set's own expiry raised to at least the TTL, and the turn ended, so that the other waiting
 /// readers pass the gate and share the lock with it, and waiting writers find the readers and leave
 /// their intent. A writer enters when no live reader is left: the key is set to its token with the
-/// TTL and the intent deleted; finding readers, it sets the intent for its TTL instead.
+/// TTL and the intent deleted; finding readers, it sets the intent for ARGV[9] instead.
 ///
 /// Returns `{acquired, fence, marker, record}` as the mutex's script: `acquired` is 1 on
 /// entry, 0 when refused, -1 when the lock key holds another type (foreign data, whatever
@@ -84,7 +85,7 @@ if ARGV[7] == 'r' then
     return answer(1)
 end
 if redis.call('EXISTS', KEYS[4]) == 1 then
-    redis.call('SET', KEYS[5], '1', 'PX', ttl)
+    redis.call('SET', KEYS[5], '1', 'PX', tonumber(ARGV[9] or ARGV[2]))
     return answer(0)
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)

@@ -47,6 +47,20 @@ impl RetryPolicy {
         half.saturating_add(jitter.min(upper))
     }
 
+    /// How long a waiting writer's intent lasts on a node: it keeps new readers out only
+    /// while the writer waits, and the writer tries again at least every
+    /// [`max_delay`](Self::max_delay) plus a round (within `node_timeout`), each try
+    /// setting it anew; so it lasts four such periods (room for a busy host's late
+    /// timers), and never longer than the writer's `ttl`: one second with the defaults. A
+    /// writer that is gone (killed, its future dropped before its clean-up) keeps readers
+    /// out that long, not for its whole TTL.
+    pub(crate) fn intent_lifetime(&self, ttl: Duration, node_timeout: Duration) -> Duration {
+        self.max_delay
+            .saturating_add(node_timeout)
+            .saturating_mul(4)
+            .min(ttl)
+    }
+
     /// The upper bound of the delay before retry number `retry`.
     fn cap(&self, retry: u32) -> Duration {
         // 2^retry saturates: beyond 2^31 any base exceeds any sensible cap anyway.
@@ -69,6 +83,15 @@ mod tests {
     use super::*;
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn a_writer_intent_outlives_four_retry_periods_and_never_its_ttl() {
+        let policy = RetryPolicy::new(MS(10), MS(200));
+        assert_eq!(policy.intent_lifetime(MS(30_000), MS(50)), MS(1000));
+        assert_eq!(policy.intent_lifetime(MS(300), MS(50)), MS(300));
+        let forever = RetryPolicy::new(MS(10), Duration::MAX);
+        assert_eq!(forever.intent_lifetime(MS(30_000), MS(50)), MS(30_000));
+    }
 
     #[test]
     fn delays_grow_exponentially_up_to_the_cap() {
