@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How often the supervisor measures its lateness.
-pub(crate) const TICK: Duration = Duration::from_millis(20);
+pub(crate) const TICK: Duration = Duration::from_millis(50);
 
 /// How long a measured lateness keeps widening the margin.
 const MEMORY: Duration = Duration::from_secs(10);

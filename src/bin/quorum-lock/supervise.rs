@@ -378,7 +378,10 @@ fn stop_account(stopping: &Stopping, ended: &Ended, opts: &RunOptions) -> String
         ));
     }
     if ended.watchdog_fired {
-        text.push_str("; the watchdog sent SIGKILL (quorum-lock was stopped or starved)");
+        text.push_str(
+            "; its watchdog sent SIGKILL to the program's tree (quorum-lock was stopped or \
+             starved)",
+        );
     }
     if let Some(status) = ended.program {
         text.push_str(&format!("; the program {}", describe(status)));
