@@ -42,6 +42,9 @@ pub const CLUSTER_SLOTS: u16 = 16384;
 pub const SENTINEL_DOWN_AFTER: Duration = Duration::from_millis(1000);
 /// `sentinel failover-timeout`.
 pub const SENTINEL_FAILOVER_TIMEOUT: Duration = Duration::from_millis(5000);
+/// How long [`SentinelTopology::failover`] waits for one sentinel's failover before it
+/// asks the next.
+const FAILOVER_PATIENCE: Duration = Duration::from_secs(8);
 
 /// First port of the kernel's ephemeral range: cluster bus ports stay below it.
 const EPHEMERAL_LO: u16 = 32768;
@@ -1020,24 +1023,62 @@ impl SentinelTopology {
     /// a sentinel converts it to a replica, some seconds later.
     pub fn failover(&self) -> usize {
         let old = self.master_addr();
-        let mut errors = Vec::new();
-        let accepted = self.sentinels.iter().any(|s| {
-            match query_once::<String>(
-                s.port(),
-                redis::cmd("SENTINEL").arg("FAILOVER").arg(&self.service),
-            ) {
-                Ok(reply) => reply == "OK",
-                Err(e) => {
-                    errors.push(e);
-                    false
-                }
+        // A sentinel that stalls after accepting (TILT mode, entered when its timers jump on
+        // a loaded host, keeps it from acting for 30 s) does not fail over: after a while,
+        // the next sentinel is asked, which forces a failover of its own.
+        for first in 0..self.sentinels.len() {
+            self.ask_failover(first);
+            let mut probe = Probe::default();
+            let mut new = None;
+            if poll(FAILOVER_PATIENCE, || {
+                new = self.moved_master(&mut probe, old);
+                new.is_some()
+            }) {
+                return new.expect("polled until known");
             }
-        });
+        }
+        self.await_new_master(old)
+    }
+
+    /// Sends `SENTINEL FAILOVER` to the sentinels from index `first` on, until one accepts.
+    fn ask_failover(&self, first: usize) {
+        let mut errors = Vec::new();
+        let accepted = (self.sentinels.iter().cycle().skip(first))
+            .take(self.sentinels.len())
+            .any(|s| {
+                match query_once::<String>(
+                    s.port(),
+                    redis::cmd("SENTINEL").arg("FAILOVER").arg(&self.service),
+                ) {
+                    Ok(reply) => reply == "OK",
+                    Err(e) => {
+                        errors.push(e);
+                        false
+                    }
+                }
+            });
         assert!(
             accepted,
             "no sentinel accepted SENTINEL FAILOVER: {errors:?}"
         );
-        self.await_new_master(old)
+    }
+
+    /// The new master's index once every sentinel that answers reports the same master
+    /// address other than `old` and that server says `role:master`.
+    fn moved_master(&self, probe: &mut Probe, old: SocketAddr) -> Option<usize> {
+        let reports: Vec<Option<SocketAddr>> = (self.sentinels.iter())
+            .map(|s| self.reported_master(probe, s.port()))
+            .collect();
+        let answered: Vec<SocketAddr> = reports.iter().flatten().copied().collect();
+        let &addr = answered.first()?;
+        if addr == old || answered.iter().any(|&a| a != addr) {
+            return None;
+        }
+        let new = self.index_of_port(addr.port())?;
+        probe
+            .info(self.servers[new].port(), "replication")
+            .is_some_and(|info| info_field(&info, "role") == Some("master"))
+            .then_some(new)
     }
 
     /// Waits until every sentinel that answers reports the same master address other than
@@ -1049,24 +1090,8 @@ impl SentinelTopology {
         self.settle(
             &format!("the sentinels to move the master away from {old}"),
             |t| {
-                let reports: Vec<Option<SocketAddr>> = t
-                    .sentinels
-                    .iter()
-                    .map(|s| t.reported_master(&mut probe, s.port()))
-                    .collect();
-                let answered: Vec<SocketAddr> = reports.iter().flatten().copied().collect();
-                let Some(&addr) = answered.first() else {
-                    return false;
-                };
-                if addr == old || answered.iter().any(|&a| a != addr) {
-                    return false;
-                }
-                new = t.index_of_port(addr.port());
-                new.is_some_and(|i| {
-                    probe
-                        .info(t.servers[i].port(), "replication")
-                        .is_some_and(|info| info_field(&info, "role") == Some("master"))
-                })
+                new = t.moved_master(&mut probe, old);
+                new.is_some()
             },
         );
         new.expect("settled on a known server")
