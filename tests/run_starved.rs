@@ -46,7 +46,8 @@ fn may_raise_priority() -> bool {
 }
 
 /// One starved run: `Some(margin)` between the worker's last heartbeat and the rival's
-/// start when the holder ran, `None` when it was refused as too busy.
+/// start when the worker ran, `None` when the run was refused or stopped before its
+/// worker began.
 fn starved_run(urls: &[String], resource: &str) -> Option<Duration> {
     let dir = Scratch::new();
     let worker = format!(
@@ -79,10 +80,11 @@ fn starved_run(urls: &[String], resource: &str) -> Option<Duration> {
     let started = Instant::now();
     while !pid_file.exists() {
         if !holder.is_running() {
-            holder
-                .wait(LIMIT)
-                .expect(69)
-                .stderr_has("this host delays quorum-lock's timers by up to ");
+            // Refused (69: too busy to stop it in time, or nodes too slow), or stopped
+            // before its worker even began (70): no heartbeat can overlap either way.
+            let done = holder.wait(LIMIT);
+            assert!(matches!(done.code(), 69 | 70), "{done:#?}");
+            println!("no worker: {}", done.stderr.trim());
             return None;
         }
         assert!(
@@ -144,8 +146,9 @@ fn a_starved_supervisor_still_stops_the_tree_before_the_validity_ends() {
     busy.into_iter().for_each(|h| h.join().unwrap());
     let ran: Vec<Duration> = margins.iter().flatten().copied().collect();
     println!(
-        "{RUNS} starved runs: {} ran and were stopped, {} refused as too busy; the closest \
-         margin between the last heartbeat and the rival's start: {:?}",
+        "{RUNS} starved runs: {} ran and were stopped, {} refused or stopped before their \
+         worker began; the closest margin between the last heartbeat and the rival's start: \
+         {:?}",
         ran.len(),
         RUNS - ran.len(),
         ran.iter().min()
