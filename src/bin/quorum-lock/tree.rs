@@ -83,7 +83,7 @@ pub(crate) fn live_descendants(
 }
 
 /// Every process in `/proc` (none where there is no `/proc`).
-pub(crate) fn scan_proc() -> Vec<ProcEntry> {
+fn scan_proc() -> Vec<ProcEntry> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -124,28 +124,35 @@ pub(crate) struct ProcessTree {
 }
 
 impl ProcessTree {
-    /// The tree's live processes now, the program included while it runs.
+    /// The tree's live processes now, the program included while it runs. Once the
+    /// supervisor is gone (its orphans went to init with it), what is left of the tree is
+    /// the program and its descendants.
     pub(crate) fn live(&self) -> Vec<ProcEntry> {
+        let entries = scan_proc();
         let excluded = self.watchdog.map(Pid::as_raw);
-        live_descendants(&scan_proc(), self.supervisor.as_raw(), excluded)
+        let alive = |pid: Pid| (entries.iter()).any(|e| e.pid == pid.as_raw() && !e.ended);
+        if alive(self.supervisor) {
+            return live_descendants(&entries, self.supervisor.as_raw(), excluded);
+        }
+        let mut left = live_descendants(&entries, self.program.as_raw(), excluded);
+        left.extend((entries.iter()).filter(|e| e.pid == self.program.as_raw() && !e.ended));
+        left
     }
 
     /// Sends `sig` to every live process of the tree: with [`Target::Group`] to the
-    /// program's group at once and to each process outside it; returns how many processes
-    /// the scan found.
-    pub(crate) fn signal_all(&self, sig: Signal) -> usize {
+    /// program's group at once and to each process outside it; returns whether it found
+    /// any process to signal.
+    pub(crate) fn signal_all(&self, sig: Signal) -> bool {
         let live = self.live();
-        if self.target == Target::Group {
-            // ESRCH: the group is empty, every member is gone or left it.
-            let _ = killpg(self.program, sig);
-        }
+        // ESRCH: the group is empty, every member is gone or left it.
+        let group_hit = self.target == Target::Group && killpg(self.program, sig).is_ok();
         for entry in &live {
             let grouped = self.target == Target::Group && entry.group == self.program.as_raw();
             if !grouped {
                 let _ = kill(Pid::from_raw(entry.pid), sig);
             }
         }
-        live.len()
+        group_hit || !live.is_empty()
     }
 
     /// Passes on a signal `quorum-lock` received: to the whole tree with [`Target::Group`],

@@ -19,13 +19,13 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::Signal;
 use nix::time::{ClockId, clock_gettime};
 use nix::unistd::{Pid, getpid};
 use tokio::time::Instant;
 
 use crate::duration::human;
-use crate::tree::{live_descendants, scan_proc};
+use crate::tree::{ProcessTree, Target};
 
 /// The hidden first argument that makes `quorum-lock` a watchdog.
 pub(crate) const WATCHDOG_ARG: &str = "__watchdog";
@@ -160,40 +160,6 @@ fn parse_word(line: &str) -> Option<Word> {
     }
 }
 
-/// The program to kill, as the watchdog knows it.
-#[derive(Debug, Clone, Copy)]
-struct Watched {
-    program: i32,
-    grouped: bool,
-    supervisor: i32,
-}
-
-/// Sends SIGKILL to what is left of the tree; returns whether any process was found.
-fn kill_tree(watched: Watched) -> bool {
-    let group_hit =
-        watched.grouped && killpg(Pid::from_raw(watched.program), Signal::SIGKILL).is_ok();
-    let entries = scan_proc();
-    let me = getpid().as_raw();
-    let mut targets = live_descendants(&entries, watched.supervisor, Some(me));
-    if !entries
-        .iter()
-        .any(|e| e.pid == watched.supervisor && !e.ended)
-    {
-        // The supervisor is gone: what is left of the tree hangs under the program.
-        targets.extend(live_descendants(&entries, watched.program, Some(me)));
-        targets.extend(
-            entries
-                .iter()
-                .filter(|e| e.pid == watched.program && !e.ended)
-                .copied(),
-        );
-    }
-    for target in &targets {
-        let _ = kill(Pid::from_raw(target.pid), Signal::SIGKILL);
-    }
-    group_hit || !targets.is_empty()
-}
-
 /// The highest priority (lowest nice value) the watchdog asks for: on a starved host it
 /// must still wake at its deadline, while it sleeps nearly all the time.
 const WATCHDOG_NICE: i32 = -20;
@@ -215,7 +181,7 @@ pub(crate) fn main() -> ExitCode {
         }
         let _ = sender.send(Word::Closed);
     });
-    let mut watched: Option<Watched> = None;
+    let mut watched: Option<ProcessTree> = None;
     let mut kill_by: Option<(i64, i64)> = None;
     let mut supervisor_gone = false;
     loop {
@@ -243,10 +209,15 @@ pub(crate) fn main() -> ExitCode {
                 grouped,
                 supervisor,
             } => {
-                watched = Some(Watched {
-                    program,
-                    grouped,
-                    supervisor,
+                watched = Some(ProcessTree {
+                    supervisor: Pid::from_raw(supervisor),
+                    program: Pid::from_raw(program),
+                    target: if grouped {
+                        Target::Group
+                    } else {
+                        Target::Process
+                    },
+                    watchdog: Some(getpid()),
                 });
             }
             Word::KillBy(at, end) => kill_by = Some((at, end)),
@@ -267,16 +238,16 @@ pub(crate) fn main() -> ExitCode {
 
 /// Kills the tree until none of it is left (or [`RESEND_FOR`] has passed) and says so,
 /// against the lock's validity end `validity_end`.
-fn fire(watched: Watched, validity_end: i64, supervisor_gone: bool) -> ExitCode {
+fn fire(watched: ProcessTree, validity_end: i64, supervisor_gone: bool) -> ExitCode {
     let fired_at = monotonic_ns();
     let started = std::time::Instant::now();
-    if !kill_tree(watched) {
+    if !watched.signal_all(Signal::SIGKILL) {
         return ExitCode::SUCCESS;
     }
     let mut remaining = true;
     while remaining && started.elapsed() < RESEND_FOR {
         std::thread::sleep(RESEND);
-        remaining = kill_tree(watched);
+        remaining = watched.signal_all(Signal::SIGKILL);
     }
     let ns = |d: i64| human(Duration::from_nanos(u64::try_from(d).unwrap_or(0)));
     let when = if fired_at <= validity_end {
