@@ -20,15 +20,38 @@ const MEMORY: Duration = Duration::from_secs(10);
 const LATENESS_FACTOR: u32 = 3;
 
 /// The recent wake-up lateness of one process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct LagMeter {
     /// (when measured, how late), oldest first; only the ones that may still be the worst.
     samples: VecDeque<(Instant, Duration)>,
+    /// When the next tick is due.
+    due: Instant,
 }
 
 impl LagMeter {
+    /// A meter whose first tick is due a [`TICK`] after `now`.
+    pub(crate) fn new(now: Instant) -> Self {
+        LagMeter {
+            samples: VecDeque::new(),
+            due: now + TICK,
+        }
+    }
+
+    /// When the next tick is due: the caller sleeps until then and calls
+    /// [`ticked`](Self::ticked).
+    pub(crate) fn next_tick(&self) -> Instant {
+        self.due
+    }
+
+    /// The tick due at [`next_tick`](Self::next_tick) woke at `woke`: records its
+    /// lateness, and the next is due a [`TICK`] later.
+    pub(crate) fn ticked(&mut self, woke: Instant) {
+        self.record(self.due, woke);
+        self.due = woke + TICK;
+    }
+
     /// Records a wake-up due at `due` that happened at `woke`.
-    pub(crate) fn record(&mut self, due: Instant, woke: Instant) {
+    fn record(&mut self, due: Instant, woke: Instant) {
         let late = woke.saturating_duration_since(due);
         // A sample no larger than a newer one can never be the worst again.
         while self.samples.back().is_some_and(|&(_, l)| l <= late) {
@@ -67,7 +90,7 @@ mod tests {
     #[test]
     fn the_margin_grows_with_the_worst_recent_lateness_and_forgets_it() {
         let start = Instant::now();
-        let mut meter = LagMeter::default();
+        let mut meter = LagMeter::new(start);
         assert_eq!(meter.margin(MS(100), start), MS(100));
         meter.record(start, start + MS(2));
         meter.record(start + MS(20), start + MS(60));
@@ -85,9 +108,19 @@ mod tests {
     }
 
     #[test]
+    fn a_tick_records_its_lateness_and_schedules_the_next() {
+        let start = Instant::now();
+        let mut meter = LagMeter::new(start);
+        assert_eq!(meter.next_tick(), start + TICK);
+        meter.ticked(start + TICK + MS(30));
+        assert_eq!(meter.worst(start + TICK + MS(30)), MS(30));
+        assert_eq!(meter.next_tick(), start + TICK * 2 + MS(30));
+    }
+
+    #[test]
     fn the_meter_keeps_few_samples_under_steady_lateness() {
         let start = Instant::now();
-        let mut meter = LagMeter::default();
+        let mut meter = LagMeter::new(start);
         for i in 0..10_000u32 {
             let due = start + TICK * i;
             meter.record(due, due + MS(1));

@@ -14,7 +14,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::duration::{display, human};
-use crate::lag::{LagMeter, TICK};
+use crate::lag::LagMeter;
 use crate::progress;
 use crate::schedule::{KILL_MARGIN, Plan};
 use crate::supervise::{self, Started};
@@ -212,7 +212,7 @@ pub(crate) async fn run(
     opts: RunOptions,
     signals: &mut Signals,
 ) -> Result<u8, Failure> {
-    let mut lateness = LagMeter::default();
+    let mut lateness = LagMeter::new(Instant::now());
     let (guard, fence) = acquire(redlock, &opts, signals, &mut lateness).await?;
     let validity = guard.validity();
     let margin = lateness.margin(KILL_MARGIN, Instant::now());
@@ -345,7 +345,6 @@ async fn acquire(
     let show_progress = io::stderr().is_terminal() && opts.kind == HeldKind::Lock;
     let progress = progress::report(redlock, &opts.resource);
     tokio::pin!(acquire, progress);
-    let mut tick_due = Instant::now() + TICK;
     loop {
         tokio::select! {
             acquired = &mut acquire => {
@@ -359,11 +358,7 @@ async fn acquire(
                     format!("{} while waiting for {:?}; not run", sig.as_str(), opts.resource),
                 ));
             }
-            () = tokio::time::sleep_until(tick_due) => {
-                let woke = Instant::now();
-                lateness.record(tick_due, woke);
-                tick_due = woke + TICK;
-            }
+            () = tokio::time::sleep_until(lateness.next_tick()) => lateness.ticked(Instant::now()),
         }
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 use crate::duration::{display, human};
-use crate::lag::{LagMeter, TICK};
+use crate::lag::LagMeter;
 use crate::run::{RunOptions, Signals, describe, exit_code};
 use crate::schedule::KILL_MARGIN;
 use crate::tree::{ProcessTree, Reaped};
@@ -264,7 +264,6 @@ pub(crate) async fn supervise(
         ended: Ended::default(),
         lateness,
     };
-    let mut tick_due = Instant::now() + TICK;
     let tracked = loop {
         let Timers {
             term_at,
@@ -298,10 +297,8 @@ pub(crate) async fn supervise(
             result = extend_when(&guard, opts.ttl, extend_at), if extend_at.is_some() => {
                 s.extended(result);
             }
-            () = tokio::time::sleep_until(tick_due) => {
-                let woke = Instant::now();
-                s.lateness.record(tick_due, woke);
-                tick_due = woke + TICK;
+            () = tokio::time::sleep_until(s.lateness.next_tick()) => {
+                s.lateness.ticked(Instant::now());
             }
             sig = signals.recv() => {
                 s.started.tree.forward(sig, s.ended.program.is_none());
