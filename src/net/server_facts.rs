@@ -214,9 +214,8 @@ impl KnownServer {
     /// [`is_admitted`](Self::is_admitted)): where a held lock the node lost may be written
     /// back.
     pub(crate) fn admitted_life(&self) -> Option<Arc<str>> {
-        let known = self.lock();
-        let facts = known.as_ref().filter(|f| f.admitted)?;
-        facts.run_id.clone()
+        // Any record covers a TTL of 0: only the admission is asked for.
+        self.fast_path(0, true)
     }
 
     /// Whether this client knows the node admitted in its current life (its marker named
