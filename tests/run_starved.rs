@@ -8,7 +8,6 @@
 mod cli_support;
 mod common;
 
-use std::fs;
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,12 +49,7 @@ fn may_raise_priority() -> bool {
 /// worker began.
 fn starved_run(urls: &[String], resource: &str) -> Option<Duration> {
     let dir = Scratch::new();
-    let worker = format!(
-        "trap '' TERM; echo $$ > {}; while :; do date +%s%N >> {}; sleep 0.02; done",
-        dir.sh("worker.pid"),
-        dir.sh("beats")
-    );
-    let script = format!("sh -c '{}' & wait", worker.replace('\'', "'\\''"));
+    let script = format!("sh -c {} & wait", quoted(&stubborn_worker(&dir)));
     let mut holder_cmd = Command::new("nice");
     holder_cmd.args([
         "-n",
@@ -93,40 +87,9 @@ fn starved_run(urls: &[String], resource: &str) -> Option<Duration> {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let script = format!("date +%s%N > {}", dir.sh("rival"));
-    let rival = start(
-        run_cmd(
-            urls,
-            &["--ttl", "2s", "--wait", "40s"],
-            resource,
-            &["sh", "-c", &script],
-        ),
-        &dir,
-    );
+    let rival = start_rival(urls, &dir, resource);
     holder.wait(LIMIT).expect(70);
-    rival.wait(LIMIT).expect(0);
-    let number = |name: &str| -> u128 {
-        fs::read_to_string(dir.path(name))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
-    let rival_start = number("rival");
-    let last = fs::read_to_string(dir.path("beats"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.trim().parse::<u128>().ok())
-        .max()
-        .expect("heartbeats");
-    assert!(
-        last < rival_start,
-        "a heartbeat {:?} after the rival's program started",
-        Duration::from_nanos(u64::try_from(last - rival_start).unwrap_or(u64::MAX))
-    );
-    Some(Duration::from_nanos(
-        u64::try_from(rival_start - last).unwrap_or(u64::MAX),
-    ))
+    Some(margin_before_the_rival(rival, &dir))
 }
 
 #[test]

@@ -9,34 +9,12 @@ mod cli_support;
 mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use cli_support::*;
 use common::wait_until;
 use nix::sys::signal::Signal;
-
-/// A worker script that ignores SIGTERM and writes its pid, then a heartbeat every 20 ms.
-fn stubborn_worker(dir: &Scratch) -> String {
-    format!(
-        "trap '' TERM; echo $$ > {pid}; while :; do date +%s%N >> {beats}; sleep 0.02; done",
-        pid = dir.sh("worker.pid"),
-        beats = dir.sh("beats"),
-    )
-}
-
-/// `script` as one double-quoted shell word, for `sh -c "…"` inside another script.
-fn quoted(script: &str) -> String {
-    let mut word = String::from("\"");
-    for c in script.chars() {
-        if matches!(c, '\\' | '"' | '$' | '`') {
-            word.push('\\');
-        }
-        word.push(c);
-    }
-    word.push('"');
-    word
-}
 
 /// The worker's pid, once it has written it.
 #[track_caller]
@@ -62,61 +40,36 @@ impl Drop for KillWorker {
     }
 }
 
-/// Starts a rival `run` of `resource` that waits for it; its program writes the wall
-/// clock (ns) to `rival` when it starts.
-fn rival(urls: &[String], dir: &Scratch, resource: &str) -> Running {
-    let script = format!("date +%s%N > {}", dir.sh("rival"));
-    let opts = ["--ttl", "2s", "--wait", "40s"];
-    start(run_cmd(urls, &opts, resource, &["sh", "-c", &script]), dir)
+/// `quorum-lock run OPTS RESOURCE -- sh -c 'LAUNCHER "<stubborn worker>" & wait'`: a shell
+/// that starts a worker ignoring SIGTERM (`launcher`: `sh -c`, or `setsid sh -c` for one
+/// that leaves the group) and waits. Returns the holder and, once it started, the worker's
+/// pid.
+fn hold_stubborn(
+    urls: &[String],
+    dir: &Scratch,
+    opts: &[&str],
+    resource: &str,
+    launcher: &str,
+) -> (Running, i32) {
+    let script = format!("{launcher} {} & wait", quoted(&stubborn_worker(dir)));
+    let holder = start(run_cmd(urls, opts, resource, &["sh", "-c", &script]), dir);
+    (holder, worker_pid(dir))
 }
 
 /// The rival ran, and no heartbeat of the worker came after its program started.
 #[track_caller]
 fn no_heartbeat_after_the_rival_started(rival: Running, dir: &Scratch) {
-    rival.wait(LIMIT).expect(0);
-    let started: u128 = read_number(&dir.path("rival"));
-    let beats = fs::read_to_string(dir.path("beats")).unwrap_or_default();
-    let beats: Vec<u128> = beats
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect();
-    assert!(!beats.is_empty(), "the worker wrote heartbeats");
-    let last = *beats.iter().max().unwrap();
-    let overlaps = beats.iter().filter(|&&b| b >= started).count();
-    assert_eq!(
-        overlaps,
-        0,
-        "{overlaps} heartbeats of the old holder's worker came after the rival started, the \
-         last {:?} after",
-        Duration::from_nanos(u64::try_from(last - started).unwrap_or(u64::MAX))
-    );
-    println!(
-        "last heartbeat {:?} before the rival started",
-        Duration::from_nanos(u64::try_from(started - last).unwrap_or(u64::MAX))
-    );
-}
-
-#[track_caller]
-fn read_number(path: &Path) -> u128 {
-    fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .parse()
-        .unwrap_or_else(|e| panic!("a number in {}: {e}", path.display()))
+    let margin = margin_before_the_rival(rival, dir);
+    println!("last heartbeat {margin:?} before the rival started");
 }
 
 #[test]
 fn a_child_ignoring_sigterm_is_dead_before_the_lock_expires() {
     let (_cluster, urls, dir, resource) = setup(TTL, "tree-expiry");
     let _net = KillWorker(dir.path("worker.pid"));
-    let script = format!("sh -c {} & wait", quoted(&stubborn_worker(&dir)));
     let opts = ["--ttl", "2s", "--no-extend", "--grace", "300ms"];
-    let holder = start(
-        run_cmd(&urls, &opts, &resource, &["sh", "-c", &script]),
-        &dir,
-    );
-    let worker = worker_pid(&dir);
-    let rival = rival(&urls, &dir, &resource);
+    let (holder, worker) = hold_stubborn(&urls, &dir, &opts, &resource, "sh -c");
+    let rival = start_rival(&urls, &dir, &resource);
     let done = holder.wait(LIMIT);
     assert!(
         has_ended(worker),
@@ -134,13 +87,8 @@ fn a_child_ignoring_sigterm_is_dead_before_the_lock_expires() {
 fn a_child_ignoring_sigterm_is_dead_before_a_lost_lock_is_released() {
     let (cluster, urls, dir, resource) = setup(TTL, "tree-lost");
     let _net = KillWorker(dir.path("worker.pid"));
-    let script = format!("sh -c {} & wait", quoted(&stubborn_worker(&dir)));
     let opts = ["--ttl", "2s", "--grace", "500ms"];
-    let holder = start(
-        run_cmd(&urls, &opts, &resource, &["sh", "-c", &script]),
-        &dir,
-    );
-    let worker = worker_pid(&dir);
+    let (holder, worker) = hold_stubborn(&urls, &dir, &opts, &resource, "sh -c");
     // Two of three nodes freeze: the extensions fail and the lock is at risk.
     cluster.nodes[0].pause();
     cluster.nodes[1].pause();
@@ -152,21 +100,16 @@ fn a_child_ignoring_sigterm_is_dead_before_a_lost_lock_is_released() {
     done.expect(70)
         .stderr_has("could not be extended in time")
         .stderr_has("then SIGKILL ");
-    no_heartbeat_after_the_rival_started(rival(&urls, &dir, &resource), &dir);
+    no_heartbeat_after_the_rival_started(start_rival(&urls, &dir, &resource), &dir);
 }
 
 #[test]
 fn a_child_that_left_the_process_group_is_stopped_too() {
     let (_cluster, urls, dir, resource) = setup(TTL, "tree-setsid");
     let _net = KillWorker(dir.path("worker.pid"));
-    let script = format!("setsid sh -c {} & wait", quoted(&stubborn_worker(&dir)));
     let opts = ["--ttl", "2s", "--no-extend", "--grace", "300ms"];
-    let holder = start(
-        run_cmd(&urls, &opts, &resource, &["sh", "-c", &script]),
-        &dir,
-    );
-    let pid = worker_pid(&dir);
-    let rival = rival(&urls, &dir, &resource);
+    let (holder, pid) = hold_stubborn(&urls, &dir, &opts, &resource, "setsid sh -c");
+    let rival = start_rival(&urls, &dir, &resource);
     let done = holder.wait(LIMIT);
     assert!(
         has_ended(pid),
@@ -237,16 +180,11 @@ fn stop_leftovers_stops_what_the_program_left_behind() {
 fn a_stopped_supervisor_cannot_outlive_its_lock() {
     let (_cluster, urls, dir, resource) = setup(TTL, "tree-stopped");
     let _net = KillWorker(dir.path("worker.pid"));
-    let script = format!("sh -c {} & wait", quoted(&stubborn_worker(&dir)));
-    let holder = start(
-        run_cmd(&urls, &["--ttl", "2s"], &resource, &["sh", "-c", &script]),
-        &dir,
-    );
-    let worker = worker_pid(&dir);
+    let (holder, worker) = hold_stubborn(&urls, &dir, &["--ttl", "2s"], &resource, "sh -c");
     // A debugger, SIGSTOP or a frozen cgroup stops quorum-lock alone: no extension, no
     // signal from it. The watchdog still kills the tree before the lock's validity ends.
     holder.signal(Signal::SIGSTOP);
-    let rival = rival(&urls, &dir, &resource);
+    let rival = start_rival(&urls, &dir, &resource);
     wait_until(LIMIT, "the rival to take the lock", || {
         dir.path("rival").exists()
     });

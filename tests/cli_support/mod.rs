@@ -336,3 +336,68 @@ pub fn has_ended(pid: i32) -> bool {
         Err(_) => true,
     }
 }
+
+/// A worker script that ignores SIGTERM, writes its pid to `worker.pid` in `dir`, then the
+/// wall clock (ns) to `beats` every 20 ms: a child that outlives a holder shows in them.
+pub fn stubborn_worker(dir: &Scratch) -> String {
+    format!(
+        "trap '' TERM; echo $$ > {pid}; while :; do date +%s%N >> {beats}; sleep 0.02; done",
+        pid = dir.sh("worker.pid"),
+        beats = dir.sh("beats"),
+    )
+}
+
+/// `script` as one double-quoted shell word, for `sh -c "…"` inside another script.
+pub fn quoted(script: &str) -> String {
+    let mut word = String::from("\"");
+    for c in script.chars() {
+        if matches!(c, '\\' | '"' | '$' | '`') {
+            word.push('\\');
+        }
+        word.push(c);
+    }
+    word.push('"');
+    word
+}
+
+#[track_caller]
+pub fn read_number(path: &Path) -> u128 {
+    fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("a number in {}: {e}", path.display()))
+}
+
+/// Starts a rival `run` of `resource` that waits for it; its program writes the wall
+/// clock (ns) to `rival` in `dir` when it starts.
+pub fn start_rival(urls: &[String], dir: &Scratch, resource: &str) -> Running {
+    let script = format!("date +%s%N > {}", dir.sh("rival"));
+    let opts = ["--ttl", "2s", "--wait", "40s"];
+    start(run_cmd(urls, &opts, resource, &["sh", "-c", &script]), dir)
+}
+
+/// The rival ran, and no heartbeat of the [`stubborn_worker`] in `dir` came at or after
+/// its program's start: how long before it the last one came.
+#[track_caller]
+pub fn margin_before_the_rival(rival: Running, dir: &Scratch) -> Duration {
+    rival.wait(LIMIT).expect(0);
+    let started: u128 = read_number(&dir.path("rival"));
+    let beats = fs::read_to_string(dir.path("beats")).unwrap_or_default();
+    let beats: Vec<u128> = beats
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let Some(&last) = beats.iter().max() else {
+        panic!("the worker wrote no heartbeat");
+    };
+    let overlaps = beats.iter().filter(|&&b| b >= started).count();
+    assert_eq!(
+        overlaps,
+        0,
+        "{overlaps} heartbeats of the old holder's worker came after the rival started, the \
+         last {:?} after",
+        Duration::from_nanos(u64::try_from(last - started).unwrap_or(u64::MAX))
+    );
+    Duration::from_nanos(u64::try_from(started - last).unwrap_or(u64::MAX))
+}
