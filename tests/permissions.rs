@@ -388,6 +388,10 @@ fn the_cli_exits_77_when_the_release_is_refused() {
         .arg("--no-extend")
         .arg("--ttl")
         .arg("3s")
+        // A host stall widens the kill margin; with a short grace only a stall of about a
+        // second stops the program before it exits.
+        .arg("--grace")
+        .arg("100ms")
         .arg("--no-wait")
         .arg(&resource)
         .arg("--")

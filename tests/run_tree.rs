@@ -202,3 +202,21 @@ fn a_stopped_supervisor_cannot_outlive_its_lock() {
         .stderr_has("sent SIGKILL to the program's tree ")
         .stderr_has("its watchdog sent SIGKILL to the program's tree");
 }
+
+#[test]
+fn a_stall_that_cuts_the_run_short_is_named_as_such() {
+    let (_cluster, urls, dir, resource) = setup(TTL, "tree-stall");
+    let pid_file = dir.path("program.pid");
+    let opts = ["--no-extend", "--ttl", TTL_ARG];
+    let holder = hold_sleeping(&urls, &dir, &opts, &resource, &pid_file);
+    // A stall of quorum-lock alone, well inside the TTL: its timers come back 700 ms
+    // late, the kill margin grows with that, and the program is stopped early.
+    holder.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(700));
+    holder.signal(Signal::SIGCONT);
+    let done = holder.wait(LIMIT);
+    done.expect(70)
+        .stderr_has("had too little validity left to stop the program safely")
+        .stderr_has("timers ran up to");
+    assert!(!done.stderr.contains("outlived --ttl"), "{done:#?}");
+}

@@ -213,11 +213,26 @@ impl Supervision<'_> {
         }
     }
 
+    /// Receives the ends of a tree seen ended; returns whether the program's was among
+    /// them.
+    async fn reap_the_ended(&mut self) -> bool {
+        while let Some(reaped) = self.started.reaped.recv().await {
+            if self.ended.note(&reaped, &self.started, self.guard) {
+                return true;
+            }
+        }
+        self.ended.program.is_some()
+    }
+
     /// Why SIGTERM is due now that its time has come.
     fn why_term_is_due(&self, now: Instant) -> Why {
         let worst = self.lateness.worst(now);
+        let plan = self.opts.plan;
+        // Due only because the margin grew with the measured lateness.
+        let early = plan.term_at(self.guard.deadline(), now, KILL_MARGIN) > now;
         match self.keeping.last_error.clone() {
-            _ if !self.opts.plan.extends() => Why::TimeLimit,
+            _ if early && worst >= STARVED => Why::Starved(worst),
+            _ if !plan.extends() => Why::TimeLimit,
             Some(e) => Why::AtRisk(e),
             None if worst >= STARVED => Why::Starved(worst),
             None => Why::AtRisk("no extension completed in time".into()),
@@ -291,6 +306,10 @@ pub(crate) async fn supervise(
                 s.stop(Why::Lost(reason));
             }
             () = sleep_until(term_at), if term_at.is_some() => {
+                // A stall can delay the reaper past the tree's end: nothing is left to stop.
+                if s.started.tree.has_ended() {
+                    break s.reap_the_ended().await;
+                }
                 let why = s.why_term_is_due(Instant::now());
                 s.stop(why);
             }

@@ -82,12 +82,11 @@ pub(crate) fn live_descendants(
     found
 }
 
-/// Every process in `/proc` (none where there is no `/proc`).
-fn scan_proc() -> Vec<ProcEntry> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
+/// Every process in `/proc`; `None` where it cannot be read.
+fn read_proc() -> Option<Vec<ProcEntry>> {
+    let dir = std::fs::read_dir("/proc").ok()?;
+    let entries = dir
+        .flatten()
         .filter(|e| {
             e.file_name()
                 .to_str()
@@ -95,7 +94,13 @@ fn scan_proc() -> Vec<ProcEntry> {
         })
         .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
         .filter_map(|stat| parse_stat(&stat))
-        .collect()
+        .collect();
+    Some(entries)
+}
+
+/// Every process in `/proc` (none where there is no `/proc`).
+fn scan_proc() -> Vec<ProcEntry> {
+    read_proc().unwrap_or_default()
 }
 
 /// Makes this process a child subreaper (Linux), so that the program's orphans stay ours.
@@ -137,6 +142,20 @@ impl ProcessTree {
         let mut left = live_descendants(&entries, self.program.as_raw(), excluded);
         left.extend((entries.iter()).filter(|e| e.pid == self.program.as_raw() && !e.ended));
         left
+    }
+
+    /// Whether the whole tree has ended, the program included, though not every end has
+    /// been reaped yet: true only where `/proc` shows this process and no live process
+    /// under it, twice in a row (a process forked during one read shows in the next).
+    pub(crate) fn has_ended(&self) -> bool {
+        let empty_once = || {
+            read_proc().is_some_and(|entries| {
+                let me = entries.iter().any(|e| e.pid == self.supervisor.as_raw());
+                let excluded = self.watchdog.map(Pid::as_raw);
+                me && live_descendants(&entries, self.supervisor.as_raw(), excluded).is_empty()
+            })
+        };
+        empty_once() && empty_once()
     }
 
     /// Sends `sig` to every live process of the tree: with [`Target::Group`] to the
