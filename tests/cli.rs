@@ -280,6 +280,17 @@ fn runs_with_permits_never_exceed_k_and_all_run() {
     assert!(inside.contains(&2), "2 at once: {inside:?}");
     let zero = ["--permits", "0"];
     (output(run_cmd(&urls, &zero, &name, &["true"])).expect(64)).stderr_has("0 permits");
+    // No name reaches the library's own keys, whatever the kind.
+    for opts in [
+        &[][..],
+        &["--shared"],
+        &["--exclusive"],
+        &["--permits", "2"],
+    ] {
+        let reserved = "quorum-lock:node:marker";
+        (output(run_cmd(&urls, opts, reserved, &["true"])).expect(64))
+            .stderr_has("the names this library keeps for its own keys");
+    }
 }
 
 #[test]

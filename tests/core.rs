@@ -893,3 +893,45 @@ async fn status_reports_what_each_node_holds() {
     assert_eq!(unknown.verdict, Verdict::Unknown);
     assert!(unknown.nodes[2].error.is_some());
 }
+
+/// No lock reaches the library's own keys: a name under `quorum-lock:` is refused for
+/// every kind, before anything is sent, and the node's bookkeeping stays.
+#[tokio::test]
+async fn names_in_the_library_namespace_are_refused() {
+    let server = RedisServer::start();
+    let redlock = Redlock::builder().node(server.url()).build().unwrap();
+    let guard = redlock
+        .lock("ordinary", TTL)
+        .await
+        .expect("an ordinary name");
+    guard.release().await.unwrap();
+    let marker = "quorum-lock:node:marker";
+    let read_marker = || -> Option<String> {
+        redis::cmd("GET")
+            .arg(marker)
+            .query(&mut server.conn())
+            .unwrap()
+    };
+    let before = read_marker();
+    assert!(before.is_some(), "the node was admitted and marked");
+    let refused = |err: Error| {
+        assert!(matches!(err, Error::Config(_)), "{err:?}");
+        assert!(
+            err.to_string().contains("starts with \"quorum-lock:\""),
+            "{err}"
+        );
+    };
+    refused(redlock.lock(marker, TTL).await.unwrap_err());
+    refused(redlock.try_lock(marker, TTL).await.unwrap_err());
+    refused(redlock.try_lock_fenced(marker, TTL).await.unwrap_err());
+    refused(
+        redlock
+            .lock_many(["a", "quorum-lock:rw:x"], TTL)
+            .await
+            .unwrap_err(),
+    );
+    refused(redlock.rwlock("quorum-lock:rw").unwrap_err());
+    refused(redlock.semaphore("quorum-lock:permit:x", 2).unwrap_err());
+    refused(redlock.reset(marker).await.unwrap_err());
+    assert_eq!(read_marker(), before);
+}

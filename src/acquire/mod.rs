@@ -42,6 +42,7 @@ use crate::held::extend::AutoExtend;
 use crate::held::guard::LockGuard;
 use crate::metrics;
 use crate::protocol::access::Access;
+use crate::protocol::keys;
 use crate::report::NodeReport;
 use crate::rules::retry::RetryPolicy;
 use crate::wait::Waiting;
@@ -66,6 +67,11 @@ pub(crate) struct Request {
 pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result<LockGuard> {
     let ensemble = &ensemble;
     let config = &ensemble.config;
+    if request.access == Access::Mutex {
+        for resource in &request.resources {
+            keys::check_user_name("resource", resource)?;
+        }
+    }
     let plan = Plan::new(ensemble, request.resources, request.ttl, request.fencing)?
         .with_access(request.access)?;
     refuse_upgrade(ensemble, &plan)?;

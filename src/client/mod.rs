@@ -206,7 +206,9 @@ impl Redlock {
         resource: impl Into<String>,
         ttl: Duration,
     ) -> Result<Option<LockGuard>> {
-        let plan = Plan::new(&self.inner, vec![resource.into()], ttl, false)?;
+        let resource = resource.into();
+        keys::check_user_name("resource", &resource)?;
+        let plan = Plan::new(&self.inner, vec![resource], ttl, false)?;
         heal::start_healer(&self.inner);
         let ensemble = self.inner.seated(&plan.keys).await;
         match attempt::attempt(&ensemble, &plan, None).await {
@@ -279,9 +281,7 @@ impl Redlock {
     /// Dropping the future may leave the lock deleted on some nodes and not on others; call
     /// again to finish.
     pub async fn reset(&self, resource: &str) -> Result<NodeReport> {
-        if resource.is_empty() {
-            return Err(Error::Config("empty resource name".into()));
-        }
+        keys::check_user_name("resource", resource)?;
         let ensemble = &self.inner;
         let key = self.key(resource);
         let mut del = redis::cmd("DEL");
@@ -321,7 +321,9 @@ impl Redlock {
         resource: impl Into<String>,
         ttl: Duration,
     ) -> Result<Option<FencedGuard>> {
-        let plan = Plan::new(self.inner(), vec![resource.into()], ttl, true)?;
+        let resource = resource.into();
+        keys::check_user_name("resource", &resource)?;
+        let plan = Plan::new(self.inner(), vec![resource], ttl, true)?;
         crate::acquire::heal::start_healer(self.inner());
         let ensemble = self.inner().seated(&plan.keys).await;
         match attempt::attempt(&ensemble, &plan, None).await {

@@ -4,8 +4,8 @@
 //! `~<prefix>*` (keys) and `&<prefix>*` (channels) covers all of them. A lock key is the
 //! prefix followed by the resource name; every other name is made by [`internal`]: the
 //! prefix, then `quorum-lock:<what>:`, then what it belongs to. With the default empty
-//! prefix the names are those of earlier versions. Resource names that start with
-//! `quorum-lock:` would collide with these names: they are the library's own.
+//! prefix the names are those of earlier versions. A name a user gives a lock may not start
+//! with `quorum-lock:` ([`check_user_name`]): no lock can reach these names.
 
 use std::sync::Arc;
 
@@ -84,6 +84,26 @@ impl<'a> Space<'a> {
             _ => "",
         }
     }
+}
+
+/// Checks a name a user gave a lock of `kind` ("resource", "read-write lock",
+/// "semaphore"): not empty, and outside the crate's namespace, whose names no lock may
+/// reach (another kind's keys, a node's bookkeeping).
+///
+/// # Errors
+///
+/// [`Error::Config`] naming the rule the name breaks.
+pub(crate) fn check_user_name(kind: &str, name: &str) -> crate::Result<()> {
+    if name.is_empty() {
+        return Err(crate::Error::Config(format!("empty {kind} name")));
+    }
+    if name.starts_with(NAMESPACE) {
+        return Err(crate::Error::Config(format!(
+            "{kind} name {name:?} starts with {NAMESPACE:?}, the names this library keeps \
+             for its own keys; choose another name"
+        )));
+    }
+    Ok(())
 }
 
 /// The one rule for every name other than a lock key: `<prefix>quorum-lock:<what>:<rest>`.

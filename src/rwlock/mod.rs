@@ -49,9 +49,7 @@ pub struct RwLock {
 impl RwLock {
     /// Checks the name.
     pub(crate) fn new(ensemble: Arc<Ensemble>, name: &str) -> Result<RwLock> {
-        if name.is_empty() {
-            return Err(Error::Config("empty read-write lock name".into()));
-        }
+        keys::check_user_name("read-write lock", name)?;
         Ok(RwLock {
             ensemble,
             name: Arc::from(name),

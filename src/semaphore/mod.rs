@@ -53,9 +53,7 @@ impl Semaphore {
 
     /// Checks the name and the permit count.
     pub(crate) fn new(ensemble: Arc<Ensemble>, name: &str, permits: u32) -> Result<Semaphore> {
-        if name.is_empty() {
-            return Err(Error::Config("empty semaphore name".into()));
-        }
+        keys::check_user_name("semaphore", name)?;
         if permits == 0 || permits > Self::MAX_PERMITS {
             return Err(Error::Config(format!(
                 "semaphore {name:?} has {permits} permits; use 1 to {}",
