@@ -104,12 +104,14 @@ pub enum Error {
         second: String,
     },
 
-    /// A task that holds a read lock asked for the write lock of the same name: it would
-    /// wait for its own reader. Release the read lock first (upgrading in place deadlocks
-    /// as soon as two readers try it at once).
+    /// A task that holds a read lock asked for the exclusive side of the same name (its
+    /// write lock, or the mutex of that name, which is the same lock): it would wait for
+    /// its own reader. Release the read lock first (upgrading in place deadlocks as soon
+    /// as two readers try it at once).
     #[error(
-        "this task holds a read lock on {name:?} and asked for its write lock: release the \
-         read lock first (a read lock cannot be upgraded)"
+        "this task holds a read lock on {name:?} and asked for its exclusive side (the \
+         write lock or the mutex of that name): release the read lock first (a read lock \
+         cannot be upgraded)"
     )]
     Upgrade {
         /// The read-write lock's resource.

@@ -293,6 +293,8 @@ fn runs_with_permits_never_exceed_k_and_all_run() {
     }
 }
 
+/// `run --shared`, `run --exclusive` and a plain `run` (the mutex) of one name are one
+/// lock, as `flock -s`, `flock -x` and `flock` of one file.
 #[test]
 fn shared_runs_run_together_and_exclusive_runs_alone() {
     let (_cluster, urls, scratch, name) = setup(TTL, "rw");
@@ -323,6 +325,8 @@ fn shared_runs_run_together_and_exclusive_runs_alone() {
             run_cmd(&urls, &opts("--exclusive"), &name, &program),
             &scratch,
         ));
+        let plain = ["--ttl", TTL_ARG, "--wait", "30s"];
+        runs.push(start(run_cmd(&urls, &plain, &name, &program), &scratch));
     }
     for run in runs {
         run.wait(LIMIT).expect(0);
@@ -332,7 +336,7 @@ fn shared_runs_run_together_and_exclusive_runs_alone() {
         .lines()
         .map(|l| l.split_whitespace().collect())
         .collect();
-    assert_eq!(lines.len(), 5, "every run ran once: {log}");
+    assert_eq!(lines.len(), 7, "every run ran once: {log}");
     for line in &lines {
         match line[..] {
             ["w", inside, writers] => assert_eq!((inside, writers), ("1", "1"), "{log}"),
@@ -363,7 +367,10 @@ fn status_shared_shows_the_readers_of_a_read_write_lock() {
     (output(cli(&urls, ["status", "--shared", "--json", &name])).expect(0))
         .stdout_has(r#""readers":[{"holder":{"#)
         .stdout_has(r#""nodes":3"#);
-    (output(cli(&urls, ["status", &name])).expect(0)).stdout_has(&format!("{name}: free"));
+    // One name, one lock: seen as a lock, it is held by its readers.
+    (output(cli(&urls, ["status", &name])).expect(0))
+        .stdout_has(&format!("{name}: held"))
+        .stdout_has("held by readers (see status --shared)");
 }
 
 #[test]

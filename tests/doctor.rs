@@ -1130,16 +1130,15 @@ async fn a_node_restarted_empty_is_reported_kept_out() {
 /// A prefix with every glob character: the scan must match it literally.
 const GLOB_PREFIX: &str = r"doc[1]*?\:";
 
-/// The census of each node as (writers, readers, permits, count records, waiting lists,
-/// keys found, partial), `None` when not counted.
-type CensusRow = Option<(u64, u64, u64, u64, u64, u64, bool)>;
+/// The census of each node as (readers, permits, count records, waiting lists, keys
+/// found, partial), `None` when not counted.
+type CensusRow = Option<(u64, u64, u64, u64, u64, bool)>;
 
 fn census_rows(report: &DeploymentReport) -> Vec<CensusRow> {
     (report.nodes.iter())
         .map(|n| {
             n.keys.map(|c| {
                 (
-                    c.writers,
                     c.readers,
                     c.permits,
                     c.count_records,
@@ -1211,13 +1210,13 @@ async fn doctor_reads_the_keys_of_every_lock_kind() {
     let write = (redlock.rwlock("ledger").expect("name").write(ttl).await).expect("write lock");
     let jobs = redlock.semaphore("jobs", 3).expect("semaphore");
     let permit = jobs.acquire(Duration::from_secs(3)).await.expect("permit");
-    // Planted: a writer intent without expiry on every node, a list where a writer key
+    // Planted: a writer intent without expiry on every node, a list where a readers set
     // belongs on the first, two counts for one semaphore, and a key of a prefix the
     // unescaped pattern would match.
     let ns = format!("{GLOB_PREFIX}quorum-lock:");
-    let stuck = format!("{ns}intent:{}", "quorum-lock:rw:stuck");
+    let stuck = format!("{ns}intent:stuck");
     on_every(&cluster, redis::cmd("SET").arg(&stuck).arg("w1"));
-    let foreign = format!("{ns}rw:foreign");
+    let foreign = format!("{ns}readers:foreign");
     let _: i64 = (redis::cmd("RPUSH").arg(&foreign).arg("x"))
         .query(&mut cluster.nodes[0].conn())
         .expect("RPUSH");
@@ -1235,7 +1234,7 @@ async fn doctor_reads_the_keys_of_every_lock_kind() {
 
     // Every node granted the locks before the answers came back (wait for stragglers).
     let held = check_until(&redlock, "every node holds the locks", |r| {
-        census_rows(r).iter().all(|c| c.is_some_and(|c| c.2 == 1))
+        census_rows(r).iter().all(|c| c.is_some_and(|c| c.1 == 1))
     })
     .await;
     let found = |node: &RedisServer| namespace_keys(node, GLOB_PREFIX);
@@ -1243,9 +1242,9 @@ async fn doctor_reads_the_keys_of_every_lock_kind() {
     assert_eq!(
         census_rows(&held),
         [
-            Some((1, 1, 1, 2, 0, scanned[0], false)),
-            Some((1, 1, 1, 2, 0, scanned[1], false)),
-            Some((1, 1, 1, 1, 0, scanned[2], false)),
+            Some((1, 1, 2, 0, scanned[0], false)),
+            Some((1, 1, 2, 0, scanned[1], false)),
+            Some((1, 1, 1, 0, scanned[2], false)),
         ]
     );
     assert_eq!(
@@ -1273,7 +1272,7 @@ async fn doctor_reads_the_keys_of_every_lock_kind() {
         finding_of(&held, K::ForeignData).message,
         format!(
             "foreign data in the crate's namespace, which its scripts refuse or misread: \
-             {foreign} (list, where the writer of read-write lock foreign is a string)"
+             {foreign} (list, where the readers of read-write lock foreign is a zset)"
         )
     );
     assert_eq!(
@@ -1286,14 +1285,14 @@ async fn doctor_reads_the_keys_of_every_lock_kind() {
         )
     );
     let text = held.to_string();
-    let line = "keys: 1 write-locked, 1 reader, 1 permit held, 2 count records, 0 waiting lists";
+    let line = "keys: 1 reader, 1 permit held, 2 count records, 0 waiting lists";
     assert!(
         text.contains(&format!("  {}  {line}\n", names[0])),
         "{text}"
     );
     let json = held.to_json();
     let field = format!(
-        r#""keys":{{"writers":1,"readers":1,"permits":1,"count_records":1,"waiting_lists":0,"scanned":{},"partial":false}}}}"#,
+        r#""keys":{{"readers":1,"permits":1,"count_records":1,"waiting_lists":0,"scanned":{},"partial":false}}}}"#,
         scanned[2]
     );
     assert!(json.contains(&field), "{json}");
@@ -1308,13 +1307,13 @@ async fn doctor_reads_the_keys_of_every_lock_kind() {
         on_every(&cluster, &del(key));
     }
     let clean = check_until(&redlock, "the count record expires", |r| {
-        census_rows(r).iter().all(|c| c.is_some_and(|c| c.3 == 0))
+        census_rows(r).iter().all(|c| c.is_some_and(|c| c.2 == 0))
     })
     .await;
     let scanned: Vec<u64> = cluster.nodes.iter().map(found).collect();
     let zero: Vec<CensusRow> = scanned
         .iter()
-        .map(|&n| Some((0, 0, 0, 0, 0, n, false)))
+        .map(|&n| Some((0, 0, 0, 0, n, false)))
         .collect();
     assert_eq!(census_rows(&clean), zero);
     assert!(

@@ -20,7 +20,10 @@
 //!   ceiling, as the mutex's rules bound it (DESIGN.md section 7).
 //!
 //! Safety: for the read-write lock, *a writer excludes everyone* (no instant where a
-//! writer holds while another client holds, to read or to write); for the semaphore, *at
+//! writer, or the mutex of the lock's name, holds while another client holds, to read or
+//! to write: one name is one lock, the readers marking the lock key the mutex's plain
+//! `SET NX` finds taken; a mutex with a key of its own runs beside readers, as in earlier
+//! versions); for the semaphore, *at
 //! most K holders*. Each design is checked safe, and the designs that peers use are found
 //! unsafe: readers that share one TTL (a reader's grant resets the expiry of all), and a
 //! semaphore that counts holders per node and takes a plain majority (Lua `ZCARD < K`).
@@ -74,6 +77,11 @@ struct Node {
     shared: u8,
     /// Read-write lock: a waiting writer's intent, until this tick (0: none).
     intent: u8,
+    /// Read-write lock: the readers' mark on the lock key, until this tick (0: none): a
+    /// mutex of the same name finds the key taken.
+    mark: u8,
+    /// A mutex's key of its own, apart from the read-write lock's (`SeparateMutex`).
+    own_key: Option<(u8, u8)>,
     /// Semaphore: per slot, its holder and expiry (`Slots`); per client, its entry in the
     /// node's holder set (`Count`, in `readers`).
     slots: [Option<(u8, u8)>; PERMITS],
@@ -88,6 +96,12 @@ impl Node {
         }
         if self.intent <= now {
             self.intent = 0;
+        }
+        if self.mark <= now {
+            self.mark = 0;
+        }
+        if self.own_key.is_some_and(|(_, until)| until <= now) {
+            self.own_key = None;
         }
         for r in &mut self.readers {
             let until = match rule {
@@ -133,8 +147,24 @@ impl Node {
                     self.intent = until;
                     return false;
                 }
+                // Replaces a mark that outlived its readers.
                 self.writer = Some((client, until));
                 self.intent = 0;
+                self.mark = 0;
+            }
+            Kind::Mutex if rule == Rule::SeparateMutex => {
+                if self.own_key.is_some_and(|(h, _)| h != client) {
+                    return false;
+                }
+                self.own_key = Some((client, until));
+            }
+            Kind::Mutex => {
+                // A plain `SET NX` on the lock key: a writer's token or the readers' mark
+                // refuses it.
+                if self.writer.is_some_and(|(w, _)| w != client) || self.mark > now {
+                    return false;
+                }
+                self.writer = Some((client, until));
             }
             Kind::Read => {
                 if self.writer.is_some_and(|(w, _)| w != client) {
@@ -144,6 +174,7 @@ impl Node {
                     return false;
                 }
                 self.readers[c] = Some(until);
+                self.mark = self.mark.max(until);
                 if rule == Rule::SharedTtl {
                     // One TTL for the set of readers: the newest reader's.
                     self.shared = until;
@@ -181,7 +212,13 @@ impl Node {
         if self.writer.is_some_and(|(w, _)| w == client) {
             self.writer = None;
         }
-        self.readers[c] = None;
+        if self.own_key.is_some_and(|(h, _)| h == client) {
+            self.own_key = None;
+        }
+        if self.readers[c].take().is_some() {
+            // The mark lives as long as the longest-lived remaining reader, or goes.
+            self.mark = self.readers.iter().flatten().copied().max().unwrap_or(0);
+        }
         for s in &mut self.slots {
             if s.is_some_and(|(h, _)| h == client) {
                 *s = None;
@@ -195,6 +232,8 @@ impl Node {
 enum Kind {
     Read,
     Write,
+    /// The mutex of the read-write lock's name.
+    Mutex,
     Permit,
 }
 
@@ -210,6 +249,8 @@ enum Rule {
     SharedTtl,
     /// Read-write lock whose readers ignore a waiting writer's intent.
     IgnoreIntent,
+    /// Read-write lock whose name's mutex has a key of its own, as in earlier versions.
+    SeparateMutex,
     /// Semaphore: K slots, each an ordinary quorum lock, with the count record.
     Slots,
     /// Semaphore: K slots without the count record (clients may use different counts).
@@ -373,7 +414,8 @@ impl Model for Kinds {
         vec![
             Property::always(WRITER_EXCLUDES, |m: &Kinds, s: &State| {
                 let holding = |c: usize| s.holds[c].is_some();
-                let writers = (0..CLIENTS).filter(|&c| holding(c) && m.clients[c].0 == Kind::Write);
+                let exclusive = |c: usize| matches!(m.clients[c].0, Kind::Write | Kind::Mutex);
+                let writers = (0..CLIENTS).filter(|&c| holding(c) && exclusive(c));
                 writers
                     .into_iter()
                     .all(|w| (0..CLIENTS).all(|o| o == w || !holding(o)))
@@ -400,6 +442,9 @@ impl Model for Kinds {
             Property::sometimes(WRITER_HOLDS, |m: &Kinds, s: &State| {
                 (0..CLIENTS).any(|c| s.holds[c].is_some() && m.clients[c].0 == Kind::Write)
             }),
+            Property::sometimes(MUTEX_HOLDS, |m: &Kinds, s: &State| {
+                (0..CLIENTS).any(|c| s.holds[c].is_some() && m.clients[c].0 == Kind::Mutex)
+            }),
             Property::sometimes(K_HOLD, |m: &Kinds, s: &State| {
                 (0..CLIENTS)
                     .filter(|&c| s.holds[c].is_some() && m.clients[c].0 == Kind::Permit)
@@ -420,6 +465,7 @@ const NO_READER_PAST_INTENT: &str = "no reader enters past a waiting writer";
 const INTENT_STANDS: &str = "a waiting writer's intent stands on a majority";
 const READERS_SHARE: &str = "two readers hold at once";
 const WRITER_HOLDS: &str = "a writer holds";
+const MUTEX_HOLDS: &str = "the mutex of the name holds";
 const K_HOLD: &str = "K permit holders hold at once";
 const WRITER_AFTER_RESTART: &str = "a writer holds after a node restarted";
 
@@ -479,6 +525,14 @@ fn read_write(rule: Rule, quarantine: bool, restarts: bool, attempts: u8) -> Kin
     }
 }
 
+/// Two readers with different TTLs and the mutex of their lock's name, two attempts each.
+fn read_and_mutex(rule: Rule, restarts: bool) -> Kinds {
+    Kinds {
+        clients: [(Kind::Read, 5), (Kind::Read, 3), (Kind::Mutex, 3)],
+        ..read_write(rule, true, restarts, 2)
+    }
+}
+
 /// Three clients, two permits, one attempt each (two take minutes).
 fn semaphore(rule: Rule, quarantine: bool, restarts: bool) -> Kinds {
     Kinds {
@@ -520,6 +574,18 @@ fn a_restart_without_quarantine_lets_a_writer_in() {
 fn readers_that_ignore_a_waiting_writer_pass_it() {
     let model = read_write(Rule::IgnoreIntent, true, false, 2);
     assert_caught("rw ignoring intent", model, NO_READER_PAST_INTENT);
+}
+
+#[test]
+fn the_mutex_of_a_name_excludes_its_readers() {
+    let model = read_and_mutex(Rule::PerReader, true);
+    assert_safe("one name", model, &[READERS_SHARE, MUTEX_HOLDS]);
+}
+
+#[test]
+fn a_mutex_with_a_key_of_its_own_runs_beside_readers() {
+    let model = read_and_mutex(Rule::SeparateMutex, false);
+    assert_caught("separate mutex", model, WRITER_EXCLUDES);
 }
 
 #[test]

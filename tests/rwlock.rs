@@ -433,3 +433,64 @@ async fn bad_input_is_a_config_error() {
     assert!(matches!(huge, Err(Error::Config(_))), "{huge:?}");
     no_key_left(&cluster).await;
 }
+
+/// One name, one lock: the mutex of a name is its read-write lock's exclusive side.
+#[tokio::test]
+async fn the_mutex_of_a_name_excludes_its_readers_and_writer() {
+    let cluster = Cluster::start(3);
+    let name = unique("one-name");
+    let redlock = client(&cluster.urls());
+    let rw = redlock.rwlock(&name).unwrap();
+    let reading = rw.read(TTL).await.unwrap();
+    let beside = redlock.try_lock(name.as_str(), TTL).await.unwrap();
+    assert!(beside.is_none(), "a mutex beside a reader");
+    let upgrade = redlock.lock(name.as_str(), TTL).await;
+    assert!(matches!(upgrade, Err(Error::Upgrade { .. })), "{upgrade:?}");
+    // A waiting mutex is woken by the last reader's release.
+    let waiting = {
+        let (redlock, name) = (redlock.clone(), name.clone());
+        tokio::spawn(async move { redlock.lock(name, TTL).wait(Duration::from_secs(20)).await })
+    };
+    common::eventually(Duration::from_secs(10), "the mutex waits", || {
+        cluster.nodes.iter().any(|n| {
+            let waiters = format!("quorum-lock:waiters:{name}");
+            redis::cmd("EXISTS")
+                .arg(&waiters)
+                .query::<i64>(&mut n.conn())
+                .unwrap()
+                == 1
+        })
+    })
+    .await;
+    reading.release().await.unwrap();
+    let mutex = waiting
+        .await
+        .unwrap()
+        .expect("the mutex once the reader left");
+    assert!(
+        rw.try_read(TTL).await.unwrap().is_none(),
+        "a reader beside a mutex"
+    );
+    assert!(
+        rw.try_write(TTL).await.unwrap().is_none(),
+        "a writer beside a mutex"
+    );
+    mutex.release().await.unwrap();
+    let writing = rw.write(TTL).await.unwrap();
+    let beside = redlock.try_lock(name.as_str(), TTL).await.unwrap();
+    assert!(beside.is_none(), "a mutex beside a writer");
+    writing.release().await.unwrap();
+    // The last reader's mark went with it: the name is free for anyone.
+    let mutex = redlock.try_lock(name.as_str(), TTL).await.unwrap();
+    mutex
+        .expect("free after every holder left")
+        .release()
+        .await
+        .unwrap();
+    for node in &cluster.nodes {
+        let left: i64 = (redis::cmd("EXISTS").arg(&name))
+            .query(&mut node.conn())
+            .unwrap();
+        assert_eq!(left, 0, "the lock key stays on {}", node.port());
+    }
+}

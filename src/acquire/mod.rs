@@ -144,15 +144,16 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
     }
 }
 
-/// Refuses a write lock asked for by a task that holds a read lock of the same name
-/// ([`Error::Upgrade`]): it would wait for itself.
+/// Refuses a write lock, or a mutex (the same exclusive side), asked for by a task that
+/// holds a read lock of the same name ([`Error::Upgrade`]): it would wait for itself.
 pub(crate) fn refuse_upgrade(ensemble: &Ensemble, plan: &Plan) -> Result<()> {
     let reads = &ensemble.queue.reads;
-    match (plan.access, &plan.resources[..]) {
-        (Access::Write, [name]) if reads.held_by_this_task(name) => {
-            Err(Error::Upgrade { name: name.clone() })
-        }
-        _ => Ok(()),
+    if plan.access == Access::Read {
+        return Ok(());
+    }
+    match plan.resources.iter().find(|r| reads.held_by_this_task(r)) {
+        Some(name) => Err(Error::Upgrade { name: name.clone() }),
+        None => Ok(()),
     }
 }
 

@@ -69,7 +69,7 @@ pub(crate) async fn read_rw_status(
     ensemble: &Arc<Ensemble>,
     resource: &str,
 ) -> Result<RwLockStatus> {
-    let writer = status::read_status(ensemble, resource).await?;
+    let writer = status::writer_side(status::read_status(ensemble, resource).await?);
     let space = ensemble.config.space();
     let keys = [writer.key.clone()];
     let ensemble = &ensemble.seated(&keys).await;

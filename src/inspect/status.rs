@@ -14,7 +14,7 @@ use crate::net::answers::{self, Collected};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::holder::{self, HolderInfo};
-use crate::protocol::{keys, reply, scripts};
+use crate::protocol::{keys, reply, rw_scripts, scripts};
 use crate::report::{NodeOutcome, QuarantineReason};
 
 /// What one node holds for a lock key.
@@ -295,6 +295,27 @@ pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Res
         held_for,
         remaining,
     })
+}
+
+/// The writer's side of `status`, the lock of a read-write lock's name: a node whose key
+/// holds the readers' mark holds no writer.
+pub(crate) fn writer_side(mut status: LockStatus) -> LockStatus {
+    for node in &mut status.nodes {
+        if matches!(&node.holder, Some(Holder::Token { token, .. }) if token == rw_scripts::SHARED)
+        {
+            node.holder = Some(Holder::Free);
+        }
+    }
+    let holders: Vec<Option<&Holder>> = status.nodes.iter().map(|s| s.holder.as_ref()).collect();
+    status.verdict = verdict(&holders, status.quorum);
+    (status.holder, status.remaining) = match &status.verdict {
+        Verdict::Held { token } => (Some(HolderInfo::parse(token)), remaining(&holders, token)),
+        _ => (None, None),
+    };
+    if status.holder.is_none() {
+        status.held_for = None;
+    }
+    status
 }
 
 /// The inspect script's round on every node: per node that answered, what it holds at

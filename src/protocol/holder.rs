@@ -101,6 +101,12 @@ impl HolderInfo {
         info
     }
 
+    /// Whether the lock is held by the readers of the read-write lock of its name (the
+    /// value is their mark, not a holder's token): `status --shared` lists them.
+    pub fn is_readers(&self) -> bool {
+        self.token == super::rw_scripts::SHARED
+    }
+
     /// Whether the value carried this library's description (version 1).
     pub fn is_described(&self) -> bool {
         self.since.is_some() || self.host.is_some() || self.pid.is_some()

@@ -306,13 +306,6 @@ pub(crate) fn permit_slots(space: Space<'_>, slot_resource: &str, permits: u32) 
         .collect()
 }
 
-/// The resource name of read-write lock `name`: its writer's lock key (with the key
-/// prefix added, as to any resource), and the name its readers and writer intent are
-/// derived from.
-pub(crate) fn rw_resource(name: &str) -> String {
-    internal("", "rw", name)
-}
-
 /// The lock key of `resource` in `space`: the key prefix followed by the resource name.
 /// On a Cluster member a semaphore's slot locks carry the tag of the slot of the
 /// semaphore's name after the namespace, so that they share its waiting list and count
@@ -380,8 +373,6 @@ pub(crate) fn namespace_pattern(prefix: &str) -> String {
 /// The lock a resource name belongs to, read back from the name ([`lock_of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LockOf<'a> {
-    /// Read-write lock `name` ([`rw_resource`]).
-    ReadWrite(&'a str),
     /// Slot `slot` of semaphore `semaphore` ([`permit_resource`]).
     PermitSlot { semaphore: &'a str, slot: u32 },
     /// Semaphore `name` as a whole: what its slots' waiting list belongs to.
@@ -487,7 +478,6 @@ pub(crate) fn lock_of(resource: &str) -> LockOf<'_> {
         })
     };
     match what {
-        "rw" => LockOf::ReadWrite(rest),
         "permit" => slot().unwrap_or(LockOf::Mutex(resource)),
         "probe" => LockOf::Probe(rest),
         _ => LockOf::Mutex(resource),
@@ -627,8 +617,6 @@ mod tests {
         ];
         for prefix in ["", "app:", "a*[b]?\\:"] {
             let locks = [
-                (rw_resource("docs"), LockOf::ReadWrite("docs")),
-                (rw_resource("a:b"), LockOf::ReadWrite("a:b")),
                 (
                     permit_resource("jobs:a", 7),
                     LockOf::PermitSlot {
@@ -718,7 +706,6 @@ mod tests {
             let resources = [
                 "plain".to_owned(),
                 "{user1}:a".to_owned(),
-                rw_resource("docs"),
                 permit_resource("jobs:a", 2),
                 probe_resource("c1"),
             ];

@@ -2,16 +2,38 @@
 //! release and extension of a reader (a writer's lock key is a mutex's, released and
 //! extended by the mutex's scripts).
 //!
-//! A writer holds the lock key itself, a string with its token, as a mutex does. The
+//! The lock key of read-write lock R is R's, the key of the mutex of R: a writer holds it
+//! with its token, as a mutex does, so the writer and `lock(R)` are one exclusive side. The
 //! readers are a sorted set beside it ([`Kind::Readers`]): each reader's token, scored by
 //! its own expiry in the server's milliseconds (`TIME`), so one reader's grant or release
-//! never moves another reader's expiry. A writer that finds live readers leaves an intent
-//! ([`Kind::Intent`]) that keeps new readers out for its TTL: readers drain, and the writer
-//! gets in.
+//! never moves another reader's expiry. While any reader is live the lock key holds
+//! [`SHARED`] instead of a token, expiring no sooner than the last reader: a mutex's plain
+//! `SET NX` finds the key taken and waits, as for a writer. A writer that finds live
+//! readers leaves an intent ([`Kind::Intent`]) that keeps new readers out for a few retry
+//! periods: readers drain, and the writer gets in.
 
 use super::keys::{self, Global, Kind, Space};
 use super::scripts::lua_server_ms;
 use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_raise_record};
+
+/// The value of a lock key held by readers: no token is ever this (tokens start with 32
+/// hex digits).
+pub(crate) const SHARED: &str = "quorum-lock:shared";
+
+/// Lua: `keep_shared(key, now, expiry)` makes lock key `key` hold [`SHARED`] until at
+/// least `expiry`, both in the server's milliseconds: readers hold it.
+macro_rules! lua_keep_shared {
+    () => {
+        r"
+local function keep_shared(key, now, expiry)
+    if redis.call('GET', key) ~= 'quorum-lock:shared'
+        or now + redis.call('PTTL', key) < expiry then
+        redis.call('SET', key, 'quorum-lock:shared', 'PX', math.max(expiry - now, 1))
+    end
+end
+"
+    };
+}
 
 /// Acquisition of a read-write lock's read or write side on one node, with the same
 /// waiting-list bookkeeping, fencing counter read and restart quarantine data as the
@@ -27,14 +49,16 @@ use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_ra
 /// raised nor read, nor the marker. ARGV[9] (optional, a writer's): how long its intent
 /// lasts, in milliseconds (default: the TTL); every try of a waiting writer sets it anew.
 ///
-/// Otherwise raises the ensemble record first, as the mutex's script does. A writer that holds the
-/// key refuses both sides. Then the readers whose expiry passed by the server's clock are dropped,
-/// and a reader enters when no writer intent exists, or it is its client's turn (a release woke it,
-/// ahead of the writer that left the intent): its token is added with the expiry now + TTL, the
-/// set's own expiry raised to at least the TTL, and the turn ended, so that the other waiting
+/// Otherwise raises the ensemble record first, as the mutex's script does. A lock key that holds
+/// anything but [`SHARED`] (a writer's or a mutex holder's token) refuses both sides. Then the
+/// readers whose expiry passed by the server's clock are dropped, and a reader enters when no
+/// writer intent exists, or it is its client's turn (a release woke it, ahead of the writer that
+/// left the intent): its token is added with the expiry now + TTL, the set's own expiry and the
+/// lock key's [`SHARED`] raised to at least that, and the turn ended, so that the other waiting
 /// readers pass the gate and share the lock with it, and waiting writers find the readers and leave
 /// their intent. A writer enters when no live reader is left: the key is set to its token with the
-/// TTL and the intent deleted; finding readers, it sets the intent for ARGV[9] instead.
+/// TTL (replacing a [`SHARED`] that outlived its readers) and the intent deleted; finding readers,
+/// it sets the intent for ARGV[9] instead.
 ///
 /// Returns `{acquired, fence, marker, record}` as the mutex's script: `acquired` is 1 on
 /// entry, 0 when refused, -1 when the lock key holds another type (foreign data, whatever
@@ -42,6 +66,7 @@ use super::scripts::{Lua, lua_ballot_facts, lua_enqueue, lua_keep_listed, lua_ra
 /// answers. A readers key of another type fails the script (`WRONGTYPE`).
 pub(crate) const RW_ACQUIRE_SRC: &str = concat!(
     lua_keep_listed!(),
+    lua_keep_shared!(),
     lua_ballot_facts!(),
     lua_server_ms!(),
     r"
@@ -66,7 +91,9 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
     if redis.call('TYPE', KEYS[1]).ok ~= 'string' then
         return answer(-1)
     end
-    return answer(0)
+    if redis.call('GET', KEYS[1]) ~= 'quorum-lock:shared' then
+        return answer(0)
+    end
 end
 local now = server_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now)
@@ -79,6 +106,7 @@ if ARGV[7] == 'r' then
     if redis.call('PTTL', KEYS[4]) < ttl then
         redis.call('PEXPIRE', KEYS[4], ttl)
     end
+    keep_shared(KEYS[1], now, now + ttl)
     if our_turn then
         redis.call('DEL', KEYS[6])
     end
@@ -116,8 +144,9 @@ pub(crate) static RW_ACQUIRE: Lua = Lua::with_globals(
 /// queue at the head of the waiting list instead of its tail, and the list's expiry in
 /// milliseconds.
 ///
-/// The set's own expiry becomes its longest-lived reader's: a reader that left no longer
-/// keeps the others' expired entries stored.
+/// The set's own expiry becomes its longest-lived reader's, and so does the lock key's
+/// [`SHARED`] (deleted with the last reader): a reader that left no longer keeps the
+/// others' expired entries stored, nor a mutex or writer out.
 ///
 /// Returns 0 when the token is not among the readers (nothing removed), 1 after removing
 /// it when nobody was woken, 2 after removing it and waking one client, which is published
@@ -147,8 +176,15 @@ end
 local result = redis.call('ZREM', KEYS[2], ARGV[1])
 if result == 1 then
     local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+    local shared = redis.call('TYPE', KEYS[1]).ok == 'string'
+        and redis.call('GET', KEYS[1]) == 'quorum-lock:shared'
     if last[2] then
         redis.call('PEXPIREAT', KEYS[2], last[2])
+        if shared then
+            redis.call('PEXPIREAT', KEYS[1], last[2])
+        end
+    elseif shared then
+        redis.call('DEL', KEYS[1])
     end
 end
 if result == 1 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[3]) == 1 then
@@ -173,20 +209,25 @@ pub(crate) static READ_RELEASE: Lua = Lua::new(
 /// marker ([`Global`]). ARGV[1]: the reader's token. ARGV[2]: the new TTL in milliseconds.
 /// ARGV[3] (optional): the life in which the client saw this node admitted. Returns 1
 /// after raising the record to the TTL (never lowering it), setting the reader's expiry
-/// and raising the set's own expiry to at least the TTL, when the reader is live here;
-/// 2 after the same when it was absent or expired here, no writer holds the lock here and
-/// the node's marker names ARGV[3] (the re-seat of a reader that holds a majority
-/// elsewhere); 0, changing nothing, otherwise.
+/// and raising the set's own expiry and the lock key's [`SHARED`] to at least the TTL,
+/// when the reader is live here and no token holds the lock key; 2 after the same when it
+/// was absent or expired here, the lock key is absent or [`SHARED`] and the node's marker
+/// names ARGV[3] (the re-seat of a reader that holds a majority elsewhere); 0, changing
+/// nothing, otherwise.
 pub(crate) const READ_EXTEND_SRC: &str = concat!(
     lua_raise_record!(),
     lua_server_ms!(),
+    lua_keep_shared!(),
     r"
 local now = server_ms()
 local expiry = tonumber(redis.call('ZSCORE', KEYS[2], ARGV[1]) or '0')
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'none' and (kind ~= 'string' or redis.call('GET', KEYS[1]) ~= 'quorum-lock:shared') then
+    return 0
+end
 local answer = 1
 if expiry <= now then
-    if (ARGV[3] or '') == '' or redis.call('EXISTS', KEYS[1]) == 1
-        or redis.call('GET', KEYS[4]) ~= ARGV[3] then
+    if (ARGV[3] or '') == '' or redis.call('GET', KEYS[4]) ~= ARGV[3] then
         return 0
     end
     answer = 2
@@ -197,6 +238,7 @@ redis.call('ZADD', KEYS[2], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[2]) < ttl then
     redis.call('PEXPIRE', KEYS[2], ttl)
 end
+keep_shared(KEYS[1], now, now + ttl)
 return answer
 "
 );

@@ -61,10 +61,10 @@ impl RwLock {
         &self.name
     }
 
-    /// The resource its lock key is named after (under the client's key prefix):
-    /// `quorum-lock:rw:<name>`.
+    /// The resource its lock key is named after (under the client's key prefix): its
+    /// name, as for the mutex of that name, which is its exclusive side.
     fn resource(&self) -> String {
-        keys::rw_resource(&self.name)
+        self.name.to_string()
     }
 
     /// Acquires a read lock for `ttl`, shared with other readers, waiting (up to the

@@ -24,6 +24,9 @@ fn seconds(d: Duration) -> String {
 /// Who holds a lock, for people: `host:pid (program) for 3.2s`, parts left out when the
 /// value does not carry them; another client's value is `owner <first digits>`.
 pub(crate) fn holder_text(info: &HolderInfo, held_for: Option<Duration>) -> String {
+    if info.is_readers() {
+        return "readers (see status --shared)".to_owned();
+    }
     let mut out = match (&info.host, info.pid) {
         (Some(host), Some(pid)) => format!("{host}:{pid}"),
         (Some(host), None) => host.clone(),

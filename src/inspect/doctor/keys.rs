@@ -80,12 +80,8 @@ pub(crate) fn census(scan: &KeyScan, prefix: &str) -> KeyCensus {
         match known {
             Some(KnownKey::Of {
                 kind: Kind::Lock,
-                lock,
-            }) => match lock {
-                LockOf::ReadWrite(_) => census.writers += 1,
-                LockOf::PermitSlot { .. } => census.permits += 1,
-                _ => {}
-            },
+                lock: LockOf::PermitSlot { .. },
+            }) => census.permits += 1,
             Some(KnownKey::Of {
                 kind: Kind::Readers,
                 ..
@@ -234,12 +230,20 @@ fn describe(key: &KnownKey<'_>) -> String {
     match key {
         KnownKey::Of {
             kind: Kind::Lock,
-            lock: LockOf::ReadWrite(name),
-        } => format!("writer of read-write lock {name}"),
-        KnownKey::Of {
-            kind: Kind::Lock,
             lock,
         } => describe_lock(lock),
+        // Only a read-write lock has readers and writer intents: the lock of its name.
+        KnownKey::Of {
+            kind: kind @ (Kind::Readers | Kind::Intent),
+            lock: LockOf::Mutex(name),
+        } => {
+            let what = if *kind == Kind::Readers {
+                "readers"
+            } else {
+                "writer intent"
+            };
+            format!("{what} of read-write lock {name}")
+        }
         KnownKey::Of { kind, lock } => {
             let what = match kind {
                 Kind::Fence => "fencing counter",
@@ -259,7 +263,6 @@ fn describe(key: &KnownKey<'_>) -> String {
 
 fn describe_lock(lock: &LockOf<'_>) -> String {
     match lock {
-        LockOf::ReadWrite(name) => format!("read-write lock {name}"),
         LockOf::PermitSlot { semaphore, slot } => format!("permit {slot} of semaphore {semaphore}"),
         LockOf::Semaphore(name) => format!("semaphore {name}"),
         LockOf::Probe(id) => format!("readmission probe of client {id}"),

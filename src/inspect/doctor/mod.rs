@@ -380,13 +380,12 @@ impl ClusterShard {
 }
 
 /// The crate's keys on one node, as the check counted them: the keys under
-/// `<prefix>quorum-lock:` (a mutex's lock key is its resource's name, so mutexes are not
-/// counted; their waiting lists are). Keys that expired during the count are left out.
+/// `<prefix>quorum-lock:` (the lock key of a mutex or read-write lock is its resource's
+/// name, so mutexes and writers are not counted; their waiting lists and readers are).
+/// Keys that expired during the count are left out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KeyCensus {
-    /// Read-write locks held by a writer (their writer keys).
-    pub writers: u64,
     /// Entries in the readers sets of read-write locks: one per reader holding on this
     /// node, plus expired entries not yet pruned.
     pub readers: u64,

@@ -123,7 +123,7 @@ impl fmt::Display for DeploymentReport {
     }
 }
 
-/// A node's census in one line: `1 write-locked, 2 readers, 1 permit held, 1 count record,
+/// A node's census in one line: `2 readers, 1 permit held, 1 count record,
 /// 0 waiting lists`, or why there is none.
 pub(super) fn census_line(census: Option<KeyCensus>) -> String {
     let Some(c) = census else {
@@ -131,7 +131,6 @@ pub(super) fn census_line(census: Option<KeyCensus>) -> String {
     };
     let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     let mut line = [
-        format!("{} write-locked", c.writers),
         plural(c.readers, "reader", "readers"),
         plural(c.permits, "permit held", "permits held"),
         plural(c.count_records, "count record", "count records"),
@@ -329,7 +328,6 @@ fn node_json(out: &mut String, n: &NodeInfo) {
 
 fn census_json(out: &mut String, c: &KeyCensus) {
     let mut o = JsonObject::new(out);
-    o.num("writers", Some(i128::from(c.writers)));
     o.num("readers", Some(i128::from(c.readers)));
     o.num("permits", Some(i128::from(c.permits)));
     o.num("count_records", Some(i128::from(c.count_records)));

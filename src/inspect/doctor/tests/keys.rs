@@ -9,9 +9,9 @@ use crate::protocol::keys::{self, Global, Kind};
 
 const PREFIX: &str = "app:";
 
-/// The writer key of read-write lock `name`.
+/// The lock key of read-write lock `name`: its writer's, the mutex's of that name.
 fn writer(name: &str) -> String {
-    keys::lock(keys::Space::flat(PREFIX), &keys::rw_resource(name))
+    keys::lock(keys::Space::flat(PREFIX), name)
 }
 
 /// The key of `kind` derived from read-write lock `name`.
@@ -72,13 +72,10 @@ fn the_census_counts_each_kind_of_key() {
     let mut readers = key(&rw_key(Kind::Readers, "docs"), "zset", 9_000);
     readers.entries = Some(2);
     let keys = vec![
-        key(&writer("a"), "string", 9_000),
-        key(&writer("b"), "string", 9_000),
         readers,
         key(&slot("jobs", 0), "string", 9_000),
         key(&slot("jobs", 3), "string", 9_000),
         key(&slot("jobs", 4), "none", -2), // expired since the scan
-        key(&writer("foreign"), "list", -1), // foreign data: not a writer
         count_record("jobs", "4"),
         key(&semaphore_key(Kind::Waiters, "jobs"), "list", 9_000),
         key(&rw_key(Kind::Waiters, "a"), "list", 9_000),
@@ -93,13 +90,12 @@ fn the_census_counts_each_kind_of_key() {
         PREFIX,
     );
     let want = KeyCensus {
-        writers: 2,
         readers: 2,
         permits: 2,
         count_records: 1,
         waiting_lists: 2,
         // The key gone since the scan is not counted.
-        scanned: 11,
+        scanned: 8,
         partial: true,
     };
     assert_eq!(got, want);
@@ -110,9 +106,6 @@ fn the_census_counts_each_kind_of_key() {
 fn keys_that_must_expire_and_do_not() {
     // (key, its type, PTTL, whether it is flagged)
     let table = [
-        (writer("a"), "string", -1, true),
-        (writer("a"), "string", 5_000, false),
-        (writer("a"), "none", -2, false),
         (slot("jobs", 1), "string", -1, true),
         (rw_key(Kind::Readers, "a"), "zset", -1, true),
         (rw_key(Kind::Intent, "a"), "string", -1, true),
@@ -136,13 +129,13 @@ fn keys_that_must_expire_and_do_not() {
             false,
         ),
         (
-            keys::lock(keys::Space::flat("other:"), &keys::rw_resource("a")),
+            keys::lock(keys::Space::flat("other:"), &keys::permit_resource("a", 0)),
             "string",
             -1,
             false,
         ),
         // The wrong type is foreign data, not a missing expiry.
-        (writer("a"), "hash", -1, false),
+        (slot("jobs", 1), "hash", -1, false),
     ];
     for (name, value_type, pttl, flagged) in table {
         let scans = [Some(scan(vec![key(&name, value_type, pttl)]))];
@@ -162,8 +155,6 @@ fn keys_that_must_expire_and_do_not() {
 fn keys_of_another_type_are_foreign_data() {
     // (key, its type, whether it is flagged)
     let table = [
-        (writer("a"), "string", false),
-        (writer("a"), "list", true),
         (slot("jobs", 0), "zset", true),
         (rw_key(Kind::Readers, "a"), "zset", false),
         (rw_key(Kind::Readers, "a"), "string", true),
@@ -173,7 +164,6 @@ fn keys_of_another_type_are_foreign_data() {
         (semaphore_key(Kind::PermitCount, "jobs"), "set", true),
         (keys::global(PREFIX, Global::Marker, ""), "stream", true),
         // Gone since the scan, a name of no kind, or a mutex's own key: not judged.
-        (writer("a"), "none", false),
         (keys::internal(PREFIX, "future", "x"), "hash", false),
         (
             keys::lock(keys::Space::flat(PREFIX), "plain"),
@@ -280,7 +270,6 @@ fn second_reads_only_for_count_records_and_readers_of_their_type() {
         (semaphore_key(Kind::PermitCount, "jobs"), "list", None),
         (rw_key(Kind::Readers, "a"), "zset", Some(FollowUp::Entries)),
         (rw_key(Kind::Readers, "a"), "string", None),
-        (writer("a"), "string", None),
         (
             keys::lock(keys::Space::flat(PREFIX), "plain"),
             "string",
@@ -300,7 +289,6 @@ fn second_reads_only_for_count_records_and_readers_of_their_type() {
 fn the_census_renders_as_a_line_and_a_json_field() {
     let mut infos = set(2);
     infos[0].keys = Some(KeyCensus {
-        writers: 1,
         readers: 2,
         permits: 1,
         count_records: 1,
@@ -316,7 +304,7 @@ fn the_census_renders_as_a_line_and_a_json_field() {
     let text = report.to_string();
     assert!(
         text.contains(
-            "  10.0.0.0:6379  keys: 1 write-locked, 2 readers, 1 permit held, 1 count record, \
+            "  10.0.0.0:6379  keys: 2 readers, 1 permit held, 1 count record, \
              0 waiting lists\n"
         ),
         "{text}"
@@ -328,7 +316,7 @@ fn the_census_renders_as_a_line_and_a_json_field() {
     let json = report.to_json();
     assert!(
         json.contains(
-            r#""keys":{"writers":1,"readers":2,"permits":1,"count_records":1,"waiting_lists":0,"scanned":9,"partial":false}}"#
+            r#""keys":{"readers":2,"permits":1,"count_records":1,"waiting_lists":0,"scanned":9,"partial":false}}"#
         ),
         "{json}"
     );
@@ -340,7 +328,7 @@ fn the_census_renders_as_a_line_and_a_json_field() {
     };
     assert_eq!(
         census_line(Some(partial)),
-        "0 write-locked, 0 readers, 0 permits held, 0 count records, 0 waiting lists \
+        "0 readers, 0 permits held, 0 count records, 0 waiting lists \
          (partial: stopped after 20000 keys)"
     );
 }
