@@ -77,7 +77,9 @@ fn a_child_ignoring_sigterm_is_dead_before_the_lock_expires() {
     );
     done.expect(70)
         .stderr_has("the program outlived --ttl 2s with --no-extend")
-        .stderr_has("the program was killed by SIGTERM, 1 more of its processes ended")
+        // The worker, and the shell that launched it when it outlived the program.
+        .stderr_has("the program was killed by SIGTERM, ")
+        .stderr_has(" more of its processes ended after their parents")
         .stderr_has("then SIGKILL ")
         .stderr_has("its whole tree was seen gone ");
     no_heartbeat_after_the_rival_started(rival, &dir);
