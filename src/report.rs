@@ -22,6 +22,9 @@ pub enum NodeOutcome {
         /// The count the node records.
         recorded: Option<u32>,
     },
+    /// A semaphore's permit was refused: a lock of another kind (a mutex or a read-write
+    /// lock) holds the semaphore's name on the node. One name is one lock.
+    NameInUse,
     /// Our token was found and its expiry reset (extend).
     Extended,
     /// Our token was found and deleted (release).
@@ -160,6 +163,7 @@ impl fmt::Display for NodeOutcome {
             NodeOutcome::CountMismatch { recorded: None } => {
                 f.write_str("semaphore in use with another permit count")
             }
+            NodeOutcome::NameInUse => f.write_str("the name is held as a lock, not a semaphore"),
             NodeOutcome::Extended => f.write_str("extended"),
             NodeOutcome::Released => f.write_str("released"),
             NodeOutcome::NotHeld => f.write_str("not held"),

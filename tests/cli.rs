@@ -278,6 +278,23 @@ fn runs_with_permits_never_exceed_k_and_all_run() {
         "never more than 2: {inside:?}"
     );
     assert!(inside.contains(&2), "2 at once: {inside:?}");
+    // One name, one lock: a plain run waits for the permits; a semaphore is refused while
+    // the name is held as a lock.
+    let pid_file = scratch.path("permit.pid");
+    let permits = ["--ttl", TTL_ARG, "--permits", "2"];
+    let holder = hold_sleeping(&urls, &scratch, &permits, &name, &pid_file);
+    (output(run_cmd(&urls, &["--no-wait"], &name, &["true"])).expect(75))
+        .stderr_has("the permit holders of the semaphore of this name");
+    holder.signal(Signal::SIGTERM);
+    holder.wait(LIMIT);
+    let lock_pid = scratch.path("lock.pid");
+    let plain = ["--ttl", TTL_ARG, "--wait", "10s"];
+    let holder = hold_sleeping(&urls, &scratch, &plain, &name, &lock_pid);
+    let both = ["--no-wait", "--permits", "2"];
+    (output(run_cmd(&urls, &both, &name, &["true"])).expect(64))
+        .stderr_has("its name is held as a lock");
+    holder.signal(Signal::SIGTERM);
+    holder.wait(LIMIT);
     let zero = ["--permits", "0"];
     (output(run_cmd(&urls, &zero, &name, &["true"])).expect(64)).stderr_has("0 permits");
     // No name reaches the library's own keys, whatever the kind.

@@ -87,6 +87,9 @@ struct Node {
     slots: [Option<(u8, u8)>; PERMITS],
     /// Semaphore: the permit count its holders use and until when (`Slots` only).
     count: Option<(u8, u8)>,
+    /// Semaphore: the permits' mark on the lock key of its name, until this tick (0:
+    /// none; `Slots` only): a mutex of the same name finds the key taken.
+    permits_mark: u8,
 }
 
 impl Node {
@@ -119,6 +122,9 @@ impl Node {
         }
         if self.count.is_some_and(|(_, until)| until <= now) {
             self.count = None;
+        }
+        if self.permits_mark <= now {
+            self.permits_mark = 0;
         }
     }
 
@@ -159,9 +165,10 @@ impl Node {
                 self.own_key = Some((client, until));
             }
             Kind::Mutex => {
-                // A plain `SET NX` on the lock key: a writer's token or the readers' mark
-                // refuses it.
-                if self.writer.is_some_and(|(w, _)| w != client) || self.mark > now {
+                // A plain `SET NX` on the lock key: a writer's token, the readers' mark or
+                // the permits' mark refuses it.
+                let marked = self.mark > now || self.permits_mark > now;
+                if self.writer.is_some_and(|(w, _)| w != client) || marked {
                     return false;
                 }
                 self.writer = Some((client, until));
@@ -196,10 +203,15 @@ impl Node {
                         // Another count is recorded while its holders may hold.
                         return false;
                     }
+                    if rule == Rule::Slots && (self.writer.is_some() || self.mark > now) {
+                        // A lock of another kind holds the name.
+                        return false;
+                    }
                     self.slots[slot] = Some((client, until));
                     if rule == Rule::Slots {
                         let kept = self.count.map_or(until, |(_, t)| t.max(until));
                         self.count = Some((count, kept));
+                        self.permits_mark = self.permits_mark.max(until);
                     }
                 }
             },
@@ -302,8 +314,8 @@ struct Kinds {
 impl Kinds {
     /// The slots client `c` tries: as many as its count, one for the other kinds.
     fn slots(&self, c: usize) -> usize {
-        match self.rule {
-            Rule::Slots | Rule::SlotsNoCount => usize::from(self.counts[c]),
+        match (self.rule, self.clients[c].0) {
+            (Rule::Slots | Rule::SlotsNoCount, Kind::Permit) => usize::from(self.counts[c]),
             _ => 1,
         }
     }
@@ -445,6 +457,9 @@ impl Model for Kinds {
             Property::sometimes(MUTEX_HOLDS, |m: &Kinds, s: &State| {
                 (0..CLIENTS).any(|c| s.holds[c].is_some() && m.clients[c].0 == Kind::Mutex)
             }),
+            Property::sometimes(PERMIT_HOLDS, |m: &Kinds, s: &State| {
+                (0..CLIENTS).any(|c| s.holds[c].is_some() && m.clients[c].0 == Kind::Permit)
+            }),
             Property::sometimes(K_HOLD, |m: &Kinds, s: &State| {
                 (0..CLIENTS)
                     .filter(|&c| s.holds[c].is_some() && m.clients[c].0 == Kind::Permit)
@@ -466,6 +481,7 @@ const INTENT_STANDS: &str = "a waiting writer's intent stands on a majority";
 const READERS_SHARE: &str = "two readers hold at once";
 const WRITER_HOLDS: &str = "a writer holds";
 const MUTEX_HOLDS: &str = "the mutex of the name holds";
+const PERMIT_HOLDS: &str = "a permit holder holds";
 const K_HOLD: &str = "K permit holders hold at once";
 const WRITER_AFTER_RESTART: &str = "a writer holds after a node restarted";
 
@@ -586,6 +602,27 @@ fn the_mutex_of_a_name_excludes_its_readers() {
 fn a_mutex_with_a_key_of_its_own_runs_beside_readers() {
     let model = read_and_mutex(Rule::SeparateMutex, false);
     assert_caught("separate mutex", model, WRITER_EXCLUDES);
+}
+
+/// Two clients of a semaphore of two permits and the mutex of its name, one attempt each,
+/// with a minority restart.
+fn permits_and_mutex(rule: Rule) -> Kinds {
+    Kinds {
+        clients: [(Kind::Permit, 3), (Kind::Permit, 3), (Kind::Mutex, 3)],
+        ..semaphore(rule, true, true)
+    }
+}
+
+#[test]
+fn the_mutex_of_a_name_excludes_its_permit_holders() {
+    let model = permits_and_mutex(Rule::Slots);
+    assert_safe("permits and mutex", model, &[MUTEX_HOLDS, PERMIT_HOLDS]);
+}
+
+#[test]
+fn a_mutex_with_a_key_of_its_own_runs_beside_permit_holders() {
+    let model = permits_and_mutex(Rule::SeparateMutex);
+    assert_caught("permits beside a separate mutex", model, WRITER_EXCLUDES);
 }
 
 #[test]

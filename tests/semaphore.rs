@@ -430,3 +430,52 @@ async fn bad_input_is_a_config_error() {
     assert!(matches!(zero_ttl, Err(Error::Config(_))), "{zero_ttl:?}");
     assert_eq!(slot_keys(&cluster), vec![]);
 }
+
+/// One name, one lock: a semaphore and a lock (mutex or read-write) of one name never
+/// hold at once; the semaphore is refused with a configuration error naming the lock, and
+/// the lock waits for the permits' mark to go.
+#[tokio::test]
+async fn a_semaphore_and_a_lock_of_one_name_exclude_each_other() {
+    let cluster = Cluster::start(3);
+    let name = unique("one-name");
+    let redlock = client(&cluster.urls());
+    let semaphore = redlock.semaphore(&name, 2).unwrap();
+    let mutex = redlock.lock(name.as_str(), TTL).await.unwrap();
+    let refused = semaphore.try_acquire(TTL).await;
+    let Err(Error::Config(message)) = refused else {
+        panic!("a permit beside the mutex: {refused:?}");
+    };
+    assert!(message.contains("its name is held as a lock"), "{message}");
+    mutex.release().await.unwrap();
+    let short = Duration::from_millis(1500);
+    let permit = semaphore
+        .try_acquire(short)
+        .await
+        .unwrap()
+        .expect("a free permit");
+    let beside = redlock.try_lock(name.as_str(), TTL).await.unwrap();
+    assert!(beside.is_none(), "a mutex beside a permit");
+    let rw = redlock.rwlock(&name).unwrap();
+    assert!(
+        rw.try_read(TTL).await.unwrap().is_none(),
+        "a reader beside a permit"
+    );
+    assert!(
+        rw.try_write(TTL).await.unwrap().is_none(),
+        "a writer beside a permit"
+    );
+    permit.release().await.unwrap();
+    // The last permit's release takes the permits' mark with it, in the background.
+    let mutex = redlock
+        .lock(name.as_str(), TTL)
+        .wait(short * 3)
+        .await
+        .expect("the mutex once the permits' mark expired");
+    mutex.release().await.unwrap();
+    // A reader's mark refuses the semaphore too.
+    let reading = rw.read(TTL).await.unwrap();
+    let refused = semaphore.try_acquire(TTL).await;
+    assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
+    reading.release().await.unwrap();
+    assert!(semaphore.try_acquire(TTL).await.unwrap().is_some());
+}

@@ -8,13 +8,13 @@ use tokio::time::Instant;
 use crate::acquire::plan::{Attempt, Plan};
 use crate::ensemble::Ensemble;
 use crate::error::Error;
-use crate::held::release::Holding;
+use crate::held::release::{self, Holding};
 use crate::metrics;
 use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::access::Access;
-use crate::protocol::{keys, permit_scripts, reply};
+use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
 
@@ -50,7 +50,10 @@ pub(super) async fn no_majority(
 fn certainly_not_set(outcome: &NodeOutcome) -> bool {
     matches!(
         outcome,
-        NodeOutcome::HeldByOther | NodeOutcome::WrongType | NodeOutcome::CountMismatch { .. }
+        NodeOutcome::HeldByOther
+            | NodeOutcome::WrongType
+            | NodeOutcome::CountMismatch { .. }
+            | NodeOutcome::NameInUse
     )
 }
 
@@ -61,6 +64,16 @@ fn count_mismatch(ensemble: &Ensemble, plan: &Plan, collected: &Collected) -> Op
     let Access::Permit(count) = plan.access else {
         return None;
     };
+    let held_as_lock = (collected.outcomes.iter())
+        .filter(|(o, _)| *o == NodeOutcome::NameInUse)
+        .count();
+    if held_as_lock >= ensemble.quorum {
+        return Some(Error::Config(format!(
+            "semaphore {:?}: its name is held as a lock (a mutex or a read-write lock) on a \
+             majority of nodes; one name is one lock, of one kind",
+            keys::semaphore_of(&plan.resources[0])
+        )));
+    }
     let recorded = count_in_use(&collected.outcomes, ensemble.quorum)?;
     let recorded = recorded.map_or_else(|| "another count of".to_owned(), |n| n.to_string());
     Some(Error::Config(format!(
@@ -147,24 +160,16 @@ pub(super) async fn give_back(
 }
 
 /// After a failed attempt on a semaphore's slot released it on the nodes `which`: removes,
-/// in the background, the count record it may have set there beside the slot, on the
-/// nodes where no slot of its count is left ([`permit_scripts::PERMIT_FORGET`]). Left
-/// there, it would refuse the clients of the count in use for up to a TTL. Best effort: a
+/// in the background, the count record and name mark it may have set there beside the
+/// slot, on the nodes where no slot of its count is left ([`release::forget_permit_count`]).
+/// Left there, they would refuse the clients of the count in use, and the locks of the
+/// name, for up to a TTL. Best effort: a
 /// record this misses expires with its TTL, and a minority's refuses only as contention
 /// ([`count_in_use`]).
 fn forget_count(ensemble: &Ensemble, plan: &Plan, which: impl IntoIterator<Item = usize>) {
-    let (Access::Permit(permits), [resource]) = (plan.access, &plan.resources[..]) else {
-        return;
-    };
-    let slots = keys::permit_slots(ensemble.config.space(), resource, permits);
-    let call = Call::script(
-        &permit_scripts::PERMIT_FORGET,
-        ensemble.config.space(),
-        &slots,
-    )
-    .arg(permits);
-    let scope = ensemble.round_scope();
-    Round::broadcast(scope, call, which).finish_in_background(scope);
+    if let (Access::Permit(permits), [slot_key]) = (plan.access, &plan.keys[..]) {
+        release::forget_permit_count(ensemble, slot_key, permits, which);
+    }
 }
 
 /// The error of a decision other than a win, `elapsed` after the attempt started,

@@ -17,8 +17,7 @@ use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
 use crate::net::send_gate::SendGate;
 use crate::protocol::access::Access;
-use crate::protocol::rw_scripts;
-use crate::protocol::{keys, native, reply, scripts};
+use crate::protocol::{keys, native, permit_scripts, reply, rw_scripts, scripts};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
 use crate::wait::Requeue;
@@ -152,6 +151,15 @@ impl Holding {
             which,
             waking,
         )
+    }
+
+    /// After a semaphore slot's release: its count record and its name's mark go, on each
+    /// node where no slot of the count is left (see [`forget_permit_count`]).
+    fn forget_after_release(&self) {
+        if let (Access::Permit(permits), [slot_key]) = (self.access, &self.keys[..]) {
+            let n = self.ensemble.nodes.len();
+            forget_permit_count(&self.ensemble, slot_key, permits, 0..n);
+        }
     }
 
     /// The node whose waiting lists a release pops, with notifications on: this client's own
@@ -308,6 +316,7 @@ impl Holding {
         )
         .await;
         round.finish_in_background(ensemble.round_scope());
+        self.forget_after_release();
         self.released_explicitly(&collected, expired)
     }
 
@@ -333,6 +342,7 @@ impl Holding {
             |_, r| this.released(r),
             |o| *o == NodeOutcome::Released,
         );
+        self.forget_after_release();
         self.released_explicitly(&collected, expired)
     }
 
@@ -479,4 +489,21 @@ impl Drop for Holding {
             Err(_) => metrics::released("skipped"),
         }
     }
+}
+
+/// Removes, in the background, a semaphore's count record and its name's mark on the nodes
+/// `which` where no slot of `permits` is left (`PERMIT_FORGET`), named by one slot's lock
+/// key: after a failed attempt released the slot it took, and after a holder's release.
+/// Best effort: what it misses expires within the TTL of its last grant or extension.
+pub(crate) fn forget_permit_count(
+    ensemble: &Ensemble,
+    slot_key: &str,
+    permits: u32,
+    which: impl IntoIterator<Item = usize>,
+) {
+    let space = ensemble.config.space();
+    let slots = keys::permit_slots_of_key(space, slot_key, permits);
+    let call = Call::script(&permit_scripts::PERMIT_FORGET, space, &slots).arg(permits);
+    let scope = ensemble.round_scope();
+    Round::broadcast(scope, call, which).finish_in_background(scope);
 }

@@ -107,6 +107,12 @@ impl HolderInfo {
         self.token == super::rw_scripts::SHARED
     }
 
+    /// Whether the lock is held by the permit holders of the semaphore of its name (the
+    /// value is their mark, not a holder's token).
+    pub fn is_permits(&self) -> bool {
+        self.token == super::permit_scripts::PERMITS_MARK
+    }
+
     /// Whether the value carried this library's description (version 1).
     pub fn is_described(&self) -> bool {
         self.since.is_some() || self.host.is_some() || self.pid.is_some()

@@ -33,6 +33,10 @@ pub(crate) enum Kind {
     /// The permit count a semaphore's holders use, one per semaphore (its slot locks all
     /// derive the same name), expiring after the longest-lived of them.
     PermitCount,
+    /// The lock key of the name a semaphore's slot belongs to (the mutex's key of that
+    /// name; any other lock key's is itself): while permits are held it holds the
+    /// semaphore's mark, so that no lock of another kind takes the name.
+    Name,
 }
 
 impl Kind {
@@ -42,7 +46,12 @@ impl Kind {
         match self {
             Kind::Readers => "zset",
             Kind::Waiters => "list",
-            Kind::Lock | Kind::Fence | Kind::Turn | Kind::Intent | Kind::PermitCount => "string",
+            Kind::Lock
+            | Kind::Fence
+            | Kind::Turn
+            | Kind::Intent
+            | Kind::PermitCount
+            | Kind::Name => "string",
         }
     }
 
@@ -204,6 +213,10 @@ pub(crate) fn derived_name<'a>(
         Kind::Readers => name("readers", resource),
         Kind::Intent => name("intent", resource),
         Kind::PermitCount => name("permits", semaphore_of(resource)),
+        Kind::Name => match lock_of(resource) {
+            LockOf::PermitSlot { semaphore, .. } => Name::Whole(concat(&[prefix, semaphore])),
+            _ => Name::Parts([lock, "", "", "", "", ""]),
+        },
     }
 }
 
@@ -274,7 +287,7 @@ pub(crate) fn probe_resource(id: &str) -> String {
 
 /// The semaphore name in slot lock resource `resource` (see [`permit_resource`]); the whole
 /// resource for any other.
-fn semaphore_of(resource: &str) -> &str {
+pub(crate) fn semaphore_of(resource: &str) -> &str {
     match lock_of(resource) {
         LockOf::PermitSlot { semaphore, .. } => semaphore,
         _ => resource,
@@ -297,6 +310,14 @@ pub(crate) fn permit_resource(name: &str, slot: u32) -> String {
     internal("", "permit", &format!("{name}:{slot}"))
 }
 
+/// [`permit_slots`] named by the lock key of one of the slots in `space` (tagged on a
+/// Cluster member) rather than its resource.
+pub(crate) fn permit_slots_of_key(space: Space<'_>, slot_key: &str, permits: u32) -> Vec<String> {
+    let resource = slot_key.strip_prefix(space.prefix).unwrap_or(slot_key);
+    let flat = untagged(resource).unwrap_or_else(|| resource.to_owned());
+    permit_slots(space, &flat, permits)
+}
+
 /// The lock keys in `space` of every slot of a semaphore of `permits` permits, named by the
 /// resource of one of its slots (see [`permit_resource`]), in slot order.
 pub(crate) fn permit_slots(space: Space<'_>, slot_resource: &str, permits: u32) -> Vec<String> {
@@ -307,15 +328,14 @@ pub(crate) fn permit_slots(space: Space<'_>, slot_resource: &str, permits: u32) 
 }
 
 /// The lock key of `resource` in `space`: the key prefix followed by the resource name.
-/// On a Cluster member a semaphore's slot locks carry the tag of the slot of the
-/// semaphore's name after the namespace, so that they share its waiting list and count
-/// record: `<prefix>quorum-lock:{T}:permit:<name>:<slot>`.
+/// On a Cluster member a semaphore's slot locks carry the tag of the slot of the lock key
+/// of the semaphore's name after the namespace, so that they share that slot with it, its
+/// waiting list and its count record: `<prefix>quorum-lock:{T}:permit:<name>:<slot>`.
 pub(crate) fn lock(space: Space<'_>, resource: &str) -> String {
     if space.slotted
-        && let LockOf::PermitSlot { .. } = lock_of(resource)
+        && let LockOf::PermitSlot { semaphore, .. } = lock_of(resource)
         && let Some(rest) = resource.strip_prefix(NAMESPACE)
     {
-        let semaphore = waiting_resource(resource);
         let tag = slots::slot_tag(slots::slot_of(
             concat(&[space.prefix, semaphore]).as_bytes(),
         ));
@@ -555,6 +575,7 @@ mod tests {
             Kind::Readers,
             Kind::Intent,
             Kind::PermitCount,
+            Kind::Name,
         ];
         for kind in kinds {
             // Exhaustive on purpose: a new kind must be added to the list above.
@@ -565,7 +586,8 @@ mod tests {
                 | Kind::Turn
                 | Kind::Readers
                 | Kind::Intent
-                | Kind::PermitCount => {}
+                | Kind::PermitCount
+                | Kind::Name => {}
             }
             assert!(
                 derived(kind, prefix, &lock_key).starts_with(prefix),
@@ -573,6 +595,25 @@ mod tests {
             );
         }
         assert!(internal(prefix, "any", "x").starts_with(prefix));
+    }
+
+    #[test]
+    fn a_semaphore_slot_names_the_lock_key_of_its_semaphore() {
+        let slot = lock(Space::flat("app:"), &permit_resource("jobs:a", 3));
+        assert_eq!(derived(Kind::Name, "app:", &slot), "app:jobs:a");
+        assert_eq!(derived(Kind::Name, "app:", "app:r"), "app:r");
+    }
+
+    #[test]
+    fn a_slot_key_names_every_slot_of_its_semaphore() {
+        for slotted in [false, true] {
+            let space = Space {
+                prefix: "app:",
+                slotted,
+            };
+            let every = permit_slots(space, &permit_resource("jobs", 0), 3);
+            assert_eq!(permit_slots_of_key(space, &every[2], 3), every);
+        }
     }
 
     #[test]
@@ -697,6 +738,7 @@ mod tests {
             Kind::Readers,
             Kind::Intent,
             Kind::PermitCount,
+            Kind::Name,
         ];
         for prefix in ["", "app:", "{app}:", "a}b:"] {
             let space = Space {

@@ -50,7 +50,8 @@ impl Marker {
 /// [`ACQUIRE`](super::scripts::ACQUIRE)'s reply `{acquired, fence, marker, record}`.
 /// A key of another type in the way (`acquired` = -1) is [`NodeOutcome::WrongType`]; a
 /// semaphore count record other than the slot's (`acquired` = -2, with the count recorded
-/// in place of the fencing counter) is [`NodeOutcome::CountMismatch`].
+/// in place of the fencing counter) is [`NodeOutcome::CountMismatch`], and a lock of
+/// another kind holding the semaphore's name (`acquired` = -3) [`NodeOutcome::NameInUse`].
 pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
     // The counter is read as a signed number: the driver turns -1 into `u64::MAX` when
     // asked for a `u64`, and a counter at the top would make every later token equal.
@@ -58,6 +59,9 @@ pub(crate) fn acquire_reply(reply: Value) -> Result<Acquired, NodeOutcome> {
     let (set, fence, marker, record_ms) = decode::<Raw>(reply)?;
     if set == -1 {
         return Err(NodeOutcome::WrongType);
+    }
+    if set == -3 {
+        return Err(NodeOutcome::NameInUse);
     }
     if set == -2 {
         // A slot lock's script: the node records another permit count, in place of the

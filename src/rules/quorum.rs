@@ -96,7 +96,8 @@ pub(crate) fn vote(outcome: &NodeOutcome, yes: &NodeOutcome) -> Vote {
         NodeOutcome::HeldByOther
         | NodeOutcome::NotHeld
         | NodeOutcome::WrongType
-        | NodeOutcome::CountMismatch { .. } => Vote::No,
+        | NodeOutcome::CountMismatch { .. }
+        | NodeOutcome::NameInUse => Vote::No,
         NodeOutcome::Quarantined { .. } => Vote::Missing,
         NodeOutcome::PermissionDenied(_) => Vote::Denied,
         o if o.is_failure() => Vote::Missing,

@@ -151,8 +151,22 @@ fn in_terminal_foreground() -> bool {
     matches!((field(2), field(5)), (Some(pgrp), Some(tpgid)) if pgrp == tpgid && pgrp == getpgrp().as_raw())
 }
 
-/// What went wrong acquiring, as an exit status and message.
-fn acquire_failure(err: &Error, opts: &RunOptions, redlock: &Redlock) -> Failure {
+/// Who holds the lock of `resource`, read once after a refusal for contention: a holder,
+/// the readers or a semaphore's permit holders (one name is one lock).
+async fn held_by(redlock: &Redlock, resource: &str) -> Option<String> {
+    let status = redlock.status(resource).await.ok()?;
+    let holder = status.holder.as_ref()?;
+    Some(crate::show::holder_text(holder, status.held_for))
+}
+
+/// What went wrong acquiring, as an exit status and message; `holder` names who holds
+/// the lock when it was refused for contention.
+fn acquire_failure(
+    err: &Error,
+    opts: &RunOptions,
+    redlock: &Redlock,
+    holder: Option<&str>,
+) -> Failure {
     let report = err.report().map(|r| format!(": {r}")).unwrap_or_default();
     let within = match opts.wait {
         None => "with --no-wait".to_owned(),
@@ -171,10 +185,11 @@ fn acquire_failure(err: &Error, opts: &RunOptions, redlock: &Redlock) -> Failure
             HeldKind::Write => format!("{:?} is read or written", opts.resource),
             HeldKind::Lock => format!("{:?} is", opts.resource),
         };
-        Failure::new(
-            EX_TEMPFAIL,
-            format!("{held} held elsewhere: not acquired {within}{report}"),
-        )
+        let held = match holder {
+            Some(who) => format!("{held} held elsewhere, by {who}:"),
+            None => format!("{held} held elsewhere:"),
+        };
+        Failure::new(EX_TEMPFAIL, format!("{held} not acquired {within}{report}"))
     } else if err.is_unavailable() {
         // Restart quarantine keeps reachable nodes out: say so, not "unreachable".
         let why = match err.report().map_or(0, |r| r.quarantined()) {
@@ -348,7 +363,16 @@ async fn acquire(
     loop {
         tokio::select! {
             acquired = &mut acquire => {
-                return acquired.map_err(|e| acquire_failure(&e, opts, redlock));
+                let e: Error = match acquired {
+                    Ok(held) => return Ok(held),
+                    Err(e) => e,
+                };
+                let named = e.is_contended() && !matches!(opts.kind, HeldKind::Permit(_));
+                let holder = match named {
+                    true => held_by(redlock, &opts.resource).await,
+                    false => None,
+                };
+                return Err(acquire_failure(&e, opts, redlock, holder.as_deref()));
             }
             never = &mut progress, if show_progress => match never {},
             sig = signals.recv() => {

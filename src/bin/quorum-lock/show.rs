@@ -27,6 +27,9 @@ pub(crate) fn holder_text(info: &HolderInfo, held_for: Option<Duration>) -> Stri
     if info.is_readers() {
         return "readers (see status --shared)".to_owned();
     }
+    if info.is_permits() {
+        return "the permit holders of the semaphore of this name".to_owned();
+    }
     let mut out = match (&info.host, info.pid) {
         (Some(host), Some(pid)) => format!("{host}:{pid}"),
         (Some(host), None) => host.clone(),

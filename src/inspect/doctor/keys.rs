@@ -251,7 +251,7 @@ fn describe(key: &KnownKey<'_>) -> String {
                 Kind::Turn => "turn",
                 Kind::Readers => "readers",
                 Kind::Intent => "writer intent",
-                Kind::Lock | Kind::PermitCount => "key",
+                Kind::Lock | Kind::PermitCount | Kind::Name => "key",
             };
             format!("{what} of {}", describe_lock(lock))
         }
