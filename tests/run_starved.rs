@@ -17,7 +17,13 @@ use cli_support::*;
 use common::unique;
 
 /// Runs measured; each is refused (exit 69) or runs and is stopped (exit 70).
-const RUNS: usize = 20;
+/// `QL_RUN_STARVED_RUNS` asks for more (a soak: the original finding was 1 run in 22).
+fn runs() -> usize {
+    std::env::var("QL_RUN_STARVED_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(8)
+}
 
 /// Busy threads: more than the cores, so that a nice-19 process waits for its turn.
 fn hogs(stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<()>> {
@@ -102,18 +108,19 @@ fn a_starved_supervisor_still_stops_the_tree_before_the_validity_ends() {
     let urls = cluster.urls();
     let stop = Arc::new(AtomicBool::new(false));
     let busy = hogs(&stop);
-    let margins: Vec<Option<Duration>> = (0..RUNS)
+    let runs = runs();
+    let margins: Vec<Option<Duration>> = (0..runs)
         .map(|_| starved_run(&urls, &unique("starved")))
         .collect();
     stop.store(true, Ordering::Relaxed);
     busy.into_iter().for_each(|h| h.join().unwrap());
     let ran: Vec<Duration> = margins.iter().flatten().copied().collect();
     println!(
-        "{RUNS} starved runs: {} ran and were stopped, {} refused or stopped before their \
+        "{runs} starved runs: {} ran and were stopped, {} refused or stopped before their \
          worker began; the closest margin between the last heartbeat and the rival's start: \
          {:?}",
         ran.len(),
-        RUNS - ran.len(),
+        runs - ran.len(),
         ran.iter().min()
     );
 }
