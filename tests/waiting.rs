@@ -1110,6 +1110,39 @@ async fn a_release_wakes_the_waiter_listed_where_its_key_is_missing() {
     second.release().await.unwrap();
 }
 
+/// The same for a reader: its release wakes the waiter listed on a node that lost its
+/// entry (and the readers' mark), since no live reader is left there. The waiter is the
+/// mutex of the read-write lock's name, which waits for its readers.
+#[tokio::test]
+async fn a_readers_release_wakes_the_waiter_listed_where_its_entry_is_missing() {
+    let cluster = Cluster::start(3);
+    let resource = unique("missing-reader");
+    let holder = client(&cluster.urls());
+    let reading = (holder.rwlock(&resource).unwrap())
+        .read(Duration::from_secs(30))
+        .await
+        .unwrap();
+    let minute = Duration::from_secs(60);
+    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
+    eventually(Duration::from_secs(10), "waiter queued on node 0", || {
+        waiting_list(&cluster.nodes[0], &resource).len() == 1
+    })
+    .await;
+    let deleted: i64 = redis::cmd("DEL")
+        .arg(format!("quorum-lock:readers:{resource}"))
+        .arg(&resource)
+        .query(&mut cluster.nodes[0].conn())
+        .unwrap();
+    assert_eq!(deleted, 2);
+    let released = Instant::now();
+    reading.release().await.unwrap();
+    let second = acquired(task, "woken").await;
+    let gap = released.elapsed();
+    assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
+    assert!(waiting_list(&cluster.nodes[0], &resource).is_empty());
+    second.release().await.unwrap();
+}
+
 /// A woken waiter may try before the release that woke it (on the waiting-list node)
 /// reached the other nodes: its messages there are late, within the node timeout. The
 /// waiter keeps retrying, at growing intervals, for a node timeout after its wake-up, and

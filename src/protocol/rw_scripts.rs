@@ -148,10 +148,12 @@ pub(crate) static RW_ACQUIRE: Lua = Lua::with_globals(
 /// [`SHARED`] (deleted with the last reader): a reader that left no longer keeps the
 /// others' expired entries stored, nor a mutex or writer out.
 ///
-/// Returns 0 when the token is not among the readers (nothing removed), 1 after removing
-/// it when nobody was woken, 2 after removing it and waking one client, which is published
-/// `<token>:<lock key>` as the mutex's release publishes it. Readers whose expiry passed
-/// do not count as live. With ARGV[4], the client is put back in the waiting list (once)
+/// Returns 0 when the token is not among the readers (nothing removed) and nobody was
+/// woken, 1 after removing it when nobody was woken, 2 after removing it and waking one
+/// client, which is published `<token>:<lock key>` as the mutex's release publishes it, 3
+/// after waking one where the token was absent (the reader's majority was elsewhere: this
+/// node lost or never got its entry) and no token holds the lock key. Readers whose expiry
+/// passed do not count as live. With ARGV[4], the client is put back in the waiting list (once)
 /// whatever else happened: the attempt failed on the whole, and the client still waits.
 pub(crate) const READ_RELEASE_SRC: &str = concat!(
     lua_enqueue!(),
@@ -187,8 +189,16 @@ if result == 1 then
         redis.call('DEL', KEYS[1])
     end
 end
-if result == 1 and ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[3]) == 1 then
-    result = wake()
+local function token_holds()
+    return redis.call('TYPE', KEYS[1]).ok == 'string'
+        and redis.call('GET', KEYS[1]) ~= 'quorum-lock:shared'
+end
+if ARGV[2] ~= '0' and redis.call('EXISTS', KEYS[3]) == 1 then
+    if result == 1 then
+        result = wake()
+    elseif not token_holds() and wake() == 2 then
+        result = 3
+    end
 end
 if ARGV[4] then
     enqueue(KEYS[3], ARGV[4], ARGV[5], ARGV[6])
