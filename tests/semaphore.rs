@@ -398,6 +398,12 @@ async fn a_failed_attempt_of_another_count_leaves_no_count_record() {
     let count = format!("quorum-lock:permits:{name}");
     let slot = format!("quorum-lock:permit:{name}:{}", held.slot());
     let mut node0 = cluster.nodes[0].conn();
+    // The holder's grant may reach node 0 after its majority answered: lose it after that.
+    common::eventually(TTL / 2, "the holder's slot on node 0", || {
+        let exists = redis::cmd("EXISTS").arg(&slot).query::<i64>(&mut node0);
+        exists.unwrap() == 1
+    })
+    .await;
     let lose = redis::cmd("DEL").arg(&count).arg(&slot).clone();
     lose.query::<()>(&mut node0).unwrap();
     let three = client(&cluster.urls()).semaphore(&name, 3).unwrap();
