@@ -36,6 +36,31 @@ const LONGEST_PAUSE: Duration = Duration::from_secs(5);
 pub struct Readiness {
     /// One entry per configured node, in configuration order.
     pub nodes: Vec<NodeReadiness>,
+    /// The live locks that one more node restart could take from their holders: held on a
+    /// majority, but not on enough nodes that any one of them may restart (its holder
+    /// writes its copy back at its next extension; see
+    /// [`LockGuard::extend`](crate::LockGuard::extend)). Read by
+    /// [`Redlock::heal`](crate::Redlock::heal) once every node is admitted; empty before.
+    pub locks_at_risk: Vec<LockAtRisk>,
+    /// Why some locks could not be checked (a key scan refused or cut at its bound, a
+    /// Cluster member), when so; the check covers the rest.
+    pub locks_unchecked: Option<String>,
+}
+
+/// A live lock that the restart of one of the nodes holding it would take from its holder
+/// (see [`Readiness::locks_at_risk`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockAtRisk {
+    /// The lock: its resource name, or the semaphore and slot of a permit, or the
+    /// read-write lock of a reader.
+    pub lock: String,
+    /// The nodes that hold the holder's copy.
+    pub copies: usize,
+    /// The copies it needs: one more than a majority (every node, for one or two nodes).
+    pub needed: usize,
+    /// When its longest-lived copy expires unless its holder extends it.
+    pub expires_in: Duration,
 }
 
 /// One node's part in a [`Readiness`].
@@ -66,11 +91,17 @@ pub enum NodeState {
 }
 
 impl Readiness {
-    /// Whether every configured node is admitted: a lock has every node's vote, and one
-    /// node may now restart (or fail) without costing any lock its majority or any
-    /// fencing token its order. An operator restarting nodes one at a time waits for this
-    /// between two restarts (`quorum-lock doctor --ready`).
+    /// Whether every configured node is admitted and no live lock is at risk
+    /// ([`locks_at_risk`](Self::locks_at_risk)): one node may now restart (or fail)
+    /// without costing any lock its majority or any fencing token its order. An operator
+    /// restarting nodes one at a time waits for this between two restarts (`quorum-lock
+    /// doctor --ready`).
     pub fn is_ready(&self) -> bool {
+        self.every_node_admitted() && self.locks_at_risk.is_empty()
+    }
+
+    /// Whether every configured node is admitted (whatever the locks' copies).
+    pub fn every_node_admitted(&self) -> bool {
         self.nodes.iter().all(|n| n.state == NodeState::Admitted)
     }
 
@@ -190,7 +221,11 @@ fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
             }
         })
         .collect();
-    Readiness { nodes }
+    Readiness {
+        nodes,
+        locks_at_risk: Vec::new(),
+        locks_unchecked: None,
+    }
 }
 
 /// Starts the background readmission of a long-lived client, once, when a runtime is

@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::held::guard::LockGuard;
 use crate::held::lease::LockContext;
 use crate::inspect::doctor::{self, DeploymentReport};
+use crate::inspect::spread_scan;
 use crate::inspect::status::{self, LockStatus};
 use crate::net::answers;
 use crate::net::call::Call;
@@ -250,6 +251,12 @@ impl Redlock {
     /// this by itself in the background; this is for the command line (`quorum-lock
     /// repair`, `quorum-lock doctor --ready`) and for tests.
     ///
+    /// Once every node is admitted, it also reads every node's keys under the key prefix
+    /// (`SCAN`, bounded, on connections of its own) for the live locks that one more
+    /// restart could take: held on a majority but not yet written back where a node lost
+    /// them ([`Readiness::locks_at_risk`]). Their holders write them back at their next
+    /// extension, or they expire.
+    ///
     /// # Errors
     ///
     /// [`Error::ShutDown`] after [`shutdown`](Self::shutdown); [`Error::SameServer`] when two
@@ -262,7 +269,11 @@ impl Redlock {
     /// Dropping the future leaves no key behind (the probe is an ordinary acquisition) and
     /// may leave markers written: the nodes they name are admitted all the same.
     pub async fn heal(&self) -> Result<Readiness> {
-        heal::heal_ensemble(&self.inner).await
+        let mut readiness = heal::heal_ensemble(&self.inner).await?;
+        if readiness.every_node_admitted() {
+            spread_scan::check_spread(&self.inner, &mut readiness).await;
+        }
+        Ok(readiness)
     }
 
     /// Deletes the lock on every node whatever its owner (the seeds' `reset`), for an

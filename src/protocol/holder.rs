@@ -113,6 +113,13 @@ impl HolderInfo {
         self.token == super::permit_scripts::PERMITS_MARK
     }
 
+    /// Whether `value` is one this library writes for a holder (version 1 of the format),
+    /// not a mark, a counter or another client's token.
+    pub(crate) fn is_own_value(value: &str) -> bool {
+        let mut parts = value.split(';');
+        matches!((parts.next(), parts.next()), (Some(token), Some(VERSION)) if !token.is_empty())
+    }
+
     /// Whether the value carried this library's description (version 1).
     pub fn is_described(&self) -> bool {
         self.since.is_some() || self.host.is_some() || self.pid.is_some()

@@ -378,16 +378,31 @@ const GLOBALS: [Global; 2] = [Global::MaxTtl, Global::Marker];
 /// (`<prefix>quorum-lock:*`), the glob characters of the prefix (`* ? [ ] \`) escaped so
 /// that they match only themselves.
 pub(crate) fn namespace_pattern(prefix: &str) -> String {
-    let mut pattern = String::with_capacity(2 * prefix.len() + NAMESPACE.len() + 1);
-    for c in prefix.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
+    let mut pattern = glob_escaped(prefix);
     pattern.push_str(NAMESPACE);
     pattern.push('*');
     pattern
+}
+
+/// A `SCAN ... MATCH` pattern for every name under `prefix` (`<prefix>*`), where the lock
+/// keys of mutexes and writers are (their users' resource names), the prefix's glob
+/// characters escaped as in [`namespace_pattern`].
+pub(crate) fn prefix_pattern(prefix: &str) -> String {
+    let mut pattern = glob_escaped(prefix);
+    pattern.push('*');
+    pattern
+}
+
+/// `text` with the glob characters of `SCAN ... MATCH` (`* ? [ ] \`) escaped.
+fn glob_escaped(text: &str) -> String {
+    let mut escaped = String::with_capacity(2 * text.len() + NAMESPACE.len() + 1);
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 /// The lock a resource name belongs to, read back from the name ([`lock_of`]).
@@ -819,5 +834,7 @@ mod tests {
             namespace_pattern(r"a*b?[c]\d:"),
             r"a\*b\?\[c\]\\d:quorum-lock:*"
         );
+        assert_eq!(prefix_pattern(""), "*");
+        assert_eq!(prefix_pattern(r"a*b?[c]\d:"), r"a\*b\?\[c\]\\d:*");
     }
 }

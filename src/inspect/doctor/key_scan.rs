@@ -23,7 +23,7 @@ const PIPELINE_KEYS: usize = 500;
 /// above. An error when any request was refused (an ACL without `SCAN`, a renamed command)
 /// or not answered: the census is then unknown.
 pub(super) async fn scan_keys(conn: &ProbeConnection, prefix: &str) -> Result<KeyScan, RedisError> {
-    let (names, partial) = scan_names(conn, prefix).await?;
+    let (names, partial) = scan_names(conn, &keys::namespace_pattern(prefix)).await?;
     let mut keys = Vec::with_capacity(names.len());
     for chunk in names.chunks(PIPELINE_KEYS) {
         let mut read = read_keys(conn, chunk).await?;
@@ -33,13 +33,13 @@ pub(super) async fn scan_keys(conn: &ProbeConnection, prefix: &str) -> Result<Ke
     Ok(KeyScan { keys, partial })
 }
 
-/// The names `SCAN` finds, sorted and each once (a scan may return a name twice), and
-/// whether it stopped at its bound. Names that are not UTF-8 are none of the crate's.
-async fn scan_names(
+/// The names matching `pattern` that `SCAN` finds, sorted and each once (a scan may return
+/// a name twice), and whether it stopped at its bound. Names that are not UTF-8 are none of
+/// the crate's.
+pub(crate) async fn scan_names(
     conn: &ProbeConnection,
-    prefix: &str,
+    pattern: &str,
 ) -> Result<(Vec<String>, bool), RedisError> {
-    let pattern = keys::namespace_pattern(prefix);
     let mut names = Vec::new();
     let mut cursor = 0_u64;
     let mut partial = true;
@@ -47,7 +47,7 @@ async fn scan_names(
         let mut scan = redis::cmd("SCAN");
         scan.arg(cursor)
             .arg("MATCH")
-            .arg(&pattern)
+            .arg(pattern)
             .arg("COUNT")
             .arg(SCAN_COUNT);
         let (next, found): (u64, Vec<Vec<u8>>) = conn.clone().query(&scan).await?;

@@ -26,7 +26,7 @@ mod durability;
 mod failover;
 mod findings;
 mod kept_out;
-mod key_scan;
+pub(super) mod key_scan;
 mod keys;
 mod probe;
 mod render;
