@@ -48,6 +48,7 @@ pub use rules::safety;
 #[doc(hidden)]
 pub use rules::sentinel;
 
+pub use acquire::first_start::FirstStart;
 pub use acquire::heal::{LockAtRisk, NodeReadiness, NodeState, Readiness};
 pub use acquire::request::LockRequest;
 pub use client::Redlock;

@@ -115,10 +115,12 @@ impl fmt::Display for QuarantineReason {
             QuarantineReason::Restarted => "restarted without appendfsync always",
             QuarantineReason::NoIdentity => "run_id or uptime unknown (info refused?)",
             QuarantineReason::RecordUnread => {
-                "the longest ttl was read from too few intact nodes: waits out the ttl ceiling"
+                "the longest ttl was read from too few intact nodes: waits out the ttl ceiling \
+                 (a new deployment's nodes vote at once once declared new: quorum-lock init)"
             }
             QuarantineReason::FreshNeedsAll => {
-                "new ensemble with nodes not answering: waits out the ttl ceiling"
+                "new ensemble with nodes not answering: waits out the ttl ceiling (declare \
+                 a new deployment's nodes new once and they vote at once: quorum-lock init)"
             }
             QuarantineReason::JustStarted => "new ensemble, node started under 1 s ago",
             QuarantineReason::Readmitting => {

@@ -12,6 +12,7 @@
 //! - [`ballot`]: what each node's answer says for restart quarantine and fencing;
 //! - [`first_contact`]: reaching every node, and letting a new ensemble's nodes reach a
 //!   second of age before a client that knows none of them admitted sends its keys;
+//! - [`first_start`]: an operator's declaration that a new ensemble's nodes never served;
 //! - [`heal`]: readmission of restarted nodes without lock traffic;
 //! - [`intent`]: a read-write lock's writer intent, cleared once the writer is done
 //!   waiting.
@@ -23,6 +24,7 @@ pub(crate) mod attempt;
 pub mod ballot;
 mod fence_commit;
 pub(crate) mod first_contact;
+pub(crate) mod first_start;
 pub(crate) mod heal;
 pub(crate) mod intent;
 mod markers;

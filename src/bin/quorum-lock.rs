@@ -4,6 +4,8 @@
 
 #[path = "quorum-lock/duration.rs"]
 mod duration;
+#[path = "quorum-lock/init.rs"]
+mod init;
 #[path = "quorum-lock/lag.rs"]
 mod lag;
 #[path = "quorum-lock/progress.rs"]
@@ -138,6 +140,9 @@ enum Command {
     Doctor(DoctorArgs),
     /// Readmit the nodes whose restart quarantine is over; say which nodes vote
     Repair(ReadyArgs),
+    /// Declare a new deployment's nodes new, once, at its first start: they vote at once,
+    /// even with a node down (writes nothing on nodes that have served)
+    Init,
 }
 
 #[derive(Debug, Args)]
@@ -425,7 +430,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         Command::Run(a) => Some(&a.resource),
         Command::Status(a) => Some(&a.resource),
         Command::Release(a) => Some(&a.resource),
-        Command::Doctor(_) | Command::Repair(_) => None,
+        Command::Doctor(_) | Command::Repair(_) | Command::Init => None,
     };
     if resource.is_some_and(|r| r.is_empty()) {
         return Err(Failure::usage("the resource name is empty"));
@@ -495,6 +500,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
             Err(Command::Repair(args)) => {
                 ready::until_ready(&redlock, args.wait.unwrap_or_default()).await
             }
+            Err(Command::Init) => init::init(&redlock).await,
             Err(Command::Run(_)) => Err(Failure::new(EX_SOFTWARE, "run options lost")),
         }
     })

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use crate::acquire::attempt;
 use crate::acquire::first_contact;
+use crate::acquire::first_start::{self, FirstStart};
 use crate::acquire::heal::{self, Readiness};
 use crate::acquire::plan::Plan;
 use crate::acquire::request::LockRequest;
@@ -274,6 +275,38 @@ impl Redlock {
             spread_scan::check_spread(&self.inner, &mut readiness).await;
         }
         Ok(readiness)
+    }
+
+    /// Declares the ensemble new, once, at its first start: an operator's statement that no
+    /// lock was ever granted through these nodes (as etcd's `--initial-cluster-state
+    /// new`). Restart quarantine lets a new ensemble's nodes vote at once only when every
+    /// configured node answers; with one down from the start, a new ensemble looks the
+    /// same as one whose majority lost a live lock's records, and its nodes wait out the
+    /// TTL ceiling. This writes every node reached the marker of its current life, so
+    /// that it votes at once; the nodes not reached are readmitted by restart quarantine
+    /// when they answer (after the longest TTL used so far). When a node reached carries a
+    /// marker, the ensemble has served: nothing is written ([`FirstStart::InService`]).
+    ///
+    /// Declaring an ensemble new while a lock is held through nodes that lost their
+    /// memory, or that do not answer, can let a second holder in: run it only on nodes
+    /// that never served (the command line's `quorum-lock init`, in a deployment's first
+    /// start).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when fewer than a majority of nodes answered (nothing
+    /// written), or one stopped answering while markers were read or written;
+    /// [`Error::Permission`] when an ACL refused the read or the write; [`Error::Config`]
+    /// for a Cluster member (markers per slot); [`Error::SameServer`] when two configured
+    /// nodes reach one server; [`Error::ShutDown`] after [`shutdown`](Self::shutdown).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave some nodes marked and others not; call again: the
+    /// marked ones then show the ensemble in service, and restart quarantine readmits the
+    /// rest as nodes that lost their memory.
+    pub async fn declare_new(&self) -> Result<FirstStart> {
+        first_start::declare_new(&self.inner).await
     }
 
     /// Deletes the lock on every node whatever its owner (the seeds' `reset`), for an

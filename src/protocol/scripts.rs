@@ -302,6 +302,22 @@ return 1
 ";
 pub(crate) static MARK: Lua = Lua::with_globals(&[], &[Global::Marker], MARK_SRC).repeatable();
 
+/// Writes a node's marker for the first start of a new ensemble (an operator's statement
+/// that no lock was ever granted through its nodes): only where no marker is, so that a
+/// node admitted meanwhile, by this or another client, keeps its own.
+///
+/// KEYS: the marker ([`Global::Marker`]). ARGV[1]: the life. Returns 1 after writing it,
+/// 0 when a marker was there (nothing written).
+const MARK_NEW_SRC: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+";
+pub(crate) static MARK_NEW: Lua =
+    Lua::with_globals(&[], &[Global::Marker], MARK_NEW_SRC).repeatable();
+
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
 /// KEYS: the lock keys, then their waiting lists, then their turns (see [`keys`]).

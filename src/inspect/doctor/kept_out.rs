@@ -109,10 +109,12 @@ pub(super) fn kept_out_fix(reason: QuarantineReason) -> &'static str {
         }
         QuarantineReason::RecordUnread => {
             "bring the unreachable or restarted nodes back: the longest TTL must be read from \
-             a majority of nodes that kept their data"
+             a majority of nodes that kept their data; on a new deployment that never served \
+             a lock, run `quorum-lock init` once"
         }
         QuarantineReason::FreshNeedsAll => {
-            "bring every node up: the first lock of a new ensemble needs every node's answer"
+            "run `quorum-lock init` once (a new deployment's first start), or bring every \
+             node up: the first lock of a new ensemble needs every node's answer otherwise"
         }
         QuarantineReason::JustStarted => {
             "none needed: a new ensemble's node votes once it has run for a second"
