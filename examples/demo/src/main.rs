@@ -5,21 +5,23 @@
 //! The scenes, in order: workers contend with all five nodes up; fenced locks while node 3
 //! restarts empty (restart quarantine keeps its vote out until every lock it may have
 //! granted has expired, `Redlock::heal` reports when it votes again, and the fencing tokens
-//! keep increasing throughout); workers contend with a minority killed; no lock once a
-//! majority is gone.
+//! keep increasing throughout); a long job keeps its lock while every node restarts empty
+//! in turn, each restart paced by the readiness gate; workers contend with a minority
+//! killed; no lock once a majority is gone.
 //!
 //! The demo removes its nodes and their directory when it ends, and also on SIGINT (Ctrl-C),
 //! SIGTERM and SIGHUP; it then exits with 128 + the signal's number.
 
 mod describe;
 mod ensemble;
+mod rolling;
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use quorum_lock::{Error, FencedGuard, FencingToken, NodeOutcome, NodeState, Redlock};
+use quorum_lock::{Error, FencedGuard, FencingToken, FirstStart, NodeOutcome, NodeState, Redlock};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -265,8 +267,19 @@ async fn demo(slot: &mut Option<Ensemble>) -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     println!("a lock needs a majority: {} of 5 nodes", redlock.quorum());
+    // A new deployment's first start (`quorum-lock init`): its nodes vote at once even if
+    // one were down (with every node up, new nodes would vote at once anyway).
+    match redlock.declare_new().await {
+        Ok(FirstStart::Declared { admitted, .. }) => println!(
+            "declared the new nodes new (quorum-lock init): {} of 5 vote at once",
+            admitted.len()
+        ),
+        Ok(_) => println!("the nodes have served already: nothing to declare"),
+        Err(e) => println!("could not declare the nodes new: {e}"),
+    }
     round(&redlock, &ports, "all five nodes up", 4, 3).await;
     restart_scene(&redlock, nodes, &ports).await?;
+    rolling::rolling_scene(&redlock, nodes).await?;
 
     nodes.kill(2);
     nodes.kill(4);
