@@ -461,6 +461,9 @@ pub struct Row {
     pub want: Verdict,
     /// Liveness figures, for the rows that measure them.
     pub live: Option<Live>,
+    /// Long holders that lost their lock, and how many there were (the `lost` column),
+    /// for the rows that have them.
+    pub holders_lost: Option<(usize, usize)>,
     pub secs: f64,
     /// Other facts worth a glance (refusals, progress, seed).
     pub notes: String,
@@ -487,6 +490,7 @@ impl Row {
             verdict: check.verdict(fencing),
             want,
             live: None,
+            holders_lost: None,
             secs: 0.0,
             notes: String::new(),
             problems: Vec::new(),
@@ -526,7 +530,7 @@ pub fn table(title: &str, rows: &[Row]) -> String {
     let _ = writeln!(out, "\n== {title} ==");
     let _ = writeln!(
         out,
-        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
+        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
         "scenario",
         "holds",
         "during",
@@ -537,6 +541,7 @@ pub fn table(title: &str, rows: &[Row]) -> String {
         "refused",
         "→plain",
         "→fenced",
+        "lost",
         "counter",
         "expected",
         "verdict",
@@ -558,7 +563,7 @@ pub fn table(title: &str, rows: &[Row]) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
+            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
             r.scenario,
             r.holds,
             during,
@@ -569,6 +574,8 @@ pub fn table(title: &str, rows: &[Row]) -> String {
             refused,
             to_plain,
             to_fenced,
+            r.holders_lost
+                .map_or_else(|| "-".to_owned(), |(lost, of)| format!("{lost}/{of}")),
             r.counter,
             r.expected,
             r.verdict.to_string(),

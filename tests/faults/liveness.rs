@@ -35,6 +35,7 @@ use crate::common::{RedisServer, unique};
 use super::clock;
 use super::ensemble::{Ensemble, Fault};
 use super::history::{self, History, Hold, Live, Row, Verdict};
+use super::holders::LongHolders;
 use super::nemesis::{self, Restart};
 use super::worker::{WorkerSpec, Workers, client_with_ceiling};
 
@@ -111,6 +112,9 @@ pub struct LivenessRun {
     /// One lock and release before the workers start (a deployment already in use); off
     /// for a new deployment.
     pub prewarm: bool,
+    /// Long holders of every kind (see `super::holders`) hold from before the first step
+    /// to after the last; the row counts those that lost their lock (the `lost` column).
+    pub long_holders: bool,
 }
 
 /// Row 1: a rolling restart at an operator's pace, every node in turn restarted empty,
@@ -128,6 +132,7 @@ pub fn idle_rolling_restart(nodes: usize) -> LivenessRun {
         name: "idle rolling restart, paused clients".to_owned(),
         steps,
         prewarm: true,
+        long_holders: false,
     }
 }
 
@@ -146,6 +151,7 @@ pub fn down_from_the_start(nodes: usize) -> LivenessRun {
         name: format!("new deployment, {} down from the start", names.join("+")),
         steps,
         prewarm: false,
+        long_holders: false,
     }
 }
 
@@ -167,12 +173,14 @@ pub fn idle_single_restarts() -> LivenessRun {
             Step::Admitted(vec![0, 1, 2]),
         ],
         prewarm: true,
+        long_holders: false,
     }
 }
 
-/// Row 4: a rolling restart paced by the readiness check: every node in turn restarted
-/// empty while the workers keep locking, the next one only once the check says every node
-/// votes again.
+/// Row 4: a rolling restart paced by the readiness check, under long holders of every
+/// kind: every node in turn restarted empty while the workers keep locking, the next one
+/// only once the check says every node votes again and every live lock is back on enough
+/// nodes; no long holder may lose its lock.
 pub fn ready_paced_rolling_restart(nodes: usize, by: ReadyBy) -> LivenessRun {
     let mut steps = vec![Step::Work(Duration::from_secs(1))];
     for i in 0..nodes {
@@ -185,9 +193,10 @@ pub fn ready_paced_rolling_restart(nodes: usize, by: ReadyBy) -> LivenessRun {
         ReadyBy::Heal => "heal()",
     };
     LivenessRun {
-        name: format!("rolling restart paced by {how}"),
+        name: format!("rolling restart paced by {how}, long holders"),
         steps,
         prewarm: true,
+        long_holders: true,
     }
 }
 
@@ -311,6 +320,11 @@ pub fn run(
     if run.prewarm {
         nemesis::prewarm(&spec, TTL);
     }
+    let holders = run.long_holders.then(|| {
+        let urls = ens.client_urls();
+        let client = client_with_ceiling(&urls, TTL, nemesis::NODE_TIMEOUT, true, Some(CEILING));
+        LongHolders::take(client)
+    });
     let mut runner = Runner {
         ens,
         spec,
@@ -350,6 +364,15 @@ pub fn run(
         .query(&mut store.conn())
         .expect("GET counter");
     let mut row = runner.judge(&run.name, value.unwrap_or(0), seed);
+    if let Some(holders) = holders {
+        let lost = holders.lost();
+        row.holders_lost = Some((lost.len(), holders.count()));
+        if !lost.is_empty() {
+            row.liveness
+                .push(format!("long holders lost their lock: {}", lost.join(", ")));
+        }
+        holders.release();
+    }
     row.secs = began.elapsed().as_secs_f64();
     row
 }

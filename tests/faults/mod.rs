@@ -10,6 +10,7 @@
 //! - [`ensemble`]: the nodes and the faults that can be applied to them;
 //! - [`nemesis`]: randomised fault schedules against concurrent workers;
 //! - [`scenarios`]: the deterministic bare-majority and paused-holder scenarios;
+//! - [`holders`]: long holders of every kind that a liveness row keeps through its faults;
 //! - [`liveness`]: rows that restart nodes empty (or keep a minority down) around idle
 //!   workers and measure how fast locks are granted again;
 //! - [`sentinel_members`]: members under Sentinel, whose fault is a failover;
@@ -22,6 +23,7 @@ pub mod clock;
 pub mod cluster_members;
 pub mod ensemble;
 pub mod history;
+pub mod holders;
 pub mod liveness;
 pub mod nemesis;
 pub mod rng;
