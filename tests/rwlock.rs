@@ -494,3 +494,82 @@ async fn the_mutex_of_a_name_excludes_its_readers_and_writer() {
         assert_eq!(left, 0, "the lock key stays on {}", node.port());
     }
 }
+
+/// Readers queued behind a writer enter together when it leaves, long before their polls:
+/// the writer's release wakes the first waiting client, and each reader that enters on its
+/// turn hands the turn on to the next one listed. Three readers, each its own client that
+/// polls only every 10 s, wait behind a writer; once it releases, all three hold at once
+/// within 3 s.
+///
+/// On the code before this change the first reader was woken and the others waited for
+/// their polls: "2 of 3 readers still waiting 3 s after the writer left".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_queued_behind_a_writer_enter_together_when_it_leaves() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let resource = unique("readers-together");
+    let slow = |urls: &[String]| {
+        builder(urls)
+            .restart_quarantine(false)
+            .retry_delay(Duration::from_secs(10))
+            .max_retry_delay(Duration::from_secs(10))
+            .build()
+            .unwrap()
+    };
+    let writer = slow(&urls)
+        .rwlock(&resource)
+        .unwrap()
+        .write(TTL)
+        .await
+        .unwrap();
+    let entered = Arc::new(AtomicUsize::new(0));
+    let leave = Arc::new(tokio::sync::Semaphore::new(0));
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let (redlock, resource) = (slow(&urls), resource.clone());
+        let (entered, leave) = (Arc::clone(&entered), Arc::clone(&leave));
+        readers.push(tokio::spawn(async move {
+            let rwlock = redlock.rwlock(&resource).unwrap();
+            let guard = rwlock
+                .read(TTL)
+                .wait(Duration::from_secs(60))
+                .await
+                .unwrap();
+            entered.fetch_add(1, Ordering::SeqCst);
+            let _ = leave.acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }));
+    }
+    let waiters = format!("quorum-lock:waiters:{resource}");
+    common::eventually(Duration::from_secs(10), "three readers listed", || {
+        cluster.nodes.iter().any(|node| {
+            let len: usize = redis::cmd("LLEN")
+                .arg(&waiters)
+                .query(&mut node.conn())
+                .unwrap();
+            len == 3
+        })
+    })
+    .await;
+    writer.release().await.unwrap();
+    let left = tokio::time::Instant::now();
+    while entered.load(Ordering::SeqCst) < 3 && left.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let n = entered.load(Ordering::SeqCst);
+    assert_eq!(
+        n,
+        3,
+        "{} of 3 readers still waiting 3 s after the writer left",
+        3 - n
+    );
+    println!(
+        "three readers in within {:?} of the writer's release",
+        left.elapsed()
+    );
+    leave.add_permits(3);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+    no_key_left(&cluster).await;
+}

@@ -17,9 +17,10 @@ use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
 use crate::protocol::access::Access;
-use crate::protocol::{permit_scripts, rw_scripts};
+use crate::protocol::{keys, permit_scripts, rw_scripts};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
+use crate::rules::retry::RetryPolicy;
 use crate::rules::safety::Persistence;
 use crate::wait::Enqueue;
 
@@ -135,10 +136,17 @@ fn lock_call(
                 Some(mode) => {
                     let config = &ensemble.config;
                     let intent = (config.retry).intent_lifetime(plan.ttl, config.node_timeout);
-                    (call.arg(mode))
+                    let call = (call.arg(mode))
                         .arg(scripts::flag(plain && !fencing))
-                        .arg(whole_ms(intent))
-                        .gated(holding.gate())
+                        .arg(whole_ms(intent));
+                    let call = match plan.access {
+                        // A reader that enters on its turn hands it on to the next waiter.
+                        Access::Read if ensemble.notifier.is_some() => call
+                            .arg(keys::wake_channel_prefix(&config.key_prefix))
+                            .arg(whole_ms(RetryPolicy::turn_lifetime(config.node_timeout))),
+                        _ => call,
+                    };
+                    call.gated(holding.gate())
                 }
             }
         }

@@ -20,6 +20,7 @@ use crate::protocol::access::Access;
 use crate::protocol::{keys, native, permit_scripts, reply, rw_scripts, scripts};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum;
+use crate::rules::retry::RetryPolicy;
 use crate::wait::Requeue;
 use crate::wait::queue::LocalHold;
 
@@ -222,7 +223,10 @@ impl Holding {
     /// The lifetime of the turn a waking release gives the client it wakes: two node
     /// timeouts, at least 1 ms.
     fn turn_ms(&self) -> u64 {
-        whole_ms(self.ensemble.config.node_timeout.saturating_mul(2)).max(1)
+        whole_ms(RetryPolicy::turn_lifetime(
+            self.ensemble.config.node_timeout,
+        ))
+        .max(1)
     }
 
     /// The general release script, waking the next waiter when `wakes`; more arguments may

@@ -48,15 +48,21 @@ end
 /// TTL in its current life (as for the mutex's plain `SET NX PX`), so the record is neither
 /// raised nor read, nor the marker. ARGV[9] (optional, a writer's): how long its intent
 /// lasts, in milliseconds (default: the TTL); every try of a waiting writer sets it anew.
+/// ARGV[10], ARGV[11] (optional, a reader's): the prefix of the clients' wake-up channels
+/// and the lifetime in milliseconds of the turn a hand-on gives.
 ///
 /// Otherwise raises the ensemble record first, as the mutex's script does. A lock key that holds
 /// anything but [`SHARED`] (a writer's or a mutex holder's token) refuses both sides. Then the
 /// readers whose expiry passed by the server's clock are dropped, and a reader enters when no
 /// writer intent exists, or it is its client's turn (a release woke it, ahead of the writer that
 /// left the intent): its token is added with the expiry now + TTL, the set's own expiry and the
-/// lock key's [`SHARED`] raised to at least that, and the turn ended, so that the other waiting
-/// readers pass the gate and share the lock with it, and waiting writers find the readers and leave
-/// their intent. A writer enters when no live reader is left: the key is set to its token with the
+/// lock key's [`SHARED`] raised to at least that, and its own turn ended. A reader that enters
+/// while a turn is given (a release or a hand-on woke a client less than a turn's lifetime ago)
+/// hands it on (with ARGV[10]): the next listed client that still listens is popped, woken
+/// (`<token>:<lock key>`, as a release wakes) and given the turn, so that readers queued behind
+/// a writer enter together rather than one per hold; a writer or a mutex handed the turn finds
+/// the readers and ends the chain (a writer leaves its intent). Waiting writers find the
+/// readers and leave their intent. A writer enters when no live reader is left: the key is set to its token with the
 /// TTL (replacing a [`SHARED`] that outlived its readers) and the intent deleted; finding readers,
 /// it sets the intent for ARGV[9] instead.
 ///
@@ -77,6 +83,18 @@ if ARGV[5] == '1' then
     fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 end
 local ttl = tonumber(ARGV[2])
+local function hand_on()
+    while true do
+        local id = redis.call('LPOP', KEYS[3])
+        if not id then
+            return
+        end
+        if redis.call('PUBLISH', ARGV[10] .. id, ARGV[1] .. ':' .. KEYS[1]) > 0 then
+            redis.call('SET', KEYS[6], id, 'PX', ARGV[11])
+            return
+        end
+    end
+end
 local function answer(acquired)
     keep_listed(KEYS[3], ARGV[3], acquired, ARGV[4], ARGV[6], 2 * ttl)
     if fast and acquired ~= -1 then
@@ -107,8 +125,12 @@ if ARGV[7] == 'r' then
         redis.call('PEXPIRE', KEYS[4], ttl)
     end
     keep_shared(KEYS[1], now, now + ttl)
+    local after_wake = redis.call('EXISTS', KEYS[6]) == 1
     if our_turn then
         redis.call('DEL', KEYS[6])
+    end
+    if after_wake and ARGV[10] then
+        hand_on()
     end
     return answer(1)
 end

@@ -47,6 +47,13 @@ impl RetryPolicy {
         half.saturating_add(jitter.min(upper))
     }
 
+    /// How long the turn that a wake-up gives its client lasts on a node: two node
+    /// timeouts (the woken client's attempt starts within one and lands within the next),
+    /// at least a millisecond.
+    pub(crate) fn turn_lifetime(node_timeout: Duration) -> Duration {
+        node_timeout.saturating_mul(2).max(Duration::from_millis(1))
+    }
+
     /// How long a waiting writer's intent lasts on a node: it keeps new readers out only
     /// while the writer waits, and the writer tries again at least every
     /// [`max_delay`](Self::max_delay) plus a round (within `node_timeout`), each try
