@@ -424,15 +424,19 @@ fn client(
     Ok(builder)
 }
 
-fn execute(cli: Cli) -> Result<u8, Failure> {
-    // Everything that needs no network is checked before anything starts.
-    let resource = match &cli.command {
+/// The resource a command names, if any.
+fn resource_of(command: &Command) -> Option<&String> {
+    match command {
         Command::Run(a) => Some(&a.resource),
         Command::Status(a) => Some(&a.resource),
         Command::Release(a) => Some(&a.resource),
         Command::Doctor(_) | Command::Repair(_) | Command::Init => None,
-    };
-    if resource.is_some_and(|r| r.is_empty()) {
+    }
+}
+
+fn execute(cli: Cli) -> Result<u8, Failure> {
+    // Everything that needs no network is checked before anything starts.
+    if resource_of(&cli.command).is_some_and(|r| r.is_empty()) {
         return Err(Failure::usage("the resource name is empty"));
     }
     if let Command::Release(args) = &cli.command
