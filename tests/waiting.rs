@@ -1077,10 +1077,48 @@ async fn a_waiter_moves_to_the_list_that_releases_pop() {
     second.release().await.unwrap();
 }
 
+/// Queues on node 0 a waiter for `resource` that polls only every minute, deletes `lost`
+/// there (the holder's copy, once every one of those keys has arrived: a grant may land
+/// after its majority answered), runs `release`, and checks that the waiter is woken
+/// within 5 s and leaves the list: only the wake-up makes it fast.
+async fn woken_where_the_copy_is_missing(
+    cluster: &Cluster,
+    resource: &str,
+    lost: &[String],
+    release: impl std::future::Future<Output = ()>,
+) {
+    let minute = Duration::from_secs(60);
+    let task = waiter_for(polling(&cluster.urls(), minute, minute), resource, minute);
+    eventually(Duration::from_secs(10), "waiter queued on node 0", || {
+        waiting_list(&cluster.nodes[0], resource).len() == 1
+    })
+    .await;
+    eventually(
+        Duration::from_secs(10),
+        "the holder's copy on node 0",
+        || {
+            let exists = redis::cmd("EXISTS").arg(lost).clone();
+            exists.query::<usize>(&mut cluster.nodes[0].conn()).unwrap() == lost.len()
+        },
+    )
+    .await;
+    let deleted: usize = redis::cmd("DEL")
+        .arg(lost)
+        .query(&mut cluster.nodes[0].conn())
+        .unwrap();
+    assert_eq!(deleted, lost.len());
+    let released = Instant::now();
+    release.await;
+    let second = acquired(task, "woken").await;
+    let gap = released.elapsed();
+    assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
+    assert!(waiting_list(&cluster.nodes[0], resource).is_empty());
+    second.release().await.unwrap();
+}
+
 /// A lock granted by a majority without its key on the waiting-list node (it expired
 /// there, or the `SET` there landed after another client's) still wakes the waiter listed
-/// there when it is released: the lock is free there too. The waiter polls only every
-/// minute, so only the wake-up makes it fast.
+/// there when it is released: the lock is free there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_waiter_listed_where_its_key_is_missing() {
     let cluster = Cluster::start(3);
@@ -1090,24 +1128,14 @@ async fn a_release_wakes_the_waiter_listed_where_its_key_is_missing() {
         .lock(&resource, Duration::from_secs(30))
         .await
         .unwrap();
-    let minute = Duration::from_secs(60);
-    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
-    eventually(Duration::from_secs(10), "waiter queued on node 0", || {
-        waiting_list(&cluster.nodes[0], &resource).len() == 1
-    })
+    let release = async { drop(guard.release().await.unwrap()) };
+    woken_where_the_copy_is_missing(
+        &cluster,
+        &resource,
+        std::slice::from_ref(&resource),
+        release,
+    )
     .await;
-    let deleted: i64 = redis::cmd("DEL")
-        .arg(&resource)
-        .query(&mut cluster.nodes[0].conn())
-        .unwrap();
-    assert_eq!(deleted, 1);
-    let released = Instant::now();
-    guard.release().await.unwrap();
-    let second = acquired(task, "woken").await;
-    let gap = released.elapsed();
-    assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
-    assert!(waiting_list(&cluster.nodes[0], &resource).is_empty());
-    second.release().await.unwrap();
 }
 
 /// The same for a reader: its release wakes the waiter listed on a node that lost its
@@ -1122,32 +1150,9 @@ async fn a_readers_release_wakes_the_waiter_listed_where_its_entry_is_missing() 
         .read(Duration::from_secs(30))
         .await
         .unwrap();
-    let minute = Duration::from_secs(60);
-    let task = waiter_for(polling(&cluster.urls(), minute, minute), &resource, minute);
-    eventually(Duration::from_secs(10), "waiter queued on node 0", || {
-        waiting_list(&cluster.nodes[0], &resource).len() == 1
-    })
-    .await;
-    // The reader's grant may reach node 0 after its majority answered: lose it after that.
-    let readers = format!("quorum-lock:readers:{resource}");
-    eventually(Duration::from_secs(10), "the reader on node 0", || {
-        let exists = redis::cmd("EXISTS").arg(&readers).arg(&resource).clone();
-        exists.query::<i64>(&mut cluster.nodes[0].conn()).unwrap() == 2
-    })
-    .await;
-    let deleted: i64 = redis::cmd("DEL")
-        .arg(&readers)
-        .arg(&resource)
-        .query(&mut cluster.nodes[0].conn())
-        .unwrap();
-    assert_eq!(deleted, 2);
-    let released = Instant::now();
-    reading.release().await.unwrap();
-    let second = acquired(task, "woken").await;
-    let gap = released.elapsed();
-    assert!(gap < Duration::from_secs(5), "woken after {gap:?}");
-    assert!(waiting_list(&cluster.nodes[0], &resource).is_empty());
-    second.release().await.unwrap();
+    let lost = [format!("quorum-lock:readers:{resource}"), resource.clone()];
+    let release = async { drop(reading.release().await.unwrap()) };
+    woken_where_the_copy_is_missing(&cluster, &resource, &lost, release).await;
 }
 
 /// A woken waiter may try before the release that woke it (on the waiting-list node)

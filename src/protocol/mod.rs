@@ -64,4 +64,23 @@ mod tests {
             assert!(loaded.contains(&lua.source), "{}", lua.source);
         }
     }
+
+    /// The marks a kind writes on a lock key are Lua literals in its scripts: each must be
+    /// the Rust constant that the rest of the crate compares with.
+    #[test]
+    fn every_mark_literal_in_the_scripts_is_its_constant() {
+        let kinds: [(&[&str], &str); 2] = [
+            (&rw_scripts::SOURCES, rw_scripts::SHARED),
+            (&permit_scripts::SOURCES, permit_scripts::PERMITS_MARK),
+        ];
+        for (sources, mark) in kinds {
+            let quoted = format!("'{mark}'");
+            let marks: usize = sources.iter().map(|s| s.matches(&quoted).count()).sum();
+            let any: usize = (sources.iter())
+                .map(|s| s.matches("'quorum-lock:").count())
+                .sum();
+            assert!(marks > 0, "the scripts name {quoted}");
+            assert_eq!(any, marks, "every mark literal in the scripts is {quoted}");
+        }
+    }
 }

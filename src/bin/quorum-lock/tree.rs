@@ -133,13 +133,17 @@ impl ProcessTree {
     /// supervisor is gone (its orphans went to init with it), what is left of the tree is
     /// the program and its descendants.
     pub(crate) fn live(&self) -> Vec<ProcEntry> {
-        let entries = scan_proc();
+        self.live_in(&scan_proc())
+    }
+
+    /// [`live`](Self::live) from `entries`, one read of `/proc`.
+    fn live_in(&self, entries: &[ProcEntry]) -> Vec<ProcEntry> {
         let excluded = self.watchdog.map(Pid::as_raw);
         let alive = |pid: Pid| (entries.iter()).any(|e| e.pid == pid.as_raw() && !e.ended);
         if alive(self.supervisor) {
-            return live_descendants(&entries, self.supervisor.as_raw(), excluded);
+            return live_descendants(entries, self.supervisor.as_raw(), excluded);
         }
-        let mut left = live_descendants(&entries, self.program.as_raw(), excluded);
+        let mut left = live_descendants(entries, self.program.as_raw(), excluded);
         left.extend((entries.iter()).filter(|e| e.pid == self.program.as_raw() && !e.ended));
         left
     }
@@ -151,8 +155,7 @@ impl ProcessTree {
         let empty_once = || {
             read_proc().is_some_and(|entries| {
                 let me = entries.iter().any(|e| e.pid == self.supervisor.as_raw());
-                let excluded = self.watchdog.map(Pid::as_raw);
-                me && live_descendants(&entries, self.supervisor.as_raw(), excluded).is_empty()
+                me && self.live_in(&entries).is_empty()
             })
         };
         empty_once() && empty_once()
