@@ -792,7 +792,10 @@ async fn warmed(cluster: &Cluster, redlock: Redlock) -> Redlock {
     panic!("the fast path never became warm");
 }
 
-/// Waits until every node has a subscriber on some wake-up channel.
+/// Waits until every node has a subscriber on some wake-up channel, and then until the
+/// nodes' command counts stay still for 300 ms: a call that starts listening makes one
+/// more attempt at once (it may have missed a release while it subscribed), which lands
+/// after the subscription shows and must not fall among the counts that follow.
 async fn subscribed_everywhere(cluster: &Cluster) {
     eventually(Duration::from_secs(10), "subscribed on every node", || {
         cluster.nodes.iter().all(|n| {
@@ -805,6 +808,17 @@ async fn subscribed_everywhere(cluster: &Cluster) {
         })
     })
     .await;
+    let seen = || cluster.nodes.iter().map(commands).collect::<Vec<_>>();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut before = seen();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = seen();
+        if now == before || Instant::now() > deadline {
+            return;
+        }
+        before = now;
+    }
 }
 
 /// Exact commands of an uncontended lock + release on each of three nodes, scripts' calls
