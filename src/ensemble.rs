@@ -269,6 +269,11 @@ impl Ensemble {
         }
     }
 
+    /// Whether member `i` is a Redis Cluster.
+    pub(crate) fn is_cluster_member(&self, i: usize) -> bool {
+        self.cluster_of(i).is_some()
+    }
+
     /// Member `i`'s Redis Cluster, if it is one.
     fn cluster_of(&self, i: usize) -> Option<&Arc<ClusterMember>> {
         let seating = self.base.as_deref().unwrap_or(self).seating.as_ref()?;

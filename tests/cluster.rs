@@ -706,3 +706,63 @@ async fn a_frozen_master_replaced_by_the_cluster_keeps_its_lost_lock_exclusive()
         c.shutdown().await;
     }
 }
+
+/// Calls of `command` on every master of `cluster` since the last `CONFIG RESETSTAT`.
+fn calls_on_masters(cluster: &RedisClusterTopology, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{command}:calls=");
+    (0..cluster.nodes().len())
+        .map(|i| {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut cluster.node(i).conn())
+                .unwrap();
+            (info.lines())
+                .find_map(|l| l.strip_prefix(&prefix)?.split(',').next()?.parse().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// An idle client of a Cluster member stays quiet: once it has made no attempt for a
+/// second and a half, its background readmission only pings. In the next 3 s its masters
+/// see no script (no readmission probe on a random slot, which left per-slot bookkeeping
+/// keys behind, slot after slot).
+///
+/// On the code before this change the background task probed every 100 ms to 5 s for
+/// ever, since a Cluster member is never known admitted as a whole: "an idle client sent
+/// 14 scripts in 3 s".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_cluster_member_client_sends_no_scripts() {
+    let cluster = RedisClusterTopology::start(3, 0);
+    let url = member_url(&cluster);
+    let redlock = client(&[&url]);
+    let resource = unique("idle");
+    let start = Instant::now();
+    let guard = loop {
+        match redlock.lock(&resource, Duration::from_secs(5)).await {
+            Ok(guard) => break guard,
+            Err(e) if start.elapsed() < Duration::from_secs(20) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no lock within 20 s: {e}"),
+        }
+    };
+    guard.release().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for i in 0..cluster.nodes().len() {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut cluster.node(i).conn())
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let scripts = calls_on_masters(&cluster, "evalsha") + calls_on_masters(&cluster, "eval");
+    assert_eq!(scripts, 0, "an idle client sent {scripts} scripts in 3 s");
+    println!(
+        "idle for 3 s: {} PING, {} CLUSTER, {} INFO on the masters",
+        calls_on_masters(&cluster, "ping"),
+        calls_on_masters(&cluster, "cluster|slots") + calls_on_masters(&cluster, "cluster"),
+        calls_on_masters(&cluster, "info"),
+    );
+}

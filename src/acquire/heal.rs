@@ -228,6 +228,15 @@ fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
     }
 }
 
+/// Whether a background probe can readmit anything in an ensemble with a Redis Cluster
+/// member: a member other than a Redis Cluster is not known admitted in its current life. A Cluster member's markers are per slot: it is
+/// never known admitted as a whole, and a probe readmits one random slot (leaving that
+/// slot's bookkeeping keys); its attempts readmit their own slots as they go.
+fn probe_helps(ensemble: &Ensemble) -> bool {
+    (ensemble.nodes.iter().enumerate())
+        .any(|(i, node)| !ensemble.is_cluster_member(i) && !node.known().is_admitted())
+}
+
 /// Starts the background readmission of a long-lived client, once, when a runtime is
 /// there (restart quarantine on). It holds the client weakly and stops with
 /// [`Redlock::shutdown`](crate::Redlock::shutdown) or when the last clone is dropped.
@@ -246,7 +255,8 @@ pub(crate) fn start_healer(ensemble: &Arc<Ensemble>) {
 /// The background readmission: while a node that answers is kept out, a [`heal_ensemble`]
 /// round when its quarantine should be over (between 100 ms and 5 s apart); otherwise a
 /// `PING` of every node every 5 s (a node that is down costs nothing more), and a round at
-/// once when a connect learns a node's facts.
+/// once when a connect learns a node's facts. With a Cluster member, only the `PING`s while
+/// no probe helps (see [`probe_helps`]).
 async fn heal_in_background(ensemble: Weak<Ensemble>) {
     let mut pause = Duration::ZERO;
     loop {
@@ -265,6 +275,11 @@ async fn heal_in_background(ensemble: Weak<Ensemble>) {
             .filter(|d| !d.is_zero())
         {
             pause = busy;
+            continue;
+        }
+        if ensemble.config.slotted && !probe_helps(&ensemble) {
+            let _ = reach(&ensemble).await;
+            pause = IDLE_CHECK;
             continue;
         }
         pause = match heal_ensemble(&ensemble).await {
