@@ -59,16 +59,12 @@ fn a_new_deployment_with_a_node_down_locks_at_once_after_init() {
     ready.expect(0).stdout_has("5 of 5 nodes admitted: ready");
 }
 
-/// Eight processes start together on five new nodes declared new, each running three
-/// 0.1 s critical sections under one lock, while node 1 is paused for 1.5 s and node 2 is
-/// killed: every run exits 0 within its wait, and no two critical sections overlap (a
-/// directory each claims with `mkdir`, which fails when another holds it).
-///
-/// Without `init`, runs started on nodes whose first contacts overlap a pause can leave
-/// records that make every node wait out the ceiling: 69 after the whole wait.
-#[test]
-fn processes_starting_together_on_a_declared_ensemble_all_lock() {
-    let cluster = Cluster::start(5);
+/// `processes` processes start together on five new nodes declared new, each running
+/// three 0.1 s critical sections under one lock, `faults` applied meanwhile: every run exits
+/// 0 within its wait, and no two critical sections overlap (a directory each claims with
+/// `mkdir`, which fails when another holds it).
+fn processes_start_together(processes: usize, faults: impl FnOnce(&mut Cluster)) {
+    let mut cluster = Cluster::start(5);
     let urls = cluster.urls();
     let scratch = Scratch::new();
     let resource = unique("together");
@@ -86,7 +82,7 @@ fn processes_starting_together_on_a_declared_ensemble_all_lock() {
         ttl = TTL_ARG,
         script = quoted(&script),
     );
-    let mut workers: Vec<Running> = (0..8)
+    let workers: Vec<Running> = (0..processes)
         .map(|_| {
             let mut cmd = std::process::Command::new("sh");
             cmd.args(["-c", &worker])
@@ -94,15 +90,36 @@ fn processes_starting_together_on_a_declared_ensemble_all_lock() {
             start(cmd, &scratch)
         })
         .collect();
-    cluster.nodes[1].pause();
-    std::thread::sleep(Duration::from_millis(1500));
-    cluster.nodes[1].resume();
-    let mut cluster = cluster;
-    cluster.nodes[2].kill();
-    for (i, worker) in workers.drain(..).enumerate() {
+    faults(&mut cluster);
+    for (i, worker) in workers.into_iter().enumerate() {
         let done = worker.wait(LIMIT);
         assert_eq!(done.status.code(), Some(0), "worker {i}: {done:#?}");
     }
     let log = fs::read_to_string(scratch.path("log")).unwrap();
-    assert_eq!(log.lines().count(), 24, "every critical section ran once");
+    assert_eq!(
+        log.lines().count(),
+        3 * processes,
+        "every critical section ran once"
+    );
+}
+
+/// Four processes start together on a declared ensemble, every node up.
+#[test]
+fn four_processes_starting_together_on_a_declared_ensemble_all_lock() {
+    processes_start_together(4, |_| {});
+}
+
+/// Eight processes start together on a declared ensemble while node 1 is paused for 1.5 s
+/// and node 2 is killed.
+///
+/// Without `init`, runs started on nodes whose first contacts overlap a pause can leave
+/// records that make every node wait out the ceiling: 69 after the whole wait.
+#[test]
+fn processes_starting_together_on_a_declared_ensemble_all_lock() {
+    processes_start_together(8, |cluster| {
+        cluster.nodes[1].pause();
+        std::thread::sleep(Duration::from_millis(1500));
+        cluster.nodes[1].resume();
+        cluster.nodes[2].kill();
+    });
 }
