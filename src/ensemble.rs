@@ -269,11 +269,6 @@ impl Ensemble {
         }
     }
 
-    /// Whether member `i` is a Redis Cluster.
-    pub(crate) fn is_cluster_member(&self, i: usize) -> bool {
-        self.cluster_of(i).is_some()
-    }
-
     /// Member `i`'s Redis Cluster, if it is one.
     fn cluster_of(&self, i: usize) -> Option<&Arc<ClusterMember>> {
         let seating = self.base.as_deref().unwrap_or(self).seating.as_ref()?;
@@ -288,6 +283,13 @@ impl Ensemble {
             Some(cluster) => cluster.shard_replication().await,
             None => Vec::new(),
         }
+    }
+
+    /// For member `i` when it is a Redis Cluster, each master that owns a slot, with the
+    /// first slot it owns (see `ClusterMember::owner_first_slots`); `None` for any other
+    /// member.
+    pub(crate) async fn cluster_owner_slots(&self, i: usize) -> Option<Vec<(Arc<Node>, u16)>> {
+        Some(self.cluster_of(i)?.owner_first_slots().await)
     }
 
     /// Every node this client has: its members' and, for a Cluster member, every shard

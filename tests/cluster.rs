@@ -208,6 +208,55 @@ async fn a_cluster_member_votes_beside_plain_servers() {
     }
 }
 
+/// `heal` until it reports `redlock` ready, within `bound`; the last readiness.
+async fn ready_within(redlock: &Redlock, bound: Duration) -> quorum_lock::Readiness {
+    let start = Instant::now();
+    loop {
+        let readiness = redlock.heal().await.unwrap();
+        if readiness.is_ready() {
+            return readiness;
+        }
+        assert!(
+            start.elapsed() < bound,
+            "not ready within {bound:?}: {readiness:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The slot tags of the per-slot bookkeeping keys on `server`, sorted and distinct.
+fn bookkeeping_tags(server: &RedisServer) -> Vec<String> {
+    let mut tags: Vec<String> = (keys(server, "quorum-lock:{*}:node:*").iter())
+        .filter_map(|k| Some(k.split_once('{')?.1.split_once('}')?.0.to_owned()))
+        .collect();
+    tags.dedup();
+    tags
+}
+
+/// `heal` (and so `doctor --ready` and `repair`) reports a Cluster member ready once each
+/// master that owns a slot is admitted in its current life: it probes one fixed slot per
+/// master, so that its probes leave bookkeeping in one slot per master and nothing else,
+/// however often it runs.
+///
+/// On the code before this change a Cluster member was never ready: "not ready within
+/// 30s: ... KeptOut { reason: Readmitting ... }".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_member_is_reported_ready_once_its_masters_are_admitted() {
+    let cluster = RedisClusterTopology::start(3, 0);
+    let redlock = client(&[&member_url(&cluster)]);
+    let readiness = ready_within(&redlock, Duration::from_secs(30)).await;
+    assert_eq!(readiness.admitted(), 1);
+    for _ in 0..5 {
+        assert!(redlock.heal().await.unwrap().is_ready());
+    }
+    for m in 0..3 {
+        let tags = bookkeeping_tags(cluster.node(m));
+        assert_eq!(tags.len(), 1, "master {m}: bookkeeping in slots {tags:?}");
+    }
+    assert_eq!(stray_keys(&cluster), Vec::<String>::new());
+    redlock.shutdown().await;
+}
+
 /// The other lock kinds on a Cluster member: a semaphore's slots share one shard (its
 /// waiting list and count record are theirs), and at most its count hold at once; a
 /// read-write lock's readers share while its writer is out.
@@ -723,10 +772,10 @@ fn calls_on_masters(cluster: &RedisClusterTopology, command: &str) -> u64 {
         .sum()
 }
 
-/// An idle client of a Cluster member stays quiet: once it has made no attempt for a
-/// second and a half, its background readmission only pings. In the next 3 s its masters
-/// see no script (no readmission probe on a random slot, which left per-slot bookkeeping
-/// keys behind, slot after slot).
+/// An idle client of a Cluster member stays quiet: once its masters are admitted and it
+/// has made no attempt for a second and a half, its background readmission only pings. In
+/// the next 3 s its masters see no script (no readmission probe on a random slot, which
+/// left per-slot bookkeeping keys behind, slot after slot).
 ///
 /// On the code before this change the background task probed every 100 ms to 5 s for
 /// ever, since a Cluster member is never known admitted as a whole: "an idle client sent
@@ -749,6 +798,7 @@ async fn an_idle_cluster_member_client_sends_no_scripts() {
         }
     };
     guard.release().await.unwrap();
+    ready_within(&redlock, Duration::from_secs(30)).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     for i in 0..cluster.nodes().len() {
         let () = redis::cmd("CONFIG")

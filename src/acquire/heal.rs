@@ -14,8 +14,9 @@ use crate::acquire::first_contact;
 use crate::acquire::plan::Plan;
 use crate::ensemble::Ensemble;
 use crate::error::Result;
+use crate::net::node::Node;
 use crate::protocol::keys;
-use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
+use crate::report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};
 
 /// How often an idle long-lived client checks that its nodes still answer (a `PING`
 /// each), so that it sees a restart without lock traffic.
@@ -133,15 +134,26 @@ impl Readiness {
 /// while some node's marker was still unacknowledged or only written (its yes counts from
 /// the next round).
 pub(crate) async fn heal_ensemble(ensemble: &Arc<Ensemble>) -> Result<Readiness> {
-    let mut readiness = readiness(ensemble, &reach(ensemble).await?);
+    let owners = shard_owners(ensemble).await;
+    let mut readiness = readiness(ensemble, &owners, &reach(ensemble).await?);
     for _ in 0..2 {
         // A probe helps only a node that answers and would vote from the next round.
         if readiness.next_change() != Some(Duration::ZERO) {
             break;
         }
-        readiness = self::readiness(ensemble, &probe(ensemble).await?);
+        readiness = self::readiness(ensemble, &owners, &probe(ensemble, &owners).await?);
     }
     Ok(readiness)
+}
+
+/// Per member, when it is a Redis Cluster, each master that owns a slot and the first
+/// slot it owns; `None` for any other member.
+type ShardOwners = Vec<Option<Vec<(Arc<Node>, u16)>>>;
+
+/// The [`ShardOwners`] of `ensemble`'s members.
+async fn shard_owners(ensemble: &Ensemble) -> ShardOwners {
+    let asked = (0..ensemble.nodes.len()).map(|i| ensemble.cluster_owner_slots(i));
+    futures::future::join_all(asked).await
 }
 
 /// Pings every node, twice for those that did not answer the first time (a connection
@@ -160,11 +172,29 @@ async fn reach(ensemble: &Ensemble) -> Result<NodeReport> {
     Ok(report)
 }
 
-/// One acquisition attempt on a private resource, released at once: it marks the nodes
-/// whose quarantine is over and confirms them. Returns its per-node report.
-async fn probe(ensemble: &Arc<Ensemble>) -> Result<NodeReport> {
+/// Acquisition attempts on private resources, released at once: they mark the nodes whose
+/// quarantine is over and confirm them. One attempt, or with a Cluster member one in a
+/// slot of each of its masters (a Cluster member's markers are per slot: always the same
+/// slot per master, so that probes leave bookkeeping in no other). Returns, per member,
+/// the least favourable outcome any attempt saw.
+async fn probe(ensemble: &Arc<Ensemble>, owners: &ShardOwners) -> Result<NodeReport> {
+    let mut slots: Vec<u16> = owners.iter().flatten().flatten().map(|(_, s)| *s).collect();
+    slots.sort_unstable();
+    slots.dedup();
     let id = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>()).simple();
-    let resource = keys::probe_resource(&id.to_string());
+    let resources = match slots.is_empty() {
+        true => vec![keys::probe_resource(&id.to_string())],
+        false => (slots.iter())
+            .map(|&slot| keys::probe_resource_in(slot, &id.to_string()))
+            .collect(),
+    };
+    let attempts = resources.into_iter().map(|r| probe_on(ensemble, r));
+    let reports = futures::future::try_join_all(attempts).await?;
+    Ok(least_favourable(&reports))
+}
+
+/// One acquisition attempt on `resource`, released at once; its per-node report.
+async fn probe_on(ensemble: &Arc<Ensemble>, resource: String) -> Result<NodeReport> {
     let plan =
         Plan::new(ensemble, vec![resource], probe_ttl(ensemble), false)?.reading_every_answer();
     let ensemble = &ensemble.seated(&plan.keys).await;
@@ -179,6 +209,27 @@ async fn probe(ensemble: &Arc<Ensemble>) -> Result<NodeReport> {
     })
 }
 
+/// Per node, the least favourable result of `reports`: a failure before a quarantine, the
+/// longer quarantine before the shorter, either before a vote.
+fn least_favourable(reports: &[NodeReport]) -> NodeReport {
+    let rank = |r: &NodeResult| match &r.outcome {
+        o if o.is_failure() => (2, Duration::MAX),
+        NodeOutcome::Quarantined { remaining, .. } => (1, remaining.unwrap_or(Duration::MAX)),
+        _ => (0, Duration::ZERO),
+    };
+    let mut worst: Vec<NodeResult> = Vec::new();
+    for report in reports {
+        for (i, result) in report.results().iter().enumerate() {
+            match worst.get_mut(i) {
+                Some(kept) if rank(result) > rank(kept) => *kept = result.clone(),
+                Some(_) => {}
+                None => worst.push(result.clone()),
+            }
+        }
+    }
+    NodeReport::new(worst)
+}
+
 /// The probe's TTL: long enough to be valid after a node timeout, at most the ceiling.
 fn probe_ttl(ensemble: &Ensemble) -> Duration {
     let config = &ensemble.config;
@@ -190,14 +241,21 @@ fn probe_ttl(ensemble: &Ensemble) -> Duration {
 }
 
 /// Where each node stands, from what this client knows of it and `report`, the last round
-/// that reached the nodes.
-fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
+/// that reached the nodes. A Cluster member is admitted once each master that owns a slot
+/// (`owners`) is known admitted in its current life.
+fn readiness(ensemble: &Ensemble, owners: &ShardOwners, report: &NodeReport) -> Readiness {
     let outcomes = (report.results().iter().map(|r| &r.outcome))
         .chain(std::iter::repeat(&NodeOutcome::Pending));
-    let nodes = (ensemble.nodes.iter().zip(outcomes))
-        .map(|(node, outcome)| {
+    let nodes = (ensemble.nodes.iter().zip(outcomes).enumerate())
+        .map(|(i, (node, outcome))| {
+            let admitted = match owners.get(i).and_then(Option::as_ref) {
+                Some(shards) => {
+                    !shards.is_empty() && shards.iter().all(|(n, _)| n.known().is_admitted())
+                }
+                None => node.known().is_admitted(),
+            };
             let state = match outcome {
-                _ if node.known().is_admitted() => NodeState::Admitted,
+                _ if admitted => NodeState::Admitted,
                 NodeOutcome::Quarantined { reason, remaining } => NodeState::KeptOut {
                     reason: *reason,
                     remaining: *remaining,
@@ -228,13 +286,15 @@ fn readiness(ensemble: &Ensemble, report: &NodeReport) -> Readiness {
     }
 }
 
-/// Whether a background probe can readmit anything in an ensemble with a Redis Cluster
-/// member: a member other than a Redis Cluster is not known admitted in its current life. A Cluster member's markers are per slot: it is
-/// never known admitted as a whole, and a probe readmits one random slot (leaving that
-/// slot's bookkeeping keys); its attempts readmit their own slots as they go.
-fn probe_helps(ensemble: &Ensemble) -> bool {
-    (ensemble.nodes.iter().enumerate())
-        .any(|(i, node)| !ensemble.is_cluster_member(i) && !node.known().is_admitted())
+/// Whether a background probe can readmit anything: some node or Cluster master this
+/// client knows is not admitted in its current life. An idle client whose nodes are all
+/// admitted only pings them.
+async fn probe_helps(ensemble: &Ensemble) -> bool {
+    let owners = shard_owners(ensemble).await;
+    (ensemble.nodes.iter().zip(&owners)).any(|(node, shards)| match shards {
+        Some(shards) => shards.iter().any(|(n, _)| !n.known().is_admitted()),
+        None => !node.known().is_admitted(),
+    })
 }
 
 /// Starts the background readmission of a long-lived client, once, when a runtime is
@@ -255,8 +315,8 @@ pub(crate) fn start_healer(ensemble: &Arc<Ensemble>) {
 /// The background readmission: while a node that answers is kept out, a [`heal_ensemble`]
 /// round when its quarantine should be over (between 100 ms and 5 s apart); otherwise a
 /// `PING` of every node every 5 s (a node that is down costs nothing more), and a round at
-/// once when a connect learns a node's facts. With a Cluster member, only the `PING`s while
-/// no probe helps (see [`probe_helps`]).
+/// once when a connect learns a node's facts. Only the `PING`s while no probe helps (see
+/// [`probe_helps`]).
 async fn heal_in_background(ensemble: Weak<Ensemble>) {
     let mut pause = Duration::ZERO;
     loop {
@@ -277,7 +337,7 @@ async fn heal_in_background(ensemble: Weak<Ensemble>) {
             pause = busy;
             continue;
         }
-        if ensemble.config.slotted && !probe_helps(&ensemble) {
+        if !probe_helps(&ensemble).await {
             let _ = reach(&ensemble).await;
             pause = IDLE_CHECK;
             continue;

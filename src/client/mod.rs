@@ -248,7 +248,9 @@ impl Redlock {
     /// restart); when one that answers is not known admitted in its current life, makes an
     /// acquisition attempt on a private resource (a key of this client's own, released at
     /// once), which marks the nodes whose quarantine is over and confirms them. Nodes
-    /// still quarantined are reported with the time they wait. A long-lived client does
+    /// still quarantined are reported with the time they wait. A Redis Cluster member,
+    /// whose markers are per slot, is admitted once each master that owns a slot is: the
+    /// attempt is made in one fixed slot of each (the first it owns). A long-lived client does
     /// this by itself in the background; this is for the command line (`quorum-lock
     /// repair`, `quorum-lock doctor --ready`) and for tests.
     ///

@@ -215,6 +215,25 @@ impl ClusterMember {
             .await
     }
 
+    /// Each master that owns a slot in the table (learnt first if it never was), with the
+    /// first slot it owns: where a readmission probe reaches that master.
+    pub(crate) async fn owner_first_slots(&self) -> Vec<(Arc<Node>, u16)> {
+        if self.lock().learnt.is_none() {
+            self.learn().await;
+        }
+        let table = self.lock();
+        let mut firsts: Vec<(Arc<Node>, u16)> = Vec::new();
+        for (slot, owner) in (0..SLOTS).zip(&table.owners) {
+            let Some(node) = owner.as_ref().and_then(|o| table.shards.get(&**o)) else {
+                continue;
+            };
+            if !firsts.iter().any(|(n, _)| Arc::ptr_eq(n, node)) {
+                firsts.push((Arc::clone(node), slot));
+            }
+        }
+        firsts
+    }
+
     /// Every shard master named so far.
     pub(crate) fn shards(&self) -> Vec<Arc<Node>> {
         self.lock().shards.values().cloned().collect()

@@ -285,6 +285,11 @@ pub(crate) fn probe_resource(id: &str) -> String {
     internal("", "probe", id)
 }
 
+/// [`probe_resource`] in Redis Cluster slot `slot` (its name carries the slot's tag).
+pub(crate) fn probe_resource_in(slot: u16, id: &str) -> String {
+    internal_name("", slots::slot_tag(slot), "probe", id).joined()
+}
+
 /// The semaphore name in slot lock resource `resource` (see [`permit_resource`]); the whole
 /// resource for any other.
 pub(crate) fn semaphore_of(resource: &str) -> &str {
