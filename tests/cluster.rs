@@ -257,6 +257,51 @@ async fn a_cluster_member_is_reported_ready_once_its_masters_are_admitted() {
     redlock.shutdown().await;
 }
 
+/// One frozen master (`SIGSTOP`: it accepts connections and never answers) of a
+/// five-master cluster stops no lock on the other masters' slots: a confirmation round
+/// settles once the four others agree, without waiting for the silent one, and no round
+/// is cut short by a request's node timeout. (With three masters the other two must both
+/// answer: a silent one stops the others' votes until the cluster replaces it.)
+///
+/// On the code before this change every round waited for the frozen master until its
+/// connect timeout, a confirmation window, and requests dropped it half-way: "lock 0 with
+/// master 4 frozen: not enough votes ... (1 of 1 needed) within 5s".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_of_five_stops_no_lock_on_the_others() {
+    let cluster = RedisClusterTopology::start(5, 0);
+    for i in 0..5 {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-require-full-coverage")
+            .arg("no")
+            .query(&mut cluster.node(i).conn())
+            .unwrap();
+    }
+    let redlock = client(&[&member_url(&cluster)]);
+    ready_within(&redlock, Duration::from_secs(30)).await;
+    let resources: Vec<String> = (0..40)
+        .map(|i| unique(&format!("frozen-of-five-{i}")))
+        .filter(|r| cluster.master_for_key(r) != 4)
+        .take(10)
+        .collect();
+    cluster.node(4).pause();
+    // Past a confirmation window: every lock below needs a round with the master frozen.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for (i, resource) in resources.iter().enumerate() {
+        let start = Instant::now();
+        let guard = redlock
+            .lock(resource, Duration::from_secs(5))
+            .wait(Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("lock {i} with master 4 frozen: {e}"));
+        println!("lock {i} with master 4 frozen: {:?}", start.elapsed());
+        guard.release().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    cluster.node(4).resume();
+    redlock.shutdown().await;
+}
+
 /// The other lock kinds on a Cluster member: a semaphore's slots share one shard (its
 /// waiting list and count record are theirs), and at most its count hold at once; a
 /// read-write lock's readers share while its writer is out.

@@ -13,7 +13,7 @@
 //!   (naming itself until demoted, M' after) or M' (naming itself); B and C name the owner
 //!   they know. The owner `cluster::confirmed_owners` finds (named by more than half of the
 //!   masters asked other than itself) is the confirmation, from now, and the table's; with
-//!   none the table has no owner, and the next round starts from a seed. Answers are read
+//!   none the last confirmation stays to age out, and the table as it was. Answers are read
 //!   at the round's start (later ones could only name M' sooner). `round` is `All`,
 //!   `Without(i)` (the `i`-th asked does not answer), or, with no table, `Fresh(s)`: the
 //!   masters of a seed's table whose slot `s` owns;
@@ -38,7 +38,8 @@
 //! Safety: *mutual exclusion* (never two holders). The checks:
 //! - the rules as the client has them: safe with the lag bounded, unbounded, with rounds
 //!   missing a master, and with a client starting from a seed; `sometimes` guards against
-//!   vacuity: a lock on M', and one won on M after a third party switched. Neither owner's
+//!   vacuity: a lock on M', one won on M after a third party switched, and (rounds missing
+//!   a master) one on M' learnt from a round the frozen M did not answer. Neither owner's
 //!   word about itself counts, so both confirmations need both B and C, whose views only
 //!   move forward: no lag assumption is needed;
 //! - every vote counting unconfirmed: a client still on M locks there after the failover;
@@ -138,6 +139,8 @@ struct Client {
     holds: Option<(u8, u8)>,
     attempts: u8,
     rounds: u8,
+    /// Whether a round that M, silent, did not answer confirmed M'.
+    learnt_without_old: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -153,6 +156,9 @@ struct State {
     clients: [Client; CLIENTS],
     /// Whether a lock was won on M after a third party switched (for vacuity).
     old_after_switch: bool,
+    /// Whether a lock was won on M' by a client whose table named it from a round that M,
+    /// silent, did not answer (liveness with the old master frozen).
+    promoted_while_old_silent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -236,6 +242,7 @@ impl Failover {
         n.keys[usize::from(server)] = Some(key_life());
         n.clients[i].holds = Some((1 + validity(), server));
         n.old_after_switch |= server == M && s.switched.contains(&true);
+        n.promoted_while_old_silent |= server == PROMOTED && c.learnt_without_old;
     }
 
     /// `c` with what can no longer matter forgotten: a confirmation too old to vouch, and
@@ -270,6 +277,7 @@ impl Model for Failover {
             keys: [None, None],
             clients: [client(Some(M)), client(second)],
             old_after_switch: false,
+            promoted_while_old_silent: false,
         }]
     }
 
@@ -331,8 +339,14 @@ impl Model for Failover {
                 let (table, agreed) = self.round(s, &s.clients[i], round)?;
                 let c = &mut n.clients[i];
                 c.rounds += 1;
-                c.table = table;
-                c.confirmed = agreed.map(|owner| (0, owner));
+                c.learnt_without_old |= round == Round::Without(2) && agreed == Some(PROMOTED);
+                match agreed {
+                    Some(owner) => (c.table, c.confirmed) = (table, Some((0, owner))),
+                    // The crate's rule: a round that confirms no owner leaves the last
+                    // confirmation to age out, and requests where they went.
+                    None if self.rule != Rule::SelfCounted => {}
+                    None => (c.table, c.confirmed) = (table, None),
+                }
             }
             Action::Connect(i) => n.clients[i].quarantine = Some(self.quarantine()),
             Action::Acquire(i) => {
@@ -391,6 +405,9 @@ impl Model for Failover {
             Property::sometimes(ON_OLD_AFTER_SWITCH, |_: &Failover, s: &State| {
                 s.old_after_switch
             }),
+            Property::sometimes(WHILE_OLD_SILENT, |_: &Failover, s: &State| {
+                s.promoted_while_old_silent
+            }),
         ]
     }
 }
@@ -398,6 +415,7 @@ impl Model for Failover {
 const EXCLUSION: &str = "mutual exclusion";
 const ON_PROMOTED: &str = "a client holds on the promoted master";
 const ON_OLD_AFTER_SWITCH: &str = "a client holds on M, won after a third party switched";
+const WHILE_OLD_SILENT: &str = "a client holds on M', learnt from a round M did not answer";
 
 /// The two clients are alike (a key does not name its owner, and a client's table tells
 /// whether it starts fresh): a state and its mirror have the same futures, so the checker
@@ -438,6 +456,9 @@ fn assert_safe(faults: Faults) {
     }
     checker.assert_any_discovery(ON_PROMOTED);
     checker.assert_any_discovery(ON_OLD_AFTER_SWITCH);
+    if faults == Faults::Silent {
+        checker.assert_any_discovery(WHILE_OLD_SILENT);
+    }
 }
 
 fn assert_caught(rule: Rule, faults: Faults) {

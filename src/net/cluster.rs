@@ -26,16 +26,17 @@ use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use tokio::time::Instant;
 
-use futures::FutureExt;
-use futures::future::BoxFuture;
+use futures::future::{BoxFuture, Shared};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 
 use crate::net::coalesce::Yield;
 use crate::net::node::{Member, Node, ShardOf};
 use crate::net::server_facts::{FactsHook, life_in};
 use crate::net::timely;
 use crate::protocol::slots::SLOTS;
-use crate::rules::cluster::confirmed_owners;
-use crate::rules::sentinel::vouched;
+use crate::rules::cluster::{confirmed_owners, settled};
+use crate::rules::sentinel::{CONFIRM_WINDOW, vouched};
 
 /// How often the slot table is learnt again at most, however many requests ask for it.
 const REFRESH_INTERVAL: Duration = Duration::from_millis(100);
@@ -46,18 +47,22 @@ struct Table {
     /// Every shard master named so far, by `host:port` (never removed: a guard may still
     /// hold one).
     shards: HashMap<String, Arc<Node>>,
-    /// The owner of each slot, by `host:port`, where requests go: the owner the last round
-    /// confirmed (`None`: none, and a request for the slot goes to the member's first
-    /// seed, which votes no); empty until first learnt.
+    /// The owner of each slot, by `host:port`, where requests go: the owner last confirmed
+    /// (`None`: none yet, and a request for the slot goes to the member's first seed, which
+    /// votes no); empty until first learnt.
     owners: Vec<Option<Arc<str>>>,
     /// When the table was last learnt (or tried).
     learnt: Option<Instant>,
-    /// The last confirmation: when its round started, and per slot the owner a majority of
-    /// the masters asked named (`None`: no majority).
-    confirmed: Option<(Instant, Vec<Option<Arc<str>>>)>,
-    /// The life each master answered that round in, by `host:port` (see
-    /// `server_facts::life_in`).
-    lives: HashMap<String, String>,
+    /// Per slot, its last confirmation: when its round started, and the owner more than
+    /// half of the other masters asked named (see `rules::cluster::confirmed_owners`);
+    /// empty until first confirmed.
+    confirmed: Vec<Option<(Instant, Arc<str>)>>,
+    /// Per master, by `host:port`, the life it last answered a round in (see
+    /// `server_facts::life_in`) and when that round started.
+    lives: HashMap<String, (Instant, String)>,
+    /// Per master, by `host:port`, when the last round that confirmed it owner of a slot,
+    /// and that it answered, started.
+    fresh: HashMap<String, Instant>,
 }
 
 /// A Redis Cluster member (see the module docs).
@@ -73,6 +78,10 @@ pub(crate) struct ClusterMember {
     table: Mutex<Table>,
     /// One learning of the table at a time.
     learning: tokio::sync::Mutex<()>,
+    /// The round under way that requests wait for, if any (spawned: it runs to its end).
+    round: Mutex<Option<Shared<BoxFuture<'static, ()>>>>,
+    /// Woken whenever a round puts confirmations in the table.
+    installed: tokio::sync::Notify,
     /// Told the name and durability of every connect of every shard (see `Node::on_facts`).
     on_facts: OnceLock<FactsHook>,
     /// Itself, for the shards' nodes, which ask it to learn the table again.
@@ -103,6 +112,8 @@ impl ClusterMember {
             coalescing,
             table: Mutex::new(Table::default()),
             learning: tokio::sync::Mutex::new(()),
+            round: Mutex::new(None),
+            installed: tokio::sync::Notify::new(),
             on_facts: OnceLock::new(),
             this: this.clone(),
         })
@@ -137,19 +148,20 @@ impl ClusterMember {
 
     /// Whether a vote of the node named `node` (`host:port`), whose connection is to the
     /// server's life `life`, for a lock in `slot` counts now: a confirmation that started
-    /// less than a confirmation window ago names it owner, and it answered that round in
-    /// the same life (a connection kept across a demotion and a new promotion knows an
-    /// old one).
+    /// less than a confirmation window ago names it owner, and it answered that round (or a
+    /// later one) in the same life (a connection kept across a demotion and a new promotion
+    /// knows an old one).
     pub(crate) fn vouches(&self, slot: u16, node: &str, life: Option<&str>) -> bool {
         let table = self.lock();
-        if table.lives.get(node).map(String::as_str) != life {
+        let Some((at, owner)) = table.confirmed.get(usize::from(slot)).cloned().flatten() else {
+            return false;
+        };
+        let answered = table.lives.get(node);
+        if answered.map(|(_, l)| l.as_str()) != life || answered.is_none_or(|(a, _)| *a < at) {
             return false;
         }
-        let confirmed = (table.confirmed.as_ref()).and_then(|(at, owners)| {
-            let owner = owners.get(usize::from(slot))?.as_deref()?;
-            Some((at.into_std(), owner))
-        });
-        vouched(confirmed.as_ref(), Some(&node), std::time::Instant::now())
+        let confirmed = (at.into_std(), &*owner);
+        vouched(Some(&confirmed), Some(&node), std::time::Instant::now())
     }
 
     /// The node of the master that owns `slot` in the table as it stands.
@@ -240,9 +252,13 @@ impl ClusterMember {
     }
 
     /// One round: asks every master the table names (at first, the masters the first seed
-    /// to answer names) for `CLUSTER SLOTS`, at once, and puts in the table per slot the
-    /// owner a majority of them agrees on as the confirmation, and where requests go. A
-    /// round no master answers leaves the table as it was.
+    /// to answer names) for `CLUSTER SLOTS`, at once, and puts in the table, as answers
+    /// come, per slot the owner more than half of the other masters asked name, as its
+    /// confirmation and where requests go. It ends once every master answered or the
+    /// connect timeout passed, or as soon as no answer to come can change its outcome
+    /// (`rules::cluster::settled`): a silent master holds back no confirmation, and costs
+    /// a round nothing once the others settle it. Slots it does not confirm keep their
+    /// last confirmation, which ages out.
     async fn learn(&self) {
         let _one = self.learning.lock().await;
         if (self.lock().learnt).is_some_and(|at| at.elapsed() < REFRESH_INTERVAL) {
@@ -255,21 +271,40 @@ impl ClusterMember {
         }
         // Each answer counts only when read within the connect timeout (see `timely`).
         let deadline = crate::rules::deadline::after(Instant::now(), self.connect_timeout);
-        let asked = masters.iter().map(|(host, port)| async move {
-            let answer = timely::within(deadline, self.ask_slots(host, *port));
-            match answer.await {
-                Some(Ok((ranges, life))) if !ranges.is_empty() => {
-                    Some((format!("{host}:{port}"), ranges, life))
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(member = %self.name, %host, port, error = %e, "CLUSTER SLOTS failed");
-                    None
-                }
-                _ => None,
+        let mut asks: FuturesUnordered<_> =
+            (masters.iter().enumerate())
+                .map(|(i, (host, port))| async move {
+                    (i, self.ask_within(deadline, host, *port).await)
+                })
+                .collect();
+        let mut answers: Vec<Option<Answer>> = vec![None; masters.len()];
+        while let Some((i, answer)) = asks.next().await {
+            let Some(answer) = answer else {
+                continue;
+            };
+            if let Some(slot) = answers.get_mut(i) {
+                *slot = Some(answer);
             }
-        });
-        let answers: Vec<Option<Answer>> = futures::future::join_all(asked).await;
-        self.install(&masters, &answers, started);
+            if self.install(&masters, &answers, i, started) {
+                break;
+            }
+        }
+        self.lock().learnt = Some(Instant::now());
+    }
+
+    /// `CLUSTER SLOTS` and the life of the master at `host:port`, when it answers with a
+    /// table before `deadline`.
+    async fn ask_within(&self, deadline: Instant, host: &str, port: u16) -> Option<Answer> {
+        match timely::within(deadline, self.ask_slots(host, port)).await {
+            Some(Ok((ranges, life))) if !ranges.is_empty() => {
+                Some((format!("{host}:{port}"), ranges, life))
+            }
+            Some(Err(e)) => {
+                tracing::debug!(member = %self.name, %host, port, error = %e, "CLUSTER SLOTS failed");
+                None
+            }
+            _ => None,
+        }
     }
 
     /// The masters the table names now, `(host, port)`, sorted.
@@ -311,15 +346,18 @@ impl ClusterMember {
         Ok((slot_ranges(&reply, host), life_in(&info)))
     }
 
-    /// Puts a round's `answers` (one per master `asked`, in order) in the table, started at `started`,
-    /// making a node for each master not named before, and dropping the connection of one
-    /// that answered in another life than its connection knows.
-    fn install(&self, asked: &[(String, u16)], answers: &[Option<Answer>], started: Instant) {
-        let mut table = self.lock();
-        table.learnt = Some(Instant::now());
-        if answers.iter().all(Option::is_none) {
-            return;
-        }
+    /// Puts a round's `answers` so far (one per master `asked`, in order; `None` for one
+    /// yet to answer or silent) in the table, the round started at `started` and answer
+    /// `new` the latest: the life that master answered in (dropping its node's connection
+    /// when that knows another), and per slot the owner the answers confirm, making a node
+    /// for each master not named before. Returns whether the round has settled.
+    fn install(
+        &self,
+        asked: &[(String, u16)],
+        answers: &[Option<Answer>],
+        new: usize,
+        started: Instant,
+    ) -> bool {
         let reports: Vec<(Arc<str>, Option<Owners>)> = (asked.iter())
             .zip(answers)
             .map(|((host, port), a)| {
@@ -327,23 +365,47 @@ impl ClusterMember {
                 (Arc::from(format!("{host}:{port}")), report)
             })
             .collect();
-        table.lives = (answers.iter().flatten())
-            .filter_map(|(addr, _, life)| Some((addr.clone(), life.clone()?)))
-            .collect();
-        for (addr, life) in &table.lives {
+        let agreed = confirmed_owners(&reports, usize::from(SLOTS));
+        let settled = settled(&reports, &agreed);
+        let mut table = self.lock();
+        table.learnt = Some(Instant::now());
+        if let Some(Some((addr, _, Some(life)))) = answers.get(new) {
+            table.lives.insert(addr.clone(), (started, life.clone()));
             if let Some(node) = table.shards.get(addr)
                 && node.known().run_id().is_some_and(|known| *known != **life)
             {
                 node.drop_connection();
             }
         }
-        let agreed = confirmed_owners(&reports, usize::from(SLOTS));
-        // Requests go only to confirmed owners, so that a promoted master is learnt (and
-        // its quarantine starts) no sooner than it is confirmed.
-        let owners = agreed.clone();
-        let mut named: Vec<Arc<str>> = owners.iter().flatten().cloned().collect();
-        named.sort_unstable();
-        named.dedup();
+        self.confirm_owners(&mut table, &agreed, started);
+        drop(table);
+        self.installed.notify_waiters();
+        settled
+    }
+
+    /// Puts `agreed`, a round's confirmed owner per slot (`None`: not confirmed), in
+    /// `table` as the round started at `started` confirms them. Requests go only to
+    /// confirmed owners, so that a promoted master is learnt (and its quarantine starts) no
+    /// sooner than it is confirmed.
+    fn confirm_owners(&self, table: &mut Table, agreed: &[Option<Arc<str>>], started: Instant) {
+        let slots = usize::from(SLOTS);
+        table.owners.resize(slots, None);
+        table.confirmed.resize(slots, None);
+        let mut named: Vec<Arc<str>> = Vec::new();
+        for (slot, owner) in agreed.iter().enumerate() {
+            let Some(owner) = owner else {
+                continue;
+            };
+            if named.last() != Some(owner) && !named.contains(owner) {
+                named.push(Arc::clone(owner));
+            }
+            if let (Some(route), Some(confirmed)) =
+                (table.owners.get_mut(slot), table.confirmed.get_mut(slot))
+            {
+                *route = Some(Arc::clone(owner));
+                *confirmed = Some((started, Arc::clone(owner)));
+            }
+        }
         for addr in named {
             if !table.shards.contains_key(&*addr)
                 && let Some((host, port)) = split_addr(&addr)
@@ -351,9 +413,14 @@ impl ClusterMember {
                 let node = self.shard_node(&host, port);
                 table.shards.insert(addr.to_string(), node);
             }
+            if table
+                .lives
+                .get(&*addr)
+                .is_some_and(|(at, _)| *at >= started)
+            {
+                table.fresh.insert(addr.to_string(), started);
+            }
         }
-        table.owners = owners;
-        table.confirmed = Some((started, agreed));
     }
 
     /// A node for the shard master at `host:port`.
@@ -377,31 +444,79 @@ impl ClusterMember {
     }
 }
 
+impl ClusterMember {
+    /// The round under way, or a new one, spawned so that it runs to its end whoever
+    /// waits for it.
+    fn round(&self) -> Shared<BoxFuture<'static, ()>> {
+        let mut current = self.round.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(round) = &*current {
+            return round.clone();
+        }
+        let Some(member) = self.this.upgrade() else {
+            return async {}.boxed().shared();
+        };
+        let learn = async move {
+            member.learn().await;
+            *member.round.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        };
+        let round = match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let task = handle.spawn(learn);
+                async move {
+                    let _ = task.await;
+                }
+                .boxed()
+            }
+            Err(_) => learn.boxed(),
+        }
+        .shared();
+        *current = Some(round.clone());
+        round
+    }
+
+    /// Returns once a round started less than half a window ago confirmed `node` owner of
+    /// a slot (see `install`).
+    async fn freshly_confirmed(&self, node: &str) {
+        loop {
+            let installed = self.installed.notified();
+            tokio::pin!(installed);
+            installed.as_mut().enable();
+            if self
+                .confirmation_age(node)
+                .is_some_and(|age| age < CONFIRM_WINDOW / 2)
+            {
+                return;
+            }
+            installed.await;
+        }
+    }
+}
+
 impl ShardOf for ClusterMember {
-    fn confirmation_age(&self) -> Option<Duration> {
-        self.lock().confirmed.as_ref().map(|(at, _)| at.elapsed())
+    fn confirmation_age(&self, node: &str) -> Option<Duration> {
+        self.lock().fresh.get(node).map(Instant::elapsed)
     }
 
     /// Learns the table again in the background, at most every [`REFRESH_INTERVAL`].
     fn relearn_soon(&self) {
         let due = (self.lock().learnt).is_none_or(|at| at.elapsed() >= REFRESH_INTERVAL);
-        let (Some(member), Ok(handle)) =
-            (self.this.upgrade(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        if due {
-            handle.spawn(async move { member.learn().await });
+        if due && tokio::runtime::Handle::try_current().is_ok() {
+            drop(self.round());
         }
     }
 
-    /// A round of the masters (see `learn`), to await.
-    fn confirm(&self) -> BoxFuture<'static, ()> {
-        let member = self.this.upgrade();
+    /// The round under way or a new one (see `learn`), to await until it ends or confirms
+    /// `node`.
+    fn confirm(&self, node: &str) -> BoxFuture<'static, ()> {
+        let round = self.round();
+        let (member, node) = (self.this.upgrade(), node.to_owned());
         async move {
-            if let Some(member) = member {
-                member.learn().await;
-            }
+            let Some(member) = member else {
+                return round.await;
+            };
+            let confirmed = member.freshly_confirmed(&node);
+            futures::pin_mut!(confirmed);
+            futures::future::select(round, confirmed).await;
         }
         .boxed()
     }

@@ -131,13 +131,16 @@ pub(crate) enum Member {
 
 /// What a shard master's node asks of the Redis Cluster member it belongs to.
 pub(crate) trait ShardOf: Send + Sync {
-    /// How old the masters' last confirmation of the slot table is (`None`: there is none).
-    fn confirmation_age(&self) -> Option<Duration>;
+    /// How old the masters' last confirmation of the master `node` (`host:port`) as owner
+    /// of a slot is (`None`: there is none).
+    fn confirmation_age(&self, node: &str) -> Option<Duration>;
     /// Learns the slot table again soon, in the background: a request was redirected or
     /// its connection failed, or the confirmation is getting old.
     fn relearn_soon(&self);
-    /// A new confirmation round of the masters, to await.
-    fn confirm(&self) -> BoxFuture<'static, ()>;
+    /// A confirmation round of the masters (the one under way, or a new one, which runs to
+    /// its end whoever waits for it), to await until it confirms `node` owner of a slot or
+    /// ends.
+    fn confirm(&self, node: &str) -> BoxFuture<'static, ()>;
 }
 
 /// One node of the ensemble: its address, its connection, and what its connects learnt.
@@ -553,13 +556,13 @@ impl Node {
         let Some(cluster) = cluster else {
             return self.send_here(call).await;
         };
-        match cluster.confirmation_age() {
+        match cluster.confirmation_age(&self.name) {
             Some(age) if age < CONFIRM_WINDOW / 2 => self.send_here(call).await,
             Some(age) if age < CONFIRM_WINDOW => {
                 cluster.relearn_soon();
                 self.send_here(call).await
             }
-            _ => futures::join!(self.send_here(call), cluster.confirm()).0,
+            _ => futures::join!(self.send_here(call), cluster.confirm(&self.name)).0,
         }
     }
 

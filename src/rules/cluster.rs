@@ -31,6 +31,23 @@ pub fn confirmed_owners<A: PartialEq + Clone>(
         .collect()
 }
 
+/// Whether a round whose answers so far are `answers` (`None` for a master yet to answer,
+/// counted as not naming anyone) and whose confirmed owners they give are `agreed` (see
+/// [`confirmed_owners`]) has settled: every slot some answer names an owner for has a
+/// confirmed owner. Answers still to come cannot change a confirmed owner (each adds
+/// namings, and no two owners of a slot can both be confirmed), so such a round need not
+/// wait for a silent master.
+pub fn settled<A>(answers: &[(A, Option<Vec<Option<A>>>)], agreed: &[Option<A>]) -> bool {
+    agreed.iter().enumerate().all(|(slot, owner)| {
+        owner.is_some()
+            || (answers.iter()).all(|(_, report)| {
+                report
+                    .as_ref()
+                    .is_none_or(|r| r.get(slot).is_none_or(Option::is_none))
+            })
+    })
+}
+
 /// Whether more than half of the masters of `answers` other than `owner` name it (or, when
 /// `owner` is the only master asked, whether it names itself).
 fn confirms<A: PartialEq>(
@@ -93,6 +110,28 @@ mod tests {
             ('e', None),
         ];
         assert_eq!(confirmed_owners(&five, 1), vec![m]);
+    }
+
+    #[test]
+    fn a_round_settles_once_every_named_slot_is_confirmed() {
+        let (m, b) = (Some('m'), Some('b'));
+        // Five masters, one silent: the four others agree, nothing more can change.
+        let mut answers = vec![
+            says('m', &[m, b, None]),
+            says('b', &[m, b, None]),
+            says('c', &[m, b, None]),
+            says('d', &[m, b, None]),
+            ('e', None),
+        ];
+        let agreed = confirmed_owners(&answers, 3);
+        assert_eq!(agreed, vec![m, b, None]);
+        assert!(settled(&answers, &agreed));
+        // Three masters, one silent: b's slot needs the silent one; not settled.
+        answers.truncate(2);
+        answers.push(('c', None));
+        let agreed = confirmed_owners(&answers, 3);
+        assert_eq!(agreed, vec![None, None, None]);
+        assert!(!settled(&answers, &agreed));
     }
 
     #[test]
