@@ -285,11 +285,25 @@ impl Ensemble {
         }
     }
 
-    /// For member `i` when it is a Redis Cluster, each master that owns a slot, with the
-    /// first slot it owns (see `ClusterMember::owner_first_slots`); `None` for any other
-    /// member.
+    /// For member `i` when it is a Redis Cluster, each master that owns a slot this
+    /// client's names can reach, with the first such slot it owns (see
+    /// `ClusterMember::owner_first_slots`): with a key prefix that carries a hash tag every
+    /// name is in that tag's slot, so only its owner. `None` for any other member.
     pub(crate) async fn cluster_owner_slots(&self, i: usize) -> Option<Vec<(Arc<Node>, u16)>> {
-        Some(self.cluster_of(i)?.owner_first_slots().await)
+        let cluster = self.cluster_of(i)?;
+        let prefix = &self.config.key_prefix;
+        if prefix.contains('{') {
+            let slot = slots::slot_of(prefix.as_bytes());
+            return Some(
+                cluster
+                    .seat(slot)
+                    .await
+                    .map(|n| (n, slot))
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        Some(cluster.owner_first_slots().await)
     }
 
     /// Every node this client has: its members' and, for a Cluster member, every shard

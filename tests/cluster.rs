@@ -255,6 +255,14 @@ async fn a_cluster_member_is_reported_ready_once_its_masters_are_admitted() {
     }
     assert_eq!(stray_keys(&cluster), Vec::<String>::new());
     redlock.shutdown().await;
+    // A key prefix with a hash tag puts every name in one slot: only its owner counts.
+    let tagged = Redlock::builder()
+        .nodes([member_url(&cluster)])
+        .key_prefix("{app}:")
+        .build()
+        .unwrap();
+    ready_within(&tagged, Duration::from_secs(30)).await;
+    tagged.shutdown().await;
 }
 
 /// One frozen master (`SIGSTOP`: it accepts connections and never answers) of a
