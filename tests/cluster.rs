@@ -310,6 +310,73 @@ async fn a_frozen_master_of_five_stops_no_lock_on_the_others() {
     redlock.shutdown().await;
 }
 
+/// A client of the Cluster member of `cluster`, as a process run from cron builds it: TTLs
+/// of 2 s under a 3 s ceiling.
+fn cron_client(cluster: &RedisClusterTopology) -> Redlock {
+    Redlock::builder()
+        .nodes([member_url(cluster)])
+        .retry_delay(Duration::from_millis(20))
+        .max_retry_delay(Duration::from_millis(100))
+        .ttl_ceiling(Duration::from_secs(3))
+        .default_ttl(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// After a shard's failover every new process (a command run from cron, each shorter than
+/// the quarantine) counts the promoted master's quarantine from when the first client
+/// learnt its life, as recorded on the node in a slot it owns: once that is over, a fresh
+/// client with a 1 s wait gets the vote.
+///
+/// On the code before this change each new process started the quarantine again, so none
+/// ever saw it end: "no new process got the promoted master's vote within 15 s".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_processes_count_a_promoted_shards_quarantine_from_its_first_learning() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let resource = unique("cron");
+    let master = cluster.master_for_key(&resource);
+    let warm = cron_client(&cluster);
+    (warm.lock(&resource, Duration::from_secs(2)))
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    warm.shutdown().await;
+    cluster.force_failover(cluster.replicas_of(master)[0]);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let first = cron_client(&cluster);
+    let refused = first.try_lock(&resource, Duration::from_secs(2)).await;
+    assert!(
+        !matches!(refused, Ok(Some(_))),
+        "the promoted master voted at once"
+    );
+    first.shutdown().await;
+    let learnt = Instant::now();
+    loop {
+        let cron = cron_client(&cluster);
+        let run = (cron.lock(&resource, Duration::from_secs(2)))
+            .wait(Duration::from_secs(1))
+            .await;
+        if let Ok(guard) = run {
+            println!(
+                "a new process voted {:?} after the first learnt",
+                learnt.elapsed()
+            );
+            guard.release().await.unwrap();
+            cron.shutdown().await;
+            break;
+        }
+        cron.shutdown().await;
+        assert!(
+            learnt.elapsed() < Duration::from_secs(15),
+            "no new process got the promoted master's vote within 15 s: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The other lock kinds on a Cluster member: a semaphore's slots share one shard (its
 /// waiting list and count record are theirs), and at most its count hold at once; a
 /// read-write lock's readers share while its writer is out.

@@ -18,7 +18,8 @@
 //!   `Without(i)` (the `i`-th asked does not answer), or, with no table, `Fresh(s)`: the
 //!   masters of a seed's table whose slot `s` owns;
 //! - `Connect(c)`: to M', once the table names it: a new life, quarantined for the
-//!   quarantine period of the TTL from `promoted_life_start` of now (M votes at once: its
+//!   quarantine period of the TTL from `promoted_life_start` of when the first client
+//!   learnt it (the promotion record on the node; M votes at once: its
 //!   connection and its marker date from before the failover);
 //! - `Acquire(c)`: on the table's owner, which sets the key if it is free (M until
 //!   demoted, then `MOVED`); the vote counts, and `c` holds, if `sentinel::vouched` (the
@@ -156,6 +157,9 @@ struct State {
     clients: [Client; CLIENTS],
     /// Whether a lock was won on M after a third party switched (for vacuity).
     old_after_switch: bool,
+    /// M''s promotion record: the ticks since a client first learnt it (at most the
+    /// quarantine, after which it no longer matters).
+    record_age: Option<u8>,
     /// Whether a lock was won on M' by a client whose table named it from a round that M,
     /// silent, did not answer (liveness with the old master frozen).
     promoted_while_old_silent: bool,
@@ -277,6 +281,7 @@ impl Model for Failover {
             keys: [None, None],
             clients: [client(Some(M)), client(second)],
             old_after_switch: false,
+            record_age: None,
             promoted_while_old_silent: false,
         }]
     }
@@ -348,7 +353,13 @@ impl Model for Failover {
                     None => (c.table, c.confirmed) = (table, None),
                 }
             }
-            Action::Connect(i) => n.clients[i].quarantine = Some(self.quarantine()),
+            Action::Connect(i) => {
+                // The quarantine counts from the promotion record: when the first client
+                // learnt M'.
+                let age = s.record_age.unwrap_or(0);
+                n.clients[i].quarantine = Some(self.quarantine().saturating_sub(age));
+                n.record_age.get_or_insert(0);
+            }
             Action::Acquire(i) => {
                 let server = s.clients[i].table?;
                 if s.keys[usize::from(server)].is_some() {
@@ -370,6 +381,9 @@ impl Model for Failover {
             Action::Tick => {
                 if n.switched[B] != n.switched[C] {
                     n.lag = (n.lag + 1).min(window());
+                }
+                if let Some(age) = &mut n.record_age {
+                    *age = (*age + 1).min(self.quarantine());
                 }
                 for key in &mut n.keys {
                     *key = key.filter(|&left| left > 1).map(|left| left - 1);

@@ -16,7 +16,8 @@
 //!   from the start;
 //! - `Connect(c)`: `c` resolves the master as a confirmation does and connects there,
 //!   refused by a demoted server (`ROLE`); a promoted master is quarantined for the
-//!   quarantine period of the TTL from `sentinel::promoted_life_start` of now;
+//!   quarantine period of the TTL from `sentinel::promoted_life_start` of when the first
+//!   client learnt it (the promotion record on the node: later clients count from it);
 //! - `Acquire(c)`: the script runs on the connection's master (a demoted one answers
 //!   `READONLY`, dropping the connection), setting the key if it is free; the vote counts
 //!   if `sentinel::vouched` and the master is not quarantined, and the client then holds;
@@ -127,6 +128,8 @@ struct State {
     demoted: bool,
     /// Per server, the lock key: its owner and when it expires.
     keys: [Option<(u8, u8)>; 2],
+    /// The promoted master's promotion record: when a client first learnt it.
+    first_learnt: Option<u8>,
     clients: [Client; CLIENTS],
 }
 
@@ -237,6 +240,7 @@ impl Model for Failover {
             promoted: false,
             demoted: false,
             keys: [None, None],
+            first_learnt: None,
             clients: [Client::default(); CLIENTS],
         }]
     }
@@ -289,11 +293,16 @@ impl Model for Failover {
                 c.confirms += 1;
                 c.connected = Some(agreed);
                 c.confirmed = Some((s.now, agreed));
+                // The promoted master's quarantine counts from its promotion record: when
+                // the first client learnt it.
                 c.quarantined_until = if agreed == R {
-                    self.quarantine_from(s.now)
+                    self.quarantine_from(s.first_learnt.unwrap_or(s.now))
                 } else {
                     0
                 };
+                if agreed == R {
+                    n.first_learnt.get_or_insert(s.now);
+                }
             }
             Action::Acquire(i) => {
                 let c = n.clients[i];

@@ -288,6 +288,78 @@ async fn reconnects_do_not_restart_a_promoted_masters_quarantine() {
     redlock.shutdown().await;
 }
 
+/// A client of the Sentinel member of `topology`, as a process run from cron builds it:
+/// TTLs of 2 s under a 3 s ceiling.
+fn cron_client(topology: &SentinelTopology) -> Redlock {
+    Redlock::builder()
+        .nodes([topology.member_url()])
+        .retry_delay(Duration::from_millis(20))
+        .max_retry_delay(Duration::from_millis(100))
+        .ttl_ceiling(Duration::from_secs(3))
+        .default_ttl(Duration::from_secs(2))
+        .build()
+        .unwrap()
+}
+
+/// After a failover every new process (a command run from cron, each shorter than the
+/// quarantine) counts the promoted master's quarantine from when the first client learnt
+/// its life, as recorded on the node, not from its own first contact: once that is over, a
+/// fresh client with a 1 s wait gets the vote.
+///
+/// On the code before this change each new process started the quarantine again, so none
+/// ever saw it end: "no new process got the promoted master's vote within 15 s".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_processes_count_a_promoted_masters_quarantine_from_its_first_learning() {
+    let topology = SentinelTopology::start(1, 3);
+    let warm = cron_client(&topology);
+    (warm.lock(unique("cron-warm"), Duration::from_secs(2)))
+        .wait(Duration::from_secs(10))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    warm.shutdown().await;
+    let promoted = topology.failover();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let first = cron_client(&topology);
+    let refused = first
+        .try_lock(&unique("cron-first"), Duration::from_secs(2))
+        .await;
+    assert!(
+        !matches!(refused, Ok(Some(_))),
+        "the promoted master voted at once"
+    );
+    first.shutdown().await;
+    let learnt = Instant::now();
+    let record: Option<String> = redis::cmd("GET")
+        .arg("quorum-lock:node:promoted")
+        .query(&mut topology.server(promoted).conn())
+        .unwrap();
+    println!("promotion record: {record:?}");
+    loop {
+        let cron = cron_client(&topology);
+        let run = (cron.lock(unique("cron"), Duration::from_secs(2)))
+            .wait(Duration::from_secs(1))
+            .await;
+        if let Ok(guard) = run {
+            println!(
+                "a new process voted {:?} after the first learnt",
+                learnt.elapsed()
+            );
+            guard.release().await.unwrap();
+            cron.shutdown().await;
+            break;
+        }
+        cron.shutdown().await;
+        assert!(
+            learnt.elapsed() < Duration::from_secs(15),
+            "no new process got the promoted master's vote within 15 s: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[test]
 fn a_sentinel_member_without_quarantine_or_with_a_bad_url_is_a_config_error() {
     let refused = |builder: quorum_lock::RedlockBuilder| match builder.build() {

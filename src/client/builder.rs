@@ -496,6 +496,7 @@ impl RedlockBuilder {
                 member,
                 self.connect_timeout,
                 coalescing,
+                Arc::from(self.key_prefix.as_str()),
             )));
             clusters.push(cluster);
         }
@@ -533,6 +534,7 @@ impl RedlockBuilder {
             self.tcp_settings(),
             self.connect_timeout,
             coalescing,
+            Arc::from(self.key_prefix.as_str()),
         )
         .map_err(|e| config(format!("Cluster member {shown:?}: {e}")))?;
         let seed = cluster

@@ -85,6 +85,7 @@ pub(crate) fn cluster_member(
     tcp: TcpSettings,
     connect_timeout: std::time::Duration,
     coalescing: Yield,
+    key_prefix: std::sync::Arc<str>,
 ) -> Result<std::sync::Arc<ClusterMember>, String> {
     let mut settings = RedisConnectionInfo::default();
     if let Some(user) = &url.username {
@@ -105,6 +106,7 @@ pub(crate) fn cluster_member(
         template,
         connect_timeout,
         coalescing,
+        key_prefix,
     ))
 }
 

@@ -274,6 +274,7 @@ mod tests {
                 Member::Unusable("test".into()),
                 Duration::from_secs(1),
                 Yield::Deferred,
+                Arc::from(""),
             )
         };
         (0..n).map(|i| Arc::new(node(i))).collect()

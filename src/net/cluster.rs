@@ -75,6 +75,8 @@ pub(crate) struct ClusterMember {
     template: ConnectionInfo,
     connect_timeout: Duration,
     coalescing: Yield,
+    /// The client's key prefix (see `Node::new`).
+    key_prefix: Arc<str>,
     table: Mutex<Table>,
     /// One learning of the table at a time.
     learning: tokio::sync::Mutex<()>,
@@ -103,6 +105,7 @@ impl ClusterMember {
         template: ConnectionInfo,
         connect_timeout: Duration,
         coalescing: Yield,
+        key_prefix: Arc<str>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|this| ClusterMember {
             name,
@@ -110,6 +113,7 @@ impl ClusterMember {
             template,
             connect_timeout,
             coalescing,
+            key_prefix,
             table: Mutex::new(Table::default()),
             learning: tokio::sync::Mutex::new(()),
             round: Mutex::new(None),
@@ -436,6 +440,7 @@ impl ClusterMember {
             member,
             self.connect_timeout,
             self.coalescing,
+            Arc::clone(&self.key_prefix),
         ));
         if let Some(hook) = self.on_facts.get() {
             node.on_facts(Arc::clone(hook));
@@ -503,6 +508,13 @@ impl ShardOf for ClusterMember {
         if due && tokio::runtime::Handle::try_current().is_ok() {
             drop(self.round());
         }
+    }
+
+    fn owned_slot(&self, node: &str) -> Option<u16> {
+        let table = self.lock();
+        let slot =
+            (table.confirmed.iter()).position(|c| c.as_ref().is_some_and(|(_, o)| **o == *node))?;
+        u16::try_from(slot).ok()
     }
 
     /// The round under way or a new one (see `learn`), to await until it ends or confirms

@@ -8,6 +8,8 @@
 //!   master;
 //! - [`server_facts`]: what a connect learns of the server behind a node, for restart
 //!   quarantine and the fast path;
+//! - [`promotion_record`]: when a client first learnt a promoted master's life, kept on
+//!   the node, where every later client's quarantine counts from;
 //! - [`call`]: the command a round sends (script, native stand-in, delivery);
 //! - [`send_gate`]: the gate that orders a token's `SET`s before its release;
 //! - [`failure`]: why a request produced no usable answer;
@@ -38,6 +40,7 @@ pub(crate) mod fanout;
 pub(crate) mod fenced_write;
 pub(crate) mod node;
 pub(crate) mod probe_connection;
+pub(crate) mod promotion_record;
 pub(crate) mod request;
 pub(crate) mod send_gate;
 pub(crate) mod sentinel;

@@ -141,6 +141,8 @@ pub(crate) trait ShardOf: Send + Sync {
     /// its end whoever waits for it), to await until it confirms `node` owner of a slot or
     /// ends.
     fn confirm(&self, node: &str) -> BoxFuture<'static, ()>;
+    /// A slot the last confirmations name the master `node` (`host:port`) owner of.
+    fn owned_slot(&self, node: &str) -> Option<u16>;
 }
 
 /// One node of the ensemble: its address, its connection, and what its connects learnt.
@@ -153,6 +155,8 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     /// How the connection's writes yield to let other tasks' requests share them.
     coalescing: Yield,
+    /// The client's key prefix, for the node's promotion record.
+    key_prefix: Arc<str>,
     slot: Mutex<Slot>,
     generation: AtomicU64,
     /// What the client knows of the server behind the current connection, learnt on every
@@ -201,6 +205,7 @@ impl Node {
         member: Member,
         connect_timeout: Duration,
         coalescing: Yield,
+        key_prefix: Arc<str>,
     ) -> Self {
         // Both timeouts are set explicitly so the driver's defaults never apply by accident.
         // No response timeout in the driver: every request is bounded by its round's
@@ -216,6 +221,7 @@ impl Node {
             config,
             connect_timeout,
             coalescing,
+            key_prefix,
             slot: Mutex::new(Slot::Empty),
             generation: AtomicU64::new(0),
             known: KnownServer::default(),
@@ -251,6 +257,13 @@ impl Node {
     /// `run_id` is logged and counted as a restart.
     async fn learn_facts(&self, conn: &mut MultiplexedConnection) -> RedisResult<()> {
         let mut facts = ServerFacts::learn(conn).await?;
+        if let Some(life) = facts.run_id.clone().filter(|_| facts.promoted)
+            && let Some(ago) = self.promotion_seen_ago(conn, &life).await
+        {
+            // The first client to learn this promoted life recorded when on the node: its
+            // quarantine counts from then for every client, a new process's included.
+            facts.at = facts.at.checked_sub(ago).unwrap_or(facts.at);
+        }
         if matches!(self.member, Member::Sentinel(_) | Member::Shard(..)) {
             // A client still connected to the old master may vote there up to a
             // confirmation window after this client learnt the new one (see
@@ -271,6 +284,25 @@ impl Node {
             hook(&self.name, persistence);
         }
         Ok(())
+    }
+
+    /// How long ago a client first learnt the promoted life `life` of the server behind
+    /// `conn`, by the node's clock, from its promotion record (written now by the first
+    /// client); `None` when the record cannot be read or written (an ACL, a shard that
+    /// owns no confirmed slot, a redirect): the quarantine then counts from now.
+    async fn promotion_seen_ago(
+        &self,
+        conn: &mut MultiplexedConnection,
+        life: &str,
+    ) -> Option<Duration> {
+        let tag = match &self.member {
+            Member::Shard(_, cluster) => {
+                protocol::slots::slot_tag(cluster.upgrade()?.owned_slot(&self.name)?)
+            }
+            _ => "",
+        };
+        let key = protocol::keys::global(&self.key_prefix, protocol::keys::Global::Promoted, tag);
+        crate::net::promotion_record::seen_ago(conn, &key, life).await
     }
 
     /// The native commands of the server behind the current connection.

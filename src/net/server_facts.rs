@@ -50,6 +50,9 @@ pub(crate) struct ServerFacts {
     pub(crate) record_ms: u64,
     /// The server's kind and version (`"valkey 9.1.2"`), from the same `INFO`.
     pub(crate) server: Option<String>,
+    /// Whether the process was promoted from a replica since it started (its life then
+    /// names its replication ID).
+    pub(crate) promoted: bool,
 }
 
 impl ServerFacts {
@@ -71,6 +74,7 @@ impl ServerFacts {
                     admitted: false,
                     record_ms: 0,
                     server: None,
+                    promoted: false,
                 });
             }
         };
@@ -114,6 +118,7 @@ impl ServerFacts {
             admitted: false,
             record_ms: 0,
             server,
+            promoted,
         })
     }
 }
@@ -157,12 +162,13 @@ impl KnownServer {
             .filter(|f| f.run_id.is_some() && f.run_id == facts.run_id);
         let facts = match same_life {
             // The same life again (a reconnect, a redirect): what this client knew of it
-            // stays, its age included, so a quarantine counted from when this client first
-            // learnt a promoted life does not start over at every reconnect.
+            // stays, its age included (the earlier start, when a promotion record gives one),
+            // so a quarantine counted from when a promoted life was first learnt does not
+            // start over at every reconnect.
             Some(old) => ServerFacts {
                 admitted: old.admitted,
                 record_ms: old.record_ms,
-                at: old.at,
+                at: old.at.min(facts.at),
                 uptime: old.uptime,
                 ..facts
             },

@@ -256,6 +256,9 @@ pub(crate) enum Global {
     /// The node's marker: the `run_id` of the life in which a client admitted the node
     /// (an older `<run_id>:<0|1>` form still reads as that `run_id`).
     Marker,
+    /// The node's promotion record: its life as a promoted replica and when, by its own
+    /// clock, a client first learnt that life (`<life> <unix ms>`).
+    Promoted,
 }
 
 /// The name of the node-wide key `global` under `prefix`, with slot tag `tag` (on a
@@ -275,6 +278,7 @@ impl Global {
         match self {
             Global::MaxTtl => "max-ttl",
             Global::Marker => "marker",
+            Global::Promoted => "promoted",
         }
     }
 }
@@ -377,7 +381,7 @@ pub(crate) fn fence_seen(resource: &str) -> String {
 }
 
 /// The node-wide keys, each once.
-const GLOBALS: [Global; 2] = [Global::MaxTtl, Global::Marker];
+const GLOBALS: [Global; 3] = [Global::MaxTtl, Global::Marker, Global::Promoted];
 
 /// A `SCAN ... MATCH` pattern for every name under the crate's namespace for `prefix`
 /// (`<prefix>quorum-lock:*`), the glob characters of the prefix (`* ? [ ] \`) escaped so
@@ -581,9 +585,9 @@ mod tests {
         );
         assert_eq!(wake_channel(prefix, "c1"), "app:quorum-lock:wake:c1");
         assert!(wake_channel(prefix, "c1").starts_with(&wake_channel_prefix(prefix)));
-        for g in [Global::MaxTtl, Global::Marker] {
+        for g in GLOBALS {
             match g {
-                Global::MaxTtl | Global::Marker => {}
+                Global::MaxTtl | Global::Marker | Global::Promoted => {}
             }
             assert!(global(prefix, g, "").starts_with(prefix), "{g:?}");
         }

@@ -318,6 +318,30 @@ return 1
 pub(crate) static MARK_NEW: Lua =
     Lua::with_globals(&[], &[Global::Marker], MARK_NEW_SRC).repeatable();
 
+/// Reads, or writes first, a promoted master's promotion record: how long ago, by the
+/// node's own clock, a client first learnt its current life.
+///
+/// KEYS: the record ([`Global::Promoted`]). ARGV[1]: the life. Returns the milliseconds
+/// since the record names that life (0 when it names another, or none, or a time ahead of
+/// the clock: then it is written now).
+const PROMOTED_SINCE_SRC: &str = r"
+if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = redis.call('GET', KEYS[1])
+if held then
+    local sep = string.find(held, ' ', 1, true)
+    local since = sep and tonumber(string.sub(held, sep + 1))
+    if since and string.sub(held, 1, sep - 1) == ARGV[1] and since <= now then
+        return now - since
+    end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. now)
+return 0
+";
+pub(crate) static PROMOTED_SINCE: Lua =
+    Lua::with_globals(&[], &[Global::Promoted], PROMOTED_SINCE_SRC).repeatable();
+
 /// Compare-and-delete, optionally waking the next waiting client.
 ///
 /// KEYS: the lock keys, then their waiting lists, then their turns (see [`keys`]).

@@ -258,6 +258,7 @@ fn describe(key: &KnownKey<'_>) -> String {
         KnownKey::PermitCount { semaphore } => format!("permit count of semaphore {semaphore}"),
         KnownKey::Global(Global::MaxTtl) => "ensemble record".to_owned(),
         KnownKey::Global(Global::Marker) => "node marker".to_owned(),
+        KnownKey::Global(Global::Promoted) => "promotion record".to_owned(),
     }
 }
 
