@@ -84,6 +84,8 @@ pub(crate) struct ClusterMember {
     round: Mutex<Option<Shared<BoxFuture<'static, ()>>>>,
     /// Woken whenever a round puts confirmations in the table.
     installed: tokio::sync::Notify,
+    /// Per master, by `host:port`, the connection the rounds ask it on.
+    round_connections: Mutex<HashMap<String, MultiplexedConnection>>,
     /// Told the name and durability of every connect of every shard (see `Node::on_facts`).
     on_facts: OnceLock<FactsHook>,
     /// Itself, for the shards' nodes, which ask it to learn the table again.
@@ -118,6 +120,7 @@ impl ClusterMember {
             learning: tokio::sync::Mutex::new(()),
             round: Mutex::new(None),
             installed: tokio::sync::Notify::new(),
+            round_connections: Mutex::new(HashMap::new()),
             on_facts: OnceLock::new(),
             this: this.clone(),
         })
@@ -299,7 +302,12 @@ impl ClusterMember {
     /// `CLUSTER SLOTS` and the life of the master at `host:port`, when it answers with a
     /// table before `deadline`.
     async fn ask_within(&self, deadline: Instant, host: &str, port: u16) -> Option<Answer> {
-        match timely::within(deadline, self.ask_slots(host, port)).await {
+        let answer = timely::within(deadline, self.ask_slots(host, port)).await;
+        if answer.is_none() {
+            // No answer in time: a connection with a question pending is not kept.
+            self.forget_round_connection(&format!("{host}:{port}"));
+        }
+        match answer {
             Some(Ok((ranges, life))) if !ranges.is_empty() => {
                 Some((format!("{host}:{port}"), ranges, life))
             }
@@ -324,10 +332,10 @@ impl ClusterMember {
     async fn first_seed_answer(&self) -> Vec<SlotRange> {
         for (host, port) in &self.seeds {
             let answer = tokio::time::timeout(self.connect_timeout, self.ask_slots(host, *port));
-            if let Ok(Ok((ranges, _))) = answer.await
-                && !ranges.is_empty()
-            {
-                return ranges;
+            match answer.await {
+                Ok(Ok((ranges, _))) if !ranges.is_empty() => return ranges,
+                Err(_) => self.forget_round_connection(&format!("{host}:{port}")),
+                _ => {}
             }
         }
         tracing::warn!(member = %self.name, "no seed of the cluster gave its slot table");
@@ -335,19 +343,54 @@ impl ClusterMember {
     }
 
     /// `CLUSTER SLOTS` from the server at `host:port`, and the life it answers in.
+    /// Asked on the connection kept for the rounds (made first when there is none, and
+    /// dropped when the question fails); only the two `INFO` sections the life is read
+    /// from.
     async fn ask_slots(
         &self,
         host: &str,
         port: u16,
     ) -> RedisResult<(Vec<SlotRange>, Option<String>)> {
-        let mut conn = self.connection_to(host, port).await?;
-        let (reply, info): (Value, String) = redis::pipe()
+        let addr = format!("{host}:{port}");
+        let kept = self.kept_round_connection(&addr);
+        let mut conn = match kept {
+            Some(conn) => conn,
+            None => {
+                let conn = self.connection_to(host, port).await?;
+                self.lock_rounds().insert(addr.clone(), conn.clone());
+                conn
+            }
+        };
+        let asked = redis::pipe()
             .cmd("CLUSTER")
             .arg("SLOTS")
             .cmd("INFO")
-            .query_async(&mut conn)
-            .await?;
-        Ok((slot_ranges(&reply, host), life_in(&info)))
+            .arg("server")
+            .cmd("INFO")
+            .arg("replication")
+            .query_async::<(Value, String, String)>(&mut conn)
+            .await;
+        let (reply, server, replication) =
+            asked.inspect_err(|_| self.forget_round_connection(&addr))?;
+        let life = life_in(&format!("{server}\r\n{replication}"));
+        Ok((slot_ranges(&reply, host), life))
+    }
+
+    /// The connection kept for the rounds' questions to the master at `addr`, if any.
+    fn kept_round_connection(&self, addr: &str) -> Option<MultiplexedConnection> {
+        self.lock_rounds().get(addr).cloned()
+    }
+
+    /// Drops the connection kept for the rounds' questions to the master at `addr`: the
+    /// next round connects again.
+    fn forget_round_connection(&self, addr: &str) {
+        self.lock_rounds().remove(addr);
+    }
+
+    fn lock_rounds(&self) -> MutexGuard<'_, HashMap<String, MultiplexedConnection>> {
+        self.round_connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Puts a round's `answers` so far (one per master `asked`, in order; `None` for one
@@ -362,14 +405,17 @@ impl ClusterMember {
         new: usize,
         started: Instant,
     ) -> bool {
+        // Judged per segment of slots that every answer gives one owner: a few, where
+        // judging each of the 16384 slots after every answer would cost milliseconds.
+        let segments = segment_starts(answers);
         let reports: Vec<(Arc<str>, Option<Owners>)> = (asked.iter())
             .zip(answers)
             .map(|((host, port), a)| {
-                let report = a.as_ref().map(|(_, ranges, _)| owner_per_slot(ranges));
+                let report = a.as_ref().map(|(_, r, _)| owner_per_segment(r, &segments));
                 (Arc::from(format!("{host}:{port}")), report)
             })
             .collect();
-        let agreed = confirmed_owners(&reports, usize::from(SLOTS));
+        let agreed = confirmed_owners(&reports, segments.len());
         let settled = settled(&reports, &agreed);
         let mut table = self.lock();
         table.learnt = Some(Instant::now());
@@ -381,32 +427,40 @@ impl ClusterMember {
                 node.drop_connection();
             }
         }
-        self.confirm_owners(&mut table, &agreed, started);
+        self.confirm_owners(&mut table, &segments, &agreed, started);
         drop(table);
         self.installed.notify_waiters();
         settled
     }
 
-    /// Puts `agreed`, a round's confirmed owner per slot (`None`: not confirmed), in
-    /// `table` as the round started at `started` confirms them. Requests go only to
-    /// confirmed owners, so that a promoted master is learnt (and its quarantine starts) no
-    /// sooner than it is confirmed.
-    fn confirm_owners(&self, table: &mut Table, agreed: &[Option<Arc<str>>], started: Instant) {
+    /// Puts `agreed`, a round's confirmed owner per segment of slots (starting at
+    /// `segments`; `None`: not confirmed), in `table` as the round started at `started`
+    /// confirms them. Requests go only to confirmed owners, so that a promoted master is
+    /// learnt (and its quarantine starts) no sooner than it is confirmed.
+    fn confirm_owners(
+        &self,
+        table: &mut Table,
+        segments: &[u16],
+        agreed: &[Option<Arc<str>>],
+        started: Instant,
+    ) {
         let slots = usize::from(SLOTS);
         table.owners.resize(slots, None);
         table.confirmed.resize(slots, None);
         let mut named: Vec<Arc<str>> = Vec::new();
-        for (slot, owner) in agreed.iter().enumerate() {
+        let ends = segments.iter().skip(1).copied().chain([SLOTS]);
+        for ((&first, end), owner) in segments.iter().zip(ends).zip(agreed) {
             let Some(owner) = owner else {
                 continue;
             };
-            if named.last() != Some(owner) && !named.contains(owner) {
+            if !named.contains(owner) {
                 named.push(Arc::clone(owner));
             }
-            if let (Some(route), Some(confirmed)) =
-                (table.owners.get_mut(slot), table.confirmed.get_mut(slot))
-            {
+            let range = usize::from(first)..usize::from(end);
+            for route in table.owners.get_mut(range.clone()).into_iter().flatten() {
                 *route = Some(Arc::clone(owner));
+            }
+            for confirmed in table.confirmed.get_mut(range).into_iter().flatten() {
                 *confirmed = Some((started, Arc::clone(owner)));
             }
         }
@@ -542,18 +596,38 @@ fn distinct_masters(ranges: &[SlotRange]) -> Vec<(String, u16)> {
     masters
 }
 
-/// The owner of every slot in `ranges`, by `host:port` (`None`: no range covers it).
-fn owner_per_slot(ranges: &[SlotRange]) -> Vec<Option<Arc<str>>> {
-    let mut owners = vec![None; usize::from(SLOTS)];
-    for range in ranges {
-        let addr: Arc<str> = Arc::from(format!("{}:{}", range.host, range.port));
-        for slot in range.first..=range.last.min(SLOTS - 1) {
-            if let Some(owner) = owners.get_mut(usize::from(slot)) {
-                *owner = Some(Arc::clone(&addr));
-            }
+/// The owner, by `host:port`, of the first slot of each segment (see [`segment_starts`])
+/// in `ranges` (`None`: no range covers it).
+fn owner_per_segment(ranges: &[SlotRange], segments: &[u16]) -> Vec<Option<Arc<str>>> {
+    let addrs: Vec<Arc<str>> = (ranges.iter())
+        .map(|r| Arc::from(format!("{}:{}", r.host, r.port)))
+        .collect();
+    (segments.iter())
+        .map(|&slot| {
+            // The last range that covers it, as a table written range after range would say.
+            let covering = ranges
+                .iter()
+                .rposition(|r| r.first <= slot && slot <= r.last)?;
+            addrs.get(covering).cloned()
+        })
+        .collect()
+}
+
+/// The first slot of every segment of slots over which each of `answers` names one owner
+/// (or none), sorted: 0 and every slot where a range of an answer starts or after one
+/// ends.
+fn segment_starts(answers: &[Option<Answer>]) -> Vec<u16> {
+    let mut starts: Vec<u16> = vec![0];
+    for (_, ranges, _) in answers.iter().flatten() {
+        for range in ranges {
+            starts.push(range.first.min(SLOTS));
+            starts.push(range.last.saturating_add(1).min(SLOTS));
         }
     }
-    owners
+    starts.retain(|&s| s < SLOTS);
+    starts.sort_unstable();
+    starts.dedup();
+    starts
 }
 
 /// `host:port` split (the port after the last colon).
@@ -562,7 +636,7 @@ fn split_addr(addr: &str) -> Option<(String, u16)> {
     Some((host.to_owned(), port.parse().ok()?))
 }
 
-/// The owner of every slot, by `host:port`.
+/// The owner of every segment of slots, by `host:port`.
 type Owners = Vec<Option<Arc<str>>>;
 
 /// One master's answer to a round: its `host:port`, its slot table, its life.
@@ -666,5 +740,48 @@ mod tests {
             ]
         );
         assert!(slot_ranges(&Value::Nil, "h").is_empty());
+    }
+
+    fn range(first: u16, last: u16, port: u16) -> SlotRange {
+        SlotRange {
+            first,
+            last,
+            host: "h".into(),
+            port,
+        }
+    }
+
+    #[test]
+    fn answers_are_judged_per_segment_of_one_owner_each() {
+        let answer = |ranges| Some((String::from("a"), ranges, None));
+        let answers = [
+            answer(vec![range(0, 8191, 1), range(8192, 16383, 2)]),
+            None,
+            // Slot 100 moved to port 3 in this master's view; from 8192 on it names none.
+            answer(vec![
+                range(0, 99, 1),
+                range(100, 100, 3),
+                range(101, 8191, 1),
+            ]),
+        ];
+        let segments = segment_starts(&answers);
+        assert_eq!(segments, vec![0, 100, 101, 8192]);
+        let ports = |ranges: &[SlotRange]| -> Vec<Option<String>> {
+            owner_per_segment(ranges, &segments)
+                .into_iter()
+                .map(|o| o.map(|a| a.to_string()))
+                .collect()
+        };
+        let third = &answers[2].as_ref().unwrap().1;
+        let owners = ports(third);
+        assert_eq!(
+            owners,
+            vec![
+                Some("h:1".into()),
+                Some("h:3".into()),
+                Some("h:1".into()),
+                None
+            ]
+        );
     }
 }
