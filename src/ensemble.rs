@@ -269,6 +269,17 @@ impl Ensemble {
         }
     }
 
+    /// Where a lock on `keys` seated in this view is seated once every Cluster member has
+    /// learnt its slot table again, when that differs from this view: its slot moved (a
+    /// request was redirected). `None` without a Cluster member, or when it did not move.
+    pub(crate) async fn moved_seat(self: &Arc<Self>, keys: &[String]) -> Option<Arc<Ensemble>> {
+        let seating = self.base().seating.as_ref()?;
+        let relearnt = seating.clusters.iter().flatten().map(|c| c.learn_now());
+        futures::future::join_all(relearnt).await;
+        let view = self.seated(keys).await;
+        (!Arc::ptr_eq(&view, self)).then_some(view)
+    }
+
     /// Member `i`'s Redis Cluster, if it is one.
     fn cluster_of(&self, i: usize) -> Option<&Arc<ClusterMember>> {
         let seating = self.base.as_deref().unwrap_or(self).seating.as_ref()?;

@@ -657,6 +657,46 @@ async fn a_slot_moved_with_its_keys_is_followed_and_stays_exclusive() {
     other.shutdown().await;
 }
 
+/// A lock held while its slot moves to another master with its keys (`MIGRATE`) follows
+/// it: the holder extends it on the new owner (the key there holds its token) and its
+/// release deletes it there, so a rebalance cancels no job and leaves no key.
+///
+/// On the code before this change the lock kept its seated view: the extension went to
+/// the old owner, was redirected and did not vote ("the extension after the move: not
+/// held"), and the release left the key on the new owner until its TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_follows_its_slot_to_another_master() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let holder = client(&[&member_url(&cluster)]);
+    let resource = unique("follows");
+    let slot = cluster.key_slot(&resource);
+    let guard = holder
+        .lock(&resource, Duration::from_secs(3))
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let from = cluster.master_for_slot(slot);
+    let to = (0..3).find(|&m| m != from).unwrap();
+    move_slot(&cluster, slot, to);
+    assert_eq!(keys(cluster.node(to), &resource), vec![resource.clone()]);
+    let extended = guard.extend(Duration::from_secs(10)).await;
+    assert!(
+        extended.is_ok(),
+        "the extension after the move: {extended:?}"
+    );
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&resource)
+        .query(&mut cluster.node(to).conn())
+        .unwrap();
+    assert!(
+        pttl > 3000,
+        "the new owner's key was not extended: {pttl} ms left"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(keys(cluster.node(to), &resource), Vec::<String>::new());
+    holder.shutdown().await;
+}
+
 /// Cuts the replication of master `master` to its replicas: each replica is told to
 /// authenticate as a user the master does not have, and its link is closed; waits until
 /// every replica says its link is down.

@@ -251,8 +251,23 @@ impl Lease {
         }
     }
 
+    /// Extends on the nodes where the lock's keys are now: on a Cluster member whose slot
+    /// moved (with its keys) since the lock was taken, a refused extension is sent once more
+    /// on the new owner, once the table is learnt again.
     async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
-        let ensemble = &self.ensemble;
+        let view = self.ensemble.seated(&self.keys).await;
+        let extended = self.extend_on(&view, ttl).await;
+        if extended.is_ok() || !view.config.slotted {
+            return extended;
+        }
+        match view.moved_seat(&self.keys).await {
+            Some(moved) => self.extend_on(&moved, ttl).await,
+            None => extended,
+        }
+    }
+
+    /// One extension on the nodes of `ensemble` (a view of the lock's client).
+    async fn extend_on(&self, ensemble: &Arc<Ensemble>, ttl: Duration) -> Result<Duration> {
         let ttl = ensemble.accept_ttl(ttl)?;
         if self.validity().is_zero() {
             metrics::extended("not_held");

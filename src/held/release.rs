@@ -280,7 +280,15 @@ impl Holding {
     pub(crate) async fn release(&mut self, expired: bool) -> Result<NodeReport> {
         let _in_flight = self.ensemble.in_flight();
         let closed = self.ensemble.is_closed();
-        let released = self.release_and_decide(expired).await;
+        let mut released = self.release_and_decide(expired).await;
+        if released.is_err()
+            && self.ensemble.config.slotted
+            && let Some(moved) = self.ensemble.moved_seat(&self.keys).await
+        {
+            // The lock's slot moved with its keys: released where they are now.
+            self.ensemble = moved;
+            released = self.release_and_decide(expired).await;
+        }
         match closed {
             true => Err(Error::ShutDown),
             false => released,
@@ -289,6 +297,8 @@ impl Holding {
 
     /// The body of [`release`](Self::release).
     async fn release_and_decide(&mut self, expired: bool) -> Result<NodeReport> {
+        // Where the lock's slot is now, as far as the table knows.
+        self.ensemble = self.ensemble.seated(&self.keys).await;
         let ensemble = Arc::clone(&self.ensemble);
         if let [node] = &ensemble.nodes[..] {
             return self.release_direct(node, expired).await;

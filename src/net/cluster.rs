@@ -148,7 +148,7 @@ impl ClusterMember {
     /// no master is known to own it.
     pub(crate) async fn seat(&self, slot: u16) -> Option<Arc<Node>> {
         if self.lock().learnt.is_none() {
-            self.learn().await;
+            self.learn(false).await;
         }
         self.owner(slot)
     }
@@ -182,7 +182,7 @@ impl ClusterMember {
     /// learnt first if it never was).
     pub(crate) async fn owners(&self) -> Vec<String> {
         if self.lock().learnt.is_none() {
-            self.learn().await;
+            self.learn(false).await;
         }
         let table = self.lock();
         let mut owners: Vec<String> = table
@@ -238,7 +238,7 @@ impl ClusterMember {
     /// first slot it owns: where a readmission probe reaches that master.
     pub(crate) async fn owner_first_slots(&self) -> Vec<(Arc<Node>, u16)> {
         if self.lock().learnt.is_none() {
-            self.learn().await;
+            self.learn(false).await;
         }
         let table = self.lock();
         let mut firsts: Vec<(Arc<Node>, u16)> = Vec::new();
@@ -253,6 +253,12 @@ impl ClusterMember {
         firsts
     }
 
+    /// Learns the table again now, whenever it was last learnt: a held lock's request was
+    /// redirected, and it follows its slot.
+    pub(crate) async fn learn_now(&self) {
+        self.learn(true).await;
+    }
+
     /// Every shard master named so far.
     pub(crate) fn shards(&self) -> Vec<Arc<Node>> {
         self.lock().shards.values().cloned().collect()
@@ -265,10 +271,11 @@ impl ClusterMember {
     /// connect timeout passed, or as soon as no answer to come can change its outcome
     /// (`rules::cluster::settled`): a silent master holds back no confirmation, and costs
     /// a round nothing once the others settle it. Slots it does not confirm keep their
-    /// last confirmation, which ages out.
-    async fn learn(&self) {
+    /// last confirmation, which ages out. Skipped when the table was learnt less than
+    /// [`REFRESH_INTERVAL`] ago, unless `now`.
+    async fn learn(&self, now: bool) {
         let _one = self.learning.lock().await;
-        if (self.lock().learnt).is_some_and(|at| at.elapsed() < REFRESH_INTERVAL) {
+        if !now && (self.lock().learnt).is_some_and(|at| at.elapsed() < REFRESH_INTERVAL) {
             return;
         }
         let started = Instant::now();
@@ -515,7 +522,7 @@ impl ClusterMember {
             return async {}.boxed().shared();
         };
         let learn = async move {
-            member.learn().await;
+            member.learn(false).await;
             *member.round.lock().unwrap_or_else(|p| p.into_inner()) = None;
         };
         let round = match tokio::runtime::Handle::try_current() {
