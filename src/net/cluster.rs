@@ -269,8 +269,9 @@ impl ClusterMember {
     /// come, per slot the owner more than half of the other masters asked name, as its
     /// confirmation and where requests go. It ends once every master answered or the
     /// connect timeout passed, or as soon as no answer to come can change its outcome
-    /// (`rules::cluster::settled`): a silent master holds back no confirmation, and costs
-    /// a round nothing once the others settle it. Slots it does not confirm keep their
+    /// (`rules::cluster::settled`) and every owner it confirms answered it too (an owner's
+    /// vote needs its own answer, see `vouches`): a silent master holds back no
+    /// confirmation, and costs a round nothing once the others settle it. Slots it does not confirm keep their
     /// last confirmation, which ages out. Skipped when the table was learnt less than
     /// [`REFRESH_INTERVAL`] ago, unless `now`.
     async fn learn(&self, now: bool) {
@@ -423,7 +424,14 @@ impl ClusterMember {
             })
             .collect();
         let agreed = confirmed_owners(&reports, segments.len());
-        let settled = settled(&reports, &agreed);
+        // An owner's vote counts only once it answered the round too (see `vouches`).
+        let owners_answered = (agreed.iter().flatten()).all(|owner| {
+            answers
+                .iter()
+                .flatten()
+                .any(|(addr, _, _)| **addr == **owner)
+        });
+        let settled = owners_answered && settled(&reports, &agreed);
         let mut table = self.lock();
         table.learnt = Some(Instant::now());
         if let Some(Some((addr, _, Some(life)))) = answers.get(new) {
