@@ -429,6 +429,81 @@ async fn confirmation_rounds_keep_their_connections() {
     redlock.shutdown().await;
 }
 
+/// The masters of `cluster` now, by index.
+fn masters_now(cluster: &RedisClusterTopology) -> Vec<usize> {
+    (0..cluster.nodes().len())
+        .filter(|&i| {
+            (cluster.cluster_nodes(i).iter()).any(|e| e.has_flag("myself") && e.is_master())
+        })
+        .collect()
+}
+
+/// The deployment check reads a Cluster member's bookkeeping on every shard master, per
+/// slot: its key census counts every master's keys, each shard says how many slots it
+/// holds a marker in and how many of those keep its vote out, and no node-wide marker is
+/// missed (there is none on a Cluster member). After a failover the promoted master's
+/// slots, whose markers name the old master, are reported kept out.
+///
+/// On the code before this change the check read the first seed alone, with untagged
+/// names: its census counted one master's keys ("census Some(8) keys, the masters hold 30").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_reads_a_cluster_members_slots_on_every_master() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let redlock = client(&[&member_url(&cluster)]);
+    ready_within(&redlock, Duration::from_secs(30)).await;
+    let resources: Vec<String> = (0..12).map(|i| unique(&format!("census-{i}"))).collect();
+    for resource in &resources {
+        let guard = redlock
+            .lock(resource, Duration::from_secs(5))
+            .wait(Duration::from_secs(10))
+            .await
+            .unwrap();
+        guard.release().await.unwrap();
+    }
+    let report = redlock.check_deployment().await;
+    let member = &report.nodes[0];
+    let held: usize = (masters_now(&cluster).into_iter())
+        .map(|m| keys(cluster.node(m), "quorum-lock:*").len())
+        .sum();
+    let scanned = member.keys.map(|k| k.scanned);
+    assert_eq!(
+        scanned,
+        Some(held as u64),
+        "census {scanned:?} keys, the masters hold {held}"
+    );
+    for shard in &member.cluster_shards {
+        assert!(shard.slots_marked >= Some(1), "{shard:?}");
+        assert_eq!(shard.slots_kept_out, Some(0), "{shard:?}");
+    }
+    let kept: Vec<_> = (report.findings.iter())
+        .filter(|f| f.kind == FindingKind::KeptOut)
+        .collect();
+    assert!(kept.is_empty(), "{kept:?}");
+
+    let old = cluster.master_for_key(&resources[0]);
+    let replica = cluster.replicas_of(old)[0];
+    let promoted = format!("127.0.0.1:{}", cluster.node(replica).port());
+    cluster.force_failover(replica);
+    let start = Instant::now();
+    loop {
+        let _ = redlock.heal().await;
+        let report = redlock.check_deployment().await;
+        let shard = (report.nodes[0].cluster_shards.iter()).find(|s| s.master == promoted);
+        let flagged = (report.findings.iter())
+            .any(|f| f.kind == FindingKind::KeptOut && f.node.as_deref() == Some(&*promoted));
+        if let Some(shard) = shard.filter(|s| s.slots_kept_out > Some(0) && flagged) {
+            println!("after the failover: {shard:?}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the promoted master's slots were never reported kept out: {report:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    redlock.shutdown().await;
+}
+
 /// The other lock kinds on a Cluster member: a semaphore's slots share one shard (its
 /// waiting list and count record are theirs), and at most its count hold at once; a
 /// read-write lock's readers share while its writer is out.

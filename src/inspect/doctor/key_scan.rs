@@ -89,6 +89,7 @@ async fn read_keys(
             value_type: redis::from_redis_value_ref(value_type)?,
             count: None,
             entries: None,
+            marker: None,
         });
     }
     Ok(keys)
@@ -109,7 +110,7 @@ async fn read_follow_ups(
     let mut pipe = redis::pipe();
     for &(i, what) in &wanted {
         let command = match what {
-            FollowUp::Count => "GET",
+            FollowUp::Count | FollowUp::Marker => "GET",
             FollowUp::Entries => "ZCARD",
         };
         pipe.cmd(command).arg(&keys[i].name);
@@ -119,6 +120,7 @@ async fn read_follow_ups(
         match what {
             FollowUp::Count => keys[i].count = redis::from_redis_value_ref(reply)?,
             FollowUp::Entries => keys[i].entries = Some(redis::from_redis_value_ref(reply)?),
+            FollowUp::Marker => keys[i].marker = redis::from_redis_value_ref(reply)?,
         }
     }
     Ok(())

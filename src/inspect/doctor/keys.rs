@@ -24,6 +24,8 @@ pub(crate) struct ScannedKey {
     pub(crate) count: Option<String>,
     /// The entries of a readers set (see [`follow_up`]), else `None`.
     pub(crate) entries: Option<u64>,
+    /// The value of a node marker (see [`follow_up`]), else `None`.
+    pub(crate) marker: Option<String>,
 }
 
 /// What the scan read of one node's keys.
@@ -42,6 +44,9 @@ pub(crate) enum FollowUp {
     Count,
     /// `ZCARD`: a readers set, whose entries the census counts.
     Entries,
+    /// `GET`: a node marker, whose life says whether its slot votes (a Cluster member's
+    /// markers are per slot).
+    Marker,
 }
 
 /// Which second read `name` of type `value_type` deserves under `prefix`, if any: only keys
@@ -53,6 +58,7 @@ pub(crate) fn follow_up(prefix: &str, name: &str, value_type: &str) -> Option<Fo
     }
     match known {
         KnownKey::PermitCount { .. } => Some(FollowUp::Count),
+        KnownKey::Global(Global::Marker) => Some(FollowUp::Marker),
         KnownKey::Of {
             kind: Kind::Readers,
             ..

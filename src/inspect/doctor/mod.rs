@@ -14,6 +14,9 @@
 //! - `key_scan` and `keys`: the crate's keys on each node, read with a bounded `SCAN`
 //!   (`key_scan`, I/O) and judged (`keys`, pure): keys that never expire, foreign data in
 //!   the namespace, permit counts that differ between nodes, and each node's census.
+//! - `slot_markers`: pure: a Cluster member's per-slot quarantine, read on each shard
+//!   master (whose slots hold a marker, which of them name an earlier life); the member's
+//!   census is its masters' keys together.
 //! - `render`: the report as text for people (findings that are the same on several nodes
 //!   grouped on one line) and as JSON for scripts (one finding per node).
 
@@ -30,6 +33,7 @@ pub(super) mod key_scan;
 mod keys;
 mod probe;
 mod render;
+mod slot_markers;
 #[cfg(test)]
 mod tests;
 
@@ -360,6 +364,13 @@ pub struct ClusterShard {
     /// The longest `lag` of those replicas (whole seconds since a replica's last
     /// acknowledgement); `None` without replicas.
     pub replica_lag: Option<Duration>,
+    /// The slots in which the master holds a restart-quarantine marker (slots in use);
+    /// `None` when its keys were not read.
+    pub slots_marked: Option<usize>,
+    /// Of those, the slots whose marker names an earlier life of the master (restarted or
+    /// promoted since): there its vote does not count until an attempt in the slot
+    /// readmits it; `None` when its keys were not read.
+    pub slots_kept_out: Option<usize>,
 }
 
 impl ClusterShard {
@@ -375,6 +386,8 @@ impl ClusterShard {
                 .map(|i| i.replica_addresses())
                 .unwrap_or_default(),
             replica_lag: parsed.as_ref().and_then(|i| i.longest_replica_lag()),
+            slots_marked: None,
+            slots_kept_out: None,
         }
     }
 }
@@ -454,12 +467,18 @@ pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
     let probed = futures::future::join_all(probes).await;
     let shards = (0..inner.nodes.len()).map(|i| inner.cluster_shards(i));
     let shards = futures::future::join_all(shards).await;
+    let owners = (0..inner.nodes.len()).map(|i| inner.cluster_owner_slots(i));
+    let owners = futures::future::join_all(owners).await;
     let mut nodes = Vec::with_capacity(probed.len());
-    let (mut ledgers, mut scans) = (Vec::new(), Vec::new());
-    for (mut node, shards) in probed.into_iter().zip(shards) {
+    let (mut ledgers, mut scans, mut slot_findings) = (Vec::new(), Vec::new(), Vec::new());
+    for ((mut node, shards), owners) in probed.into_iter().zip(shards).zip(owners) {
         node.info.cluster_shards = (shards.into_iter())
             .map(|(master, info)| ClusterShard::from_info(master, info.as_deref()))
             .collect();
+        if let Some(owners) = owners {
+            let masters: Vec<_> = owners.into_iter().map(|(node, _)| node).collect();
+            slot_findings.extend(read_every_shard(&mut node, &masters, prefix).await);
+        }
         node.info.keys = node.keys.as_ref().map(|scan| keys::census(scan, prefix));
         nodes.push(node.info);
         ledgers.push(node.ledger);
@@ -475,6 +494,7 @@ pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
         ));
     }
     findings.extend(keys::key_findings(&nodes, &scans, prefix));
+    findings.extend(slot_findings);
     // Most severe first, the order within a severity kept.
     findings.sort_by_key(|f| std::cmp::Reverse(f.severity));
     for node in &nodes {
@@ -487,6 +507,42 @@ pub(crate) async fn check_deployment(inner: &Ensemble) -> DeploymentReport {
         nodes,
         findings,
     }
+}
+
+/// A Cluster member's bookkeeping, read on each of its shard `masters` rather than on its
+/// first seed: per slot, so the seed's untagged names say nothing (no ledger), its key
+/// census is every master's together, and each shard's slots in use and kept out are
+/// counted. Returns the findings on slots kept out.
+async fn read_every_shard(
+    member: &mut probe::Probed,
+    masters: &[std::sync::Arc<crate::net::node::Node>],
+    prefix: &str,
+) -> Vec<Finding> {
+    member.ledger = None;
+    let probes = masters.iter().map(|m| probe::probe(m, prefix));
+    let probed = futures::future::join_all(probes).await;
+    let mut merged = Some(keys::KeyScan::default());
+    let mut found = Vec::new();
+    for shard in &probed {
+        let Some(scan) = &shard.keys else {
+            merged = None;
+            continue;
+        };
+        if let Some(all) = &mut merged {
+            all.keys.extend(scan.keys.iter().cloned());
+            all.partial |= scan.partial;
+        }
+        let counted = slot_markers::slot_markers(scan, prefix, &shard.info);
+        if let Some(entry) =
+            (member.info.cluster_shards.iter_mut()).find(|s| s.master == shard.info.name)
+        {
+            entry.slots_marked = Some(counted.marked);
+            entry.slots_kept_out = Some(counted.kept_out);
+        }
+        found.extend(slot_markers::slots_kept_out(&shard.info.name, counted));
+    }
+    member.keys = merged;
+    found
 }
 
 /// A finding about `node`, or about the whole deployment when `None`.

@@ -203,6 +203,11 @@ fn cluster_topology(shards: &[super::ClusterShard]) -> String {
     if silent > 0 {
         text.push_str(&format!(" ({silent} shards silent)"));
     }
+    let marked: usize = shards.iter().filter_map(|s| s.slots_marked).sum();
+    let kept_out: usize = shards.iter().filter_map(|s| s.slots_kept_out).sum();
+    if marked > 0 {
+        text.push_str(&format!(", {marked} slots in use, {kept_out} kept out"));
+    }
     text
 }
 
@@ -293,6 +298,9 @@ fn node_json(out: &mut String, n: &NodeInfo) {
             "replica_lag_s",
             shard.replica_lag.map(|lag| i128::from(lag.as_secs())),
         );
+        let count = |n: Option<usize>| n.and_then(|n| i128::try_from(n).ok());
+        s.num("slots_marked", count(shard.slots_marked));
+        s.num("slots_kept_out", count(shard.slots_kept_out));
         s.end();
     });
     o.array("sentinels", &n.sentinels, |out, answer| {

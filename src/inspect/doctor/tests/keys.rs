@@ -39,6 +39,7 @@ fn key(name: &str, value_type: &str, pttl_ms: i64) -> ScannedKey {
         value_type: value_type.to_owned(),
         count: None,
         entries: None,
+        marker: None,
     }
 }
 
