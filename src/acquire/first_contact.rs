@@ -24,6 +24,7 @@ use crate::ensemble::Ensemble;
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
+use crate::net::node::Node;
 use crate::net::request;
 use crate::protocol::keys::{self, Global};
 use crate::report::{NodeOutcome, NodeReport};
@@ -55,7 +56,14 @@ pub(crate) async fn let_new_nodes_age<'a>(
     if any_node_marked(ensemble, locks).await {
         return None;
     }
-    let ages = (ensemble.nodes.iter()).filter_map(|node| {
+    wait_for_age(ensemble.nodes.iter()).await;
+    Some(turn)
+}
+
+/// Sleeps until every node of `nodes` whose age this client knows has run for
+/// [`safety::MIN_QUARANTINE`] (see [`safety::first_contact_wait`]).
+pub(crate) async fn wait_for_age(nodes: impl Iterator<Item = &Arc<Node>>) {
+    let ages = nodes.filter_map(|node| {
         node.known().with_facts(|facts| {
             let facts = facts?;
             Some(ballot::aged(facts.uptime?, facts.at.elapsed()).min_age())
@@ -65,7 +73,19 @@ pub(crate) async fn let_new_nodes_age<'a>(
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
     }
-    Some(turn)
+}
+
+/// The `GET` of the marker (on a Cluster member, the marker of the slot of the lock keys
+/// `locks`), the read of both the first contact and the first start.
+pub(crate) fn marker_read(ensemble: &Ensemble, locks: &[String]) -> Arc<Call> {
+    let mut get = redis::cmd("GET");
+    let space = ensemble.config.space();
+    get.arg(keys::global(
+        space.prefix,
+        Global::Marker,
+        space.tag_for(locks),
+    ));
+    Arc::new(Call::new(get).repeatable())
 }
 
 /// Connects to every node (if not yet connected) and reads its marker, waiting up to the
@@ -74,14 +94,7 @@ pub(crate) async fn let_new_nodes_age<'a>(
 /// client has admitted nodes here: the ensemble has served, no attempt can find it fresh,
 /// and new nodes have nothing to wait for.
 async fn any_node_marked(ensemble: &Ensemble, locks: &[String]) -> bool {
-    let mut get = redis::cmd("GET");
-    let space = ensemble.config.space();
-    get.arg(keys::global(
-        space.prefix,
-        Global::Marker,
-        space.tag_for(locks),
-    ));
-    let get = Arc::new(Call::new(get).repeatable());
+    let get = marker_read(ensemble, locks);
     let pending = (ensemble.nodes.iter().enumerate()).map(|(i, node)| request::send(i, node, &get));
     let mut round = Round::new(pending, reach_timeout(ensemble));
     let marked = |_: usize, marker: Value| (NodeOutcome::Reachable, Some(marker != Value::Nil));

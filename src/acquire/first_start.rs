@@ -12,17 +12,14 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use crate::acquire::ballot;
 use crate::acquire::first_contact;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
-use crate::net::answers::{self, Stop};
+use crate::net::answers;
 use crate::net::call::Call;
 use crate::net::fanout::Round;
-use crate::protocol::keys::{self, Global};
 use crate::protocol::scripts;
 use crate::report::{NodeOutcome, NodeReport};
-use crate::rules::safety;
 
 /// What [`Redlock::declare_new`](crate::Redlock::declare_new) found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,44 +97,27 @@ fn is_reached(ensemble: &Ensemble, report: &NodeReport, i: usize) -> bool {
 /// The nodes among `reached` whose marker `GET` found one; an error when one of them did
 /// not answer the read (its marker is then unknown).
 async fn marked_nodes(ensemble: &Ensemble, reached: &[usize]) -> Result<Vec<String>> {
-    let mut get = redis::cmd("GET");
-    get.arg(keys::global(
-        &ensemble.config.key_prefix,
-        Global::Marker,
-        "",
-    ));
-    let get = Arc::new(Call::new(get).repeatable());
+    let get = first_contact::marker_read(ensemble, &[]);
     let mut round = Round::each(ensemble.round_scope(), reached.iter().copied(), |_| &get);
-    let collected = answers::collect(
-        &ensemble.nodes,
-        &mut round,
-        |_, marker| match marker {
+    let report =
+        answers::report_every_answer(&ensemble.nodes, &mut round, |_, marker| match marker {
             Value::Nil => NodeOutcome::NotHeld,
             _ => NodeOutcome::Reachable,
-        },
-        |_| false,
-        Stop::AtEnd,
-    )
-    .await;
-    all_answered(ensemble, reached, &collected.outcomes)?;
+        })
+        .await?;
+    all_answered(ensemble, reached, &report)?;
     Ok((reached.iter())
-        .filter(|&&i| collected.outcomes[i].0 == NodeOutcome::Reachable)
-        .map(|&i| ensemble.nodes[i].name().to_owned())
+        .filter_map(|&i| report.results().get(i))
+        .filter(|r| r.outcome == NodeOutcome::Reachable)
+        .map(|r| r.node.clone())
         .collect())
 }
 
-/// Sleeps until every node of `reached` has run for [`safety::MIN_QUARANTINE`].
+/// Sleeps until every node of `reached` has run for `safety::MIN_QUARANTINE` (see
+/// `first_contact::wait_for_age`).
 async fn wait_for_age(ensemble: &Ensemble, reached: &[usize]) {
-    let ages = reached.iter().filter_map(|&i| {
-        ensemble.nodes[i].known().with_facts(|facts| {
-            let facts = facts?;
-            Some(ballot::aged(facts.uptime?, facts.at.elapsed()).min_age())
-        })
-    });
-    let wait = safety::first_contact_wait(ages);
-    if !wait.is_zero() {
-        tokio::time::sleep(wait).await;
-    }
+    let nodes = reached.iter().filter_map(|&i| ensemble.nodes.get(i));
+    first_contact::wait_for_age(nodes).await;
 }
 
 /// Writes each node of `reached` the marker of the life this client learnt (where none is
@@ -154,41 +134,30 @@ async fn mark_new(ensemble: &Ensemble, reached: &[usize]) -> Result<Vec<String>>
         })
         .collect();
     let mut round = Round::pairs(ensemble.round_scope(), &calls);
-    let collected = answers::collect(
-        &ensemble.nodes,
-        &mut round,
-        |_, _| NodeOutcome::Reachable,
-        |_| false,
-        Stop::AtEnd,
-    )
-    .await;
-    all_answered(ensemble, reached, &collected.outcomes)?;
+    let report =
+        answers::report_every_answer(&ensemble.nodes, &mut round, |_, _| NodeOutcome::Reachable)
+            .await?;
+    all_answered(ensemble, reached, &report)?;
     Ok((reached.iter())
-        .map(|&i| ensemble.nodes[i].name().to_owned())
+        .filter_map(|&i| ensemble.nodes.get(i))
+        .map(|node| node.name().to_owned())
         .collect())
 }
 
-/// An error when a node of `reached` gave no answer in `outcomes` (a refusal, a timeout).
-fn all_answered(
-    ensemble: &Ensemble,
-    reached: &[usize],
-    outcomes: &[(NodeOutcome, std::time::Duration)],
-) -> Result<()> {
+/// An error when a node of `reached` gave no answer in `report` (a timeout, a failure; an
+/// ACL's refusal is already [`Error::Permission`], see `answers::report_every_answer`).
+fn all_answered(ensemble: &Ensemble, reached: &[usize], report: &NodeReport) -> Result<()> {
     let answered = |i: usize| {
         matches!(
-            outcomes.get(i).map(|o| &o.0),
+            report.results().get(i).map(|r| &r.outcome),
             Some(NodeOutcome::Reachable | NodeOutcome::NotHeld)
         )
     };
     if reached.iter().all(|&i| answered(i)) {
         return Ok(());
     }
-    let report = answers::report(&ensemble.nodes, outcomes);
-    if report.denials() > 0 {
-        return Err(Error::Permission { report });
-    }
     Err(Error::Unavailable {
         quorum: ensemble.quorum,
-        report,
+        report: report.clone(),
     })
 }
