@@ -1179,7 +1179,8 @@ async fn a_readers_release_wakes_the_waiter_listed_where_its_entry_is_missing() 
 /// A woken waiter may try before the release that woke it (on the waiting-list node)
 /// reached the other nodes: its messages there are late, within the node timeout. The
 /// waiter keeps retrying, at growing intervals, for a node timeout after its wake-up, and
-/// gets the lock once they arrive; it polls only every minute, and nobody else releases.
+/// gets the lock once they arrive, and leaves no entry in the waiting list; it polls only
+/// every minute, and nobody else releases.
 ///
 /// The holder's node timeout (5 s) outlasts the partition, so its release is still waiting
 /// for nodes 1 and 2 when their link heals; the waiter's (1 s) leaves its retries ample
@@ -1218,6 +1219,14 @@ async fn a_woken_waiter_outruns_the_release_and_still_acquires() {
     late.iter().for_each(|p| p.set_link(Link::Up));
     release.await.unwrap().unwrap();
     let second = acquired(task, "woken").await;
+    // The failed attempt's clean-up put the waiter back at the head of node 0's list; the
+    // retry that won took it off again (a plain `SET` there would have left it listed).
+    eventually(
+        Duration::from_secs(5),
+        "the waiter out of node 0's list",
+        || waiting_list(&cluster.nodes[0], &resource).is_empty(),
+    )
+    .await;
     second.release().await.unwrap();
 }
 

@@ -75,6 +75,7 @@ impl<'a> PermitListener<'a> {
             client: notifier.client_id(),
             stay: registration.shared(),
             front: self.woken,
+            popped: self.woken,
             several: false,
         })
     }

@@ -49,20 +49,25 @@ pub(crate) struct Enqueue<'a> {
     pub(crate) stay: bool,
     /// Rejoin at the head after failure: a release woke us and someone overtook us.
     pub(crate) front: bool,
+    /// The attempt straight after a wake-up: the release that woke us popped our entry.
+    /// (A quick retry after a failed one is `front` too, but that failure's clean-up put
+    /// the entry back at the head.)
+    pub(crate) popped: bool,
     /// The lock has several keys: a release of one of them took us off its list only.
     pub(crate) several: bool,
 }
 
 impl<'a> Enqueue<'a> {
     /// Whether the attempt keeps the list by the acquire script on the waiting-list node.
-    /// Not for a woken client's attempt (`front`) on one key while no other task of the
-    /// client waits (`stay`): the release that woke it popped it from the list, so on
-    /// success there is no entry to remove and a plain `SET` does (the fast path's one
+    /// Not for the attempt right after a wake-up (`popped`) on one key while no other task
+    /// of the client waits (`stay`): the release that woke it popped it from the list, so
+    /// on success there is no entry to remove and a plain `SET` does (the fast path's one
     /// command instead of a script and its calls); on failure the clean-up puts it back at
-    /// the head ([`Requeue::unlisted`]). With several keys, the release of one of them
-    /// popped only that key's list: the others still hold us.
+    /// the head ([`Requeue::unlisted`]), so every later attempt lists, and its success
+    /// takes the entry off again. With several keys, the release of one of them popped
+    /// only that key's list: the others still hold us.
     pub(crate) fn lists(self) -> bool {
-        !self.front || self.stay || self.several
+        !self.popped || self.stay || self.several
     }
 
     /// How a failed attempt's clean-up puts this client back in the waiting list: where the
@@ -215,6 +220,7 @@ impl<'a> Waiting<'a> {
                     client: notifier.client_id(),
                     stay: cx.queue.has_waiters(self.keys),
                     front: next.front,
+                    popped: next.popped,
                     several: self.keys.len() > 1,
                 }
             }),

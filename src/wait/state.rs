@@ -29,6 +29,8 @@ pub(crate) struct WaitState {
     /// The coming attempt follows a wake-up (a release chose us) or a quick retry after
     /// one: a failure then puts us back at the head of the waiting list.
     front: bool,
+    /// The coming attempt follows a wake-up itself: the release popped our entry.
+    popped: bool,
     /// The quick retries the last wake-up still allows.
     quick: QuickRetries,
     /// The coming attempt is the one made at once after this call started listening: the
@@ -80,6 +82,9 @@ impl QuickRetries {
 pub(crate) struct Next {
     /// It follows a wake-up: rejoin the list at its head if it fails.
     pub(crate) front: bool,
+    /// It is the attempt right after a wake-up, whose release popped our entry (see
+    /// `Enqueue::lists`).
+    pub(crate) popped: bool,
     /// Ask the waiting-list node first (when listed there), so a waiter that no release
     /// woke does not take the lock from under the client a release woke.
     pub(crate) gated: bool,
@@ -118,9 +123,14 @@ impl WaitState {
     /// The coming attempt, the `attempt`-th of this call (from 1).
     pub(crate) fn next(&mut self, attempt: u32) -> Next {
         let front = std::mem::take(&mut self.front);
+        let popped = std::mem::take(&mut self.popped);
         let first = attempt <= 1 || std::mem::take(&mut self.listened);
         let gated = std::mem::take(&mut self.gate) || (!first && !front);
-        Next { front, gated }
+        Next {
+            front,
+            popped,
+            gated,
+        }
     }
 
     /// After a failed attempt: `can_listen` when notifications are on but this call does
@@ -147,6 +157,7 @@ impl WaitState {
     /// A release woke this client.
     pub(crate) fn woken(&mut self) {
         self.front = true;
+        self.popped = true;
         self.quick.woken();
     }
 }
@@ -175,7 +186,11 @@ mod tests {
             }
             assert_eq!(
                 s.next(attempt),
-                Next { front, gated },
+                Next {
+                    front,
+                    popped: front,
+                    gated
+                },
                 "{courtesy} {woken} {attempt}"
             );
             // Both flags are spent by one attempt.
@@ -206,11 +221,13 @@ mod tests {
                 s.failed(false, true, true),
                 AfterFailure::QuickRetry { delay }
             );
-            // A quick retry keeps the head of the list and is not gated.
+            // A quick retry keeps the head of the list and is not gated; the failure's
+            // clean-up put the entry back, so it is not popped.
             assert_eq!(
                 s.next(3),
                 Next {
                     front: true,
+                    popped: false,
                     gated: false
                 }
             );
@@ -225,6 +242,7 @@ mod tests {
             s.next(4),
             Next {
                 front: false,
+                popped: false,
                 gated: true
             }
         );
@@ -241,6 +259,7 @@ mod tests {
             s.next(2),
             Next {
                 front: false,
+                popped: false,
                 gated: false
             }
         );
