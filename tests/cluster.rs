@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use common::clients::{cron_client, new_processes_until_one_locks};
 use common::topology::RedisClusterTopology;
 use common::{RedisServer, unique};
 use quorum_lock::{Error, FindingKind, Redlock};
@@ -310,19 +311,6 @@ async fn a_frozen_master_of_five_stops_no_lock_on_the_others() {
     redlock.shutdown().await;
 }
 
-/// A client of the Cluster member of `cluster`, as a process run from cron builds it: TTLs
-/// of 2 s under a 3 s ceiling.
-fn cron_client(cluster: &RedisClusterTopology) -> Redlock {
-    Redlock::builder()
-        .nodes([member_url(cluster)])
-        .retry_delay(Duration::from_millis(20))
-        .max_retry_delay(Duration::from_millis(100))
-        .ttl_ceiling(Duration::from_secs(3))
-        .default_ttl(Duration::from_secs(2))
-        .build()
-        .unwrap()
-}
-
 /// After a shard's failover every new process (a command run from cron, each shorter than
 /// the quarantine) counts the promoted master's quarantine from when the first client
 /// learnt its life, as recorded on the node in a slot it owns: once that is over, a fresh
@@ -335,7 +323,7 @@ async fn new_processes_count_a_promoted_shards_quarantine_from_its_first_learnin
     let cluster = RedisClusterTopology::start(3, 1);
     let resource = unique("cron");
     let master = cluster.master_for_key(&resource);
-    let warm = cron_client(&cluster);
+    let warm = cron_client(&member_url(&cluster));
     (warm.lock(&resource, Duration::from_secs(2)))
         .wait(Duration::from_secs(20))
         .await
@@ -346,7 +334,7 @@ async fn new_processes_count_a_promoted_shards_quarantine_from_its_first_learnin
     warm.shutdown().await;
     cluster.force_failover(cluster.replicas_of(master)[0]);
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let first = cron_client(&cluster);
+    let first = cron_client(&member_url(&cluster));
     let refused = first.try_lock(&resource, Duration::from_secs(2)).await;
     assert!(
         !matches!(refused, Ok(Some(_))),
@@ -354,27 +342,7 @@ async fn new_processes_count_a_promoted_shards_quarantine_from_its_first_learnin
     );
     first.shutdown().await;
     let learnt = Instant::now();
-    loop {
-        let cron = cron_client(&cluster);
-        let run = (cron.lock(&resource, Duration::from_secs(2)))
-            .wait(Duration::from_secs(1))
-            .await;
-        if let Ok(guard) = run {
-            println!(
-                "a new process voted {:?} after the first learnt",
-                learnt.elapsed()
-            );
-            guard.release().await.unwrap();
-            cron.shutdown().await;
-            break;
-        }
-        cron.shutdown().await;
-        assert!(
-            learnt.elapsed() < Duration::from_secs(15),
-            "no new process got the promoted master's vote within 15 s: {run:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    new_processes_until_one_locks(&member_url(&cluster), &resource, learnt).await;
 }
 
 /// `total_connections_received` of node `i` of `cluster`.
@@ -737,8 +705,9 @@ async fn a_slot_moved_with_its_keys_is_followed_and_stays_exclusive() {
 /// release deletes it there, so a rebalance cancels no job and leaves no key.
 ///
 /// On the code before this change the lock kept its seated view: the extension went to
-/// the old owner, was redirected and did not vote ("the extension after the move: not
-/// held"), and the release left the key on the new owner until its TTL.
+/// the old owner, was redirected and did not vote ("the extension after the move:
+/// Err(Unavailable ... Moved ...)"), and the release left the key on the new owner until
+/// its TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_follows_its_slot_to_another_master() {
     let cluster = RedisClusterTopology::start(3, 1);

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::clients::{cron_client, new_processes_until_one_locks};
 use common::proxy::{FaultProxy, Link};
 use common::topology::{SentinelProcess, SentinelTopology};
 use common::{RedisServer, unique};
@@ -247,14 +248,7 @@ async fn a_frozen_sentinel_of_three_stops_no_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnects_do_not_restart_a_promoted_masters_quarantine() {
     let topology = SentinelTopology::start(1, 3);
-    let redlock = Redlock::builder()
-        .nodes([topology.member_url()])
-        .retry_delay(Duration::from_millis(20))
-        .max_retry_delay(Duration::from_millis(100))
-        .ttl_ceiling(Duration::from_secs(3))
-        .default_ttl(Duration::from_secs(2))
-        .build()
-        .unwrap();
+    let redlock = cron_client(&topology.member_url());
     let warm = redlock.lock(unique("reconnect-warm"), Duration::from_secs(2));
     warm.wait(Duration::from_secs(10))
         .await
@@ -288,19 +282,6 @@ async fn reconnects_do_not_restart_a_promoted_masters_quarantine() {
     redlock.shutdown().await;
 }
 
-/// A client of the Sentinel member of `topology`, as a process run from cron builds it:
-/// TTLs of 2 s under a 3 s ceiling.
-fn cron_client(topology: &SentinelTopology) -> Redlock {
-    Redlock::builder()
-        .nodes([topology.member_url()])
-        .retry_delay(Duration::from_millis(20))
-        .max_retry_delay(Duration::from_millis(100))
-        .ttl_ceiling(Duration::from_secs(3))
-        .default_ttl(Duration::from_secs(2))
-        .build()
-        .unwrap()
-}
-
 /// After a failover every new process (a command run from cron, each shorter than the
 /// quarantine) counts the promoted master's quarantine from when the first client learnt
 /// its life, as recorded on the node, not from its own first contact: once that is over, a
@@ -311,7 +292,7 @@ fn cron_client(topology: &SentinelTopology) -> Redlock {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn new_processes_count_a_promoted_masters_quarantine_from_its_first_learning() {
     let topology = SentinelTopology::start(1, 3);
-    let warm = cron_client(&topology);
+    let warm = cron_client(&topology.member_url());
     (warm.lock(unique("cron-warm"), Duration::from_secs(2)))
         .wait(Duration::from_secs(10))
         .await
@@ -322,7 +303,7 @@ async fn new_processes_count_a_promoted_masters_quarantine_from_its_first_learni
     warm.shutdown().await;
     let promoted = topology.failover();
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let first = cron_client(&topology);
+    let first = cron_client(&topology.member_url());
     let refused = first
         .try_lock(&unique("cron-first"), Duration::from_secs(2))
         .await;
@@ -337,27 +318,7 @@ async fn new_processes_count_a_promoted_masters_quarantine_from_its_first_learni
         .query(&mut topology.server(promoted).conn())
         .unwrap();
     println!("promotion record: {record:?}");
-    loop {
-        let cron = cron_client(&topology);
-        let run = (cron.lock(unique("cron"), Duration::from_secs(2)))
-            .wait(Duration::from_secs(1))
-            .await;
-        if let Ok(guard) = run {
-            println!(
-                "a new process voted {:?} after the first learnt",
-                learnt.elapsed()
-            );
-            guard.release().await.unwrap();
-            cron.shutdown().await;
-            break;
-        }
-        cron.shutdown().await;
-        assert!(
-            learnt.elapsed() < Duration::from_secs(15),
-            "no new process got the promoted master's vote within 15 s: {run:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    new_processes_until_one_locks(&topology.member_url(), &unique("cron"), learnt).await;
 }
 
 #[test]

@@ -47,3 +47,43 @@ pub fn safety_client(urls: &[String], quarantine: bool, ttl: Duration) -> Redloc
         .build()
         .unwrap()
 }
+
+/// A client of the one member at `url`, as a process run from cron builds it (restart
+/// quarantine on): TTLs of 2 s under a 3 s ceiling.
+pub fn cron_client(url: &str) -> Redlock {
+    Redlock::builder()
+        .nodes([url])
+        .retry_delay(Duration::from_millis(20))
+        .max_retry_delay(Duration::from_millis(100))
+        .ttl_ceiling(Duration::from_secs(3))
+        .default_ttl(Duration::from_secs(2))
+        .build()
+        .expect("valid configuration")
+}
+
+/// Runs new processes ([`cron_client`]s, each waiting 1 s for `resource`) one after
+/// another until one gets the lock, and releases it; panics when none does within 15 s of
+/// `learnt` (when the first client learnt the member's promoted master).
+pub async fn new_processes_until_one_locks(url: &str, resource: &str, learnt: std::time::Instant) {
+    loop {
+        let cron = cron_client(url);
+        let run = (cron.lock(resource, Duration::from_secs(2)))
+            .wait(Duration::from_secs(1))
+            .await;
+        if let Ok(guard) = run {
+            println!(
+                "a new process voted {:?} after the first learnt",
+                learnt.elapsed()
+            );
+            guard.release().await.expect("released");
+            cron.shutdown().await;
+            return;
+        }
+        cron.shutdown().await;
+        assert!(
+            learnt.elapsed() < Duration::from_secs(15),
+            "no new process got the promoted master's vote within 15 s: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
