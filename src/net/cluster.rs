@@ -533,17 +533,7 @@ impl ClusterMember {
             member.learn(false).await;
             *member.round.lock().unwrap_or_else(|p| p.into_inner()) = None;
         };
-        let round = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let task = handle.spawn(learn);
-                async move {
-                    let _ = task.await;
-                }
-                .boxed()
-            }
-            Err(_) => learn.boxed(),
-        }
-        .shared();
+        let round = crate::net::shared_task::spawn_shared(learn);
         *current = Some(round.clone());
         round
     }

@@ -16,6 +16,7 @@
 //! - [`fanout`]: one request to many nodes under one deadline (a [`Round`](fanout::Round)),
 //!   or to the one node of a single-node client, awaited in place;
 //! - [`request`]: one node's request in a round;
+//! - [`shared_task`]: background work several callers await and none cuts short;
 //! - [`timely`]: a request bounded by a deadline, whose answer counts only when read before
 //!   it (every round's rule, also for the sentinels' and a cluster's confirmations);
 //! - [`answers`]: a round's answers as they arrive, decided as soon as the outcome is
@@ -45,5 +46,6 @@ pub(crate) mod request;
 pub(crate) mod send_gate;
 pub(crate) mod sentinel;
 pub(crate) mod server_facts;
+pub(crate) mod shared_task;
 pub(crate) mod subscription;
 pub(crate) mod timely;

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use futures::future::{BoxFuture, Shared};
 use futures::stream::FuturesUnordered;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, FromRedisValue, RedisError, RedisResult};
 
@@ -338,17 +338,7 @@ impl SentinelMaster {
             let _ = member.confirm(timeout).await;
             member.lock().confirming = None;
         };
-        let round = match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                let task = handle.spawn(confirm);
-                async move {
-                    let _ = task.await;
-                }
-                .boxed()
-            }
-            Err(_) => confirm.boxed(),
-        }
-        .shared();
+        let round = crate::net::shared_task::spawn_shared(confirm);
         state.confirming = Some(round.clone());
         round
     }
