@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
 use futures::future::{BoxFuture, Shared};
 use futures::stream::FuturesUnordered;
-use futures::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::{Client, ConnectionAddr, ConnectionInfo, FromRedisValue, RedisError, RedisResult};
 
