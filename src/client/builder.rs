@@ -10,12 +10,15 @@ use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use crate::client::Redlock;
 use crate::client::cluster_url::{ClusterUrl, cluster_member};
 use crate::client::sentinel_url::{SentinelUrl, sentinel_member};
-use crate::config::{Config, MAX_TTL, check_ceiling, check_ttl};
 use crate::ensemble::Ensemble;
+use crate::ensemble::config::{Config, MAX_TTL, check_ceiling, check_ttl};
 use crate::error::{Error, Result};
 use crate::net::cluster::ClusterMember;
 use crate::net::coalesce::Yield;
-use crate::net::node::{Member, Node, ShardOf};
+use crate::net::member::{Member, PlainServer};
+use crate::net::node::Node;
+use crate::net::replica_acks::ReplicaAcks;
+use crate::net::shard::{ShardCluster, ShardMaster};
 use crate::protocol::{holder, slots};
 use crate::rules::retry::RetryPolicy;
 
@@ -48,6 +51,7 @@ pub struct RedlockBuilder {
     holder_info: bool,
     holder_program: Option<String>,
     tcp_nodelay: bool,
+    replica_acks: Option<ReplicaAcks>,
 }
 
 impl Default for RedlockBuilder {
@@ -72,6 +76,7 @@ impl Default for RedlockBuilder {
             holder_info: true,
             holder_program: None,
             tcp_nodelay: true,
+            replica_acks: None,
         }
     }
 }
@@ -329,6 +334,28 @@ impl RedlockBuilder {
         self
     }
 
+    /// Votes of Sentinel and Cluster members confirmed on replicas (off by default): a
+    /// write that a vote rests on (an acquisition, an extension, a fencing token's commit)
+    /// counts only once `WAIT replicas timeout` reports that at least `replicas` of its
+    /// master's replicas acknowledged it. A failover that promotes one of those replicas
+    /// then keeps the holder's copy, so the lock's holder keeps its majority through it.
+    /// Plain members are unaffected: nothing promotes their replicas.
+    ///
+    /// What it does not cover: replication stays asynchronous. A write that `WAIT` did not
+    /// confirm in time still ran on the master (its vote only does not count), and a
+    /// failover may promote a replica that had not acknowledged yet (one of several, or
+    /// one that lags); so a promoted master still sits out its restart quarantine before
+    /// it votes for a new holder. While `WAIT` waits, the server holds back the
+    /// connection's other requests, so a master whose replicas are all down delays every
+    /// request to it by `timeout` and gives no vote: the timeout must be shorter than the
+    /// [`node_timeout`](Self::node_timeout) (checked by [`build`](Self::build)), and a
+    /// few milliseconds suffice on a local network. Cost: one more round trip to the
+    /// master, plus its replicas' acknowledgement, per vote.
+    pub fn replica_acks(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replica_acks = Some(ReplicaAcks { replicas, timeout });
+        self
+    }
+
     /// Whether the value of every lock key this client sets describes the holder for
     /// operators: host name, process id and program (see [`HolderInfo`](crate::HolderInfo), shown by
     /// [`Redlock::status`] and `quorum-lock status`). Default: on. Off leaves those three
@@ -454,11 +481,41 @@ impl RedlockBuilder {
             )));
         }
         check_ceiling(self.default_ttl, self.ttl_ceiling)?;
+        if let Some(acks) = self.replica_acks {
+            self.check_replica_acks(acks)?;
+        }
         if let Some(floor) = self.fence_floor.filter(|f| *f > MAX_FENCE_FLOOR) {
             return Err(config(format!(
                 "fence floor {floor} is not below 2^53: tokens stay at most 2^53, the largest \
                  integer the nodes count exactly"
             )));
+        }
+        Ok(())
+    }
+
+    /// Whether [`replica_acks`](Self::replica_acks) can ever confirm a vote here.
+    fn check_replica_acks(&self, acks: ReplicaAcks) -> Result<()> {
+        if acks.replicas == 0 {
+            return Err(config(
+                "replica acks of 0 replicas confirm nothing; ask for at least 1",
+            ));
+        }
+        if acks.timeout < Duration::from_millis(1) || acks.timeout >= self.node_timeout {
+            return Err(config(format!(
+                "replica ack timeout {:?} is outside [1ms, node timeout {:?}): a vote is \
+                 read within the node timeout, and WAIT counts whole milliseconds",
+                acks.timeout, self.node_timeout
+            )));
+        }
+        let promotable = |spec: &NodeSpec| {
+            matches!(spec, NodeSpec::Url(url)
+                if SentinelUrl::is_sentinel(url) || ClusterUrl::is_cluster(url))
+        };
+        if !self.nodes.iter().any(promotable) {
+            return Err(config(
+                "replica acks apply to Sentinel and Cluster members, and no node is one: \
+                 nothing promotes a plain node's replica",
+            ));
         }
         Ok(())
     }
@@ -491,13 +548,17 @@ impl RedlockBuilder {
                      master or it would vote twice"
                 )));
             }
-            nodes.push(Arc::new(Node::new(
-                name,
-                member,
-                self.connect_timeout,
-                coalescing,
-                Arc::from(self.key_prefix.as_str()),
-            )));
+            let acks = self.replica_acks.filter(|_| member.fails_over());
+            nodes.push(Arc::new(
+                Node::new(
+                    name,
+                    member,
+                    self.connect_timeout,
+                    coalescing,
+                    Arc::from(self.key_prefix.as_str()),
+                )
+                .with_replica_acks(acks),
+            ));
             clusters.push(cluster);
         }
         Ok((nodes, clusters))
@@ -535,12 +596,14 @@ impl RedlockBuilder {
             self.connect_timeout,
             coalescing,
             Arc::from(self.key_prefix.as_str()),
+            self.replica_acks,
         )
         .map_err(|e| config(format!("Cluster member {shown:?}: {e}")))?;
         let seed = cluster
             .client_at(&host, port)
             .map_err(|e| config(format!("Cluster member {shown:?}: {e}")))?;
-        let member = Member::Shard(seed, Arc::downgrade(&cluster) as Weak<dyn ShardOf>);
+        let cluster_of_seed = Arc::downgrade(&cluster) as Weak<dyn ShardCluster>;
+        let member: Member = Box::new(ShardMaster::new(seed, cluster_of_seed));
         Ok((name, member, cluster))
     }
 
@@ -588,7 +651,7 @@ impl RedlockBuilder {
         let name = parsed.name();
         let member = sentinel_member(parsed, self.tcp_settings())
             .map_err(|e| config(format!("Sentinel member {shown:?}: {e}")))?;
-        Ok((name, Member::Sentinel(Arc::new(member))))
+        Ok((name, Box::new(Arc::new(member))))
     }
 
     /// The TCP settings of every node connection (see [`tcp_nodelay`](Self::tcp_nodelay)).
@@ -653,7 +716,7 @@ const TCP_USER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A node at a fixed address.
 fn server((name, client): (String, Client)) -> (String, Member) {
-    (name, Member::Server(client))
+    (name, Box::new(PlainServer(client)))
 }
 
 fn config(msg: impl Into<String>) -> Error {

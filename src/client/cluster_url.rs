@@ -7,11 +7,12 @@
 //! member's slot table and shards are `net::cluster`.
 
 use redis::io::tcp::TcpSettings;
-use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{ConnectionAddr, IntoConnectionInfo};
 
-use crate::client::sentinel_url::{credentials, host_port};
+use crate::client::member_url::{MemberUrl, has_scheme, server_settings};
 use crate::net::cluster::ClusterMember;
 use crate::net::coalesce::Yield;
+use crate::net::replica_acks::ReplicaAcks;
 
 /// A Cluster member as its URL gives it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,46 +32,29 @@ const REDIS_PORT: u16 = 6379;
 impl ClusterUrl {
     /// Whether `url` names a Cluster member (and should be parsed here).
     pub(crate) fn is_cluster(url: &str) -> bool {
-        url.get(..CLUSTER_SCHEME.len())
-            .is_some_and(|s| s.eq_ignore_ascii_case(CLUSTER_SCHEME))
+        has_scheme(url, CLUSTER_SCHEME)
     }
 
     /// Parses a `redis+cluster://` URL; the error says what is wrong with it.
     pub(crate) fn parse(url: &str) -> Result<ClusterUrl, String> {
-        let rest = url
-            .get(CLUSTER_SCHEME.len()..)
-            .filter(|_| Self::is_cluster(url))
-            .ok_or("it does not start with redis+cluster://")?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        if !path.is_empty() {
+        let parts = MemberUrl::parse(url, CLUSTER_SCHEME, REDIS_PORT, "seed")?;
+        if !parts.path.is_empty() {
             return Err(format!(
-                "it has a path ({path:?}): a Redis Cluster has database 0 only"
+                "it has a path ({:?}): a Redis Cluster has database 0 only",
+                parts.path
             ));
         }
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, authority),
-        };
-        let (username, password) = credentials(userinfo)?;
-        let seeds = hosts
-            .split(',')
-            .map(|h| host_port(h, REDIS_PORT, "seed"))
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(ClusterUrl {
-            seeds,
-            username,
-            password,
+            seeds: parts.hosts,
+            username: parts.username,
+            password: parts.password,
         })
     }
 
     /// The member's display name, without credentials: `cluster:<seeds>`, the seeds
     /// sorted, so that two URLs listing the same seeds in any order have one name.
     pub(crate) fn name(&self) -> String {
-        let mut hosts: Vec<String> = (self.seeds.iter())
-            .map(|(h, p)| format!("{h}:{p}"))
-            .collect();
-        hosts.sort();
-        format!("cluster:{}", hosts.join(","))
+        format!("cluster:{}", MemberUrl::sorted_hosts(&self.seeds))
     }
 }
 
@@ -86,14 +70,9 @@ pub(crate) fn cluster_member(
     connect_timeout: std::time::Duration,
     coalescing: Yield,
     key_prefix: std::sync::Arc<str>,
+    replica_acks: Option<ReplicaAcks>,
 ) -> Result<std::sync::Arc<ClusterMember>, String> {
-    let mut settings = RedisConnectionInfo::default();
-    if let Some(user) = &url.username {
-        settings = settings.set_username(user);
-    }
-    if let Some(password) = &url.password {
-        settings = settings.set_password(password);
-    }
+    let settings = server_settings(url.username.as_deref(), url.password.as_deref(), 0);
     let template = ConnectionAddr::Tcp("0.0.0.0".to_owned(), 0)
         .into_connection_info()
         .map_err(|e| format!("the shards' settings are unusable: {e}"))?
@@ -107,6 +86,7 @@ pub(crate) fn cluster_member(
         connect_timeout,
         coalescing,
         key_prefix,
+        replica_acks,
     ))
 }
 

@@ -7,7 +7,9 @@
 //! member's clients (made, not connected); the member itself is `net::sentinel`.
 
 use redis::io::tcp::TcpSettings;
-use redis::{Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo};
+
+use crate::client::member_url::{MemberUrl, decode, has_scheme, server_settings};
 
 use crate::net::sentinel::SentinelMaster;
 
@@ -32,27 +34,13 @@ const SENTINEL_PORT: u16 = 26379;
 impl SentinelUrl {
     /// Whether `url` names a Sentinel member (and should be parsed here).
     pub(crate) fn is_sentinel(url: &str) -> bool {
-        url.get(..SENTINEL_SCHEME.len())
-            .is_some_and(|s| s.eq_ignore_ascii_case(SENTINEL_SCHEME))
+        has_scheme(url, SENTINEL_SCHEME)
     }
 
     /// Parses a `redis+sentinel://` URL; the error says what is wrong with it.
     pub(crate) fn parse(url: &str) -> Result<SentinelUrl, String> {
-        let rest = url
-            .get(SENTINEL_SCHEME.len()..)
-            .filter(|_| Self::is_sentinel(url))
-            .ok_or("it does not start with redis+sentinel://")?;
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, authority),
-        };
-        let (username, password) = credentials(userinfo)?;
-        let sentinels = hosts
-            .split(',')
-            .map(|h| host_port(h, SENTINEL_PORT, "sentinel"))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut segments = path.split('/');
+        let parts = MemberUrl::parse(url, SENTINEL_SCHEME, SENTINEL_PORT, "sentinel")?;
+        let mut segments = parts.path.split('/');
         let service = decode(segments.next().unwrap_or_default())?;
         if service.is_empty() {
             return Err("it names no service: add /<master name> after the sentinels".into());
@@ -69,10 +57,10 @@ impl SentinelUrl {
             return Err("its path has more than /<service>/<db>".into());
         }
         Ok(SentinelUrl {
-            sentinels,
+            sentinels: parts.hosts,
             service,
-            username,
-            password,
+            username: parts.username,
+            password: parts.password,
             db,
         })
     }
@@ -81,16 +69,13 @@ impl SentinelUrl {
     /// with `/<db>` when not 0. Two URLs of one member (the same sentinels, in any order,
     /// and service) have one name.
     pub(crate) fn name(&self) -> String {
-        let mut hosts: Vec<String> = (self.sentinels.iter())
-            .map(|(h, p)| format!("{h}:{p}"))
-            .collect();
-        hosts.sort();
         let db = if self.db == 0 {
             String::new()
         } else {
             format!("/{}", self.db)
         };
-        format!("sentinel:{}@{}{db}", self.service, hosts.join(","))
+        let hosts = MemberUrl::sorted_hosts(&self.sentinels);
+        format!("sentinel:{}@{hosts}{db}", self.service)
     }
 }
 
@@ -113,86 +98,11 @@ pub(crate) fn sentinel_member(
         .map(|(host, port)| info(host, *port).and_then(Client::open))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("a sentinel address is unusable: {e}"))?;
-    let mut settings = RedisConnectionInfo::default().set_db(url.db);
-    if let Some(user) = &url.username {
-        settings = settings.set_username(user);
-    }
-    if let Some(password) = &url.password {
-        settings = settings.set_password(password);
-    }
+    let settings = server_settings(url.username.as_deref(), url.password.as_deref(), url.db);
     let template = (info("0.0.0.0", 0))
         .map_err(|e| format!("the master's settings are unusable: {e}"))?
         .set_redis_settings(settings);
     Ok(SentinelMaster::new(url.service, sentinels, template))
-}
-
-/// The user name and password of the URL's user information, percent-decoded.
-pub(super) fn credentials(
-    userinfo: Option<&str>,
-) -> Result<(Option<String>, Option<String>), String> {
-    let Some(userinfo) = userinfo else {
-        return Ok((None, None));
-    };
-    let (user, password) = match userinfo.split_once(':') {
-        Some((user, password)) => (user, Some(decode(password)?)),
-        None => (userinfo, None),
-    };
-    let user = Some(decode(user)?).filter(|u| !u.is_empty());
-    Ok((user, password))
-}
-
-/// One `host[:port]` of a member URL's list of servers (`what`, in errors), the port
-/// `default_port` when none is given; `[v6]:port` for IPv6 addresses.
-pub(super) fn host_port(
-    text: &str,
-    default_port: u16,
-    what: &str,
-) -> Result<(String, u16), String> {
-    let (host, port) = match text.strip_prefix('[') {
-        Some(v6) => {
-            let (host, rest) = v6
-                .split_once(']')
-                .ok_or_else(|| format!("{what} {text:?} has no closing ]"))?;
-            (host, rest.strip_prefix(':'))
-        }
-        None => match text.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (text, None),
-        },
-    };
-    if host.is_empty() {
-        return Err(format!("{what} {text:?} has no host"));
-    }
-    let port = match port {
-        None => default_port,
-        Some(port) => port
-            .parse::<u16>()
-            .ok()
-            .filter(|p| *p != 0)
-            .ok_or_else(|| format!("{what} {text:?} has no valid port"))?,
-    };
-    Ok((host.to_ascii_lowercase(), port))
-}
-
-/// `text` with its `%XX` escapes decoded.
-pub(super) fn decode(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b != b'%' {
-            out.push(b);
-            i += 1;
-            continue;
-        }
-        let hex = text
-            .get(i + 1..i + 3)
-            .and_then(|h| u8::from_str_radix(h, 16).ok())
-            .ok_or_else(|| format!("bad percent escape in {text:?}"))?;
-        out.push(hex);
-        i += 3;
-    }
-    String::from_utf8(out).map_err(|_| format!("{text:?} is not UTF-8 once decoded"))
 }
 
 #[cfg(test)]

@@ -264,14 +264,14 @@ pub(crate) fn collected_none(nodes: &[Arc<Node>]) -> Collected {
 mod tests {
     use super::*;
     use crate::net::coalesce::Yield;
-    use crate::net::node::Member;
+    use crate::net::member::Unusable;
     use crate::net::request::NodeFuture;
 
     fn nodes(n: usize) -> Vec<Arc<Node>> {
         let node = |i| {
             Node::new(
                 format!("n{i}"),
-                Member::Unusable("test".into()),
+                Box::new(Unusable("test".into())),
                 Duration::from_secs(1),
                 Yield::Deferred,
                 Arc::from(""),

@@ -30,6 +30,10 @@ pub(crate) struct Call {
     /// Must reach its node even when nobody waits for its answer any more (see
     /// [`Delivery`]): a release.
     delivered: bool,
+    /// A write a holder's vote rests on (an acquisition, an extension): where the client
+    /// asks for replicas' acknowledgements, its answer counts only once they came (see
+    /// [`ReplicaAcks`](super::replica_acks::ReplicaAcks)).
+    vote_write: bool,
 }
 
 /// A failed send, and whether the command provably never reached the server.
@@ -61,6 +65,7 @@ impl Call {
             repeatable: false,
             native: None,
             delivered: false,
+            vote_write: false,
         }
     }
 
@@ -91,6 +96,7 @@ impl Call {
             repeatable: lua.is_repeatable(),
             native: None,
             delivered: false,
+            vote_write: false,
         }
     }
 
@@ -99,7 +105,20 @@ impl Call {
     pub(crate) fn gated(mut self, gate: &Arc<SendGate>) -> Self {
         self.gate = Some(Arc::clone(gate));
         self.repeatable = false;
+        self.vote_write = true;
         self
+    }
+
+    /// Marks a write that a holder's vote rests on without a gate (an extension): see
+    /// [`ReplicaAcks`](super::replica_acks::ReplicaAcks). Gated calls are marked already.
+    pub(crate) fn vote_write(mut self) -> Self {
+        self.vote_write = true;
+        self
+    }
+
+    /// Whether the answer counts only once replicas acknowledged it, where asked for.
+    pub(super) fn is_vote_write(&self) -> bool {
+        self.vote_write
     }
 
     /// Sends `native` instead on the nodes that have the capability it needs (learnt at

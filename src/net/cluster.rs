@@ -31,8 +31,11 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 
 use crate::net::coalesce::Yield;
-use crate::net::node::{Member, Node, ShardOf};
+use crate::net::member::{Member, Unusable};
+use crate::net::node::Node;
+use crate::net::replica_acks::ReplicaAcks;
 use crate::net::server_facts::{FactsHook, life_in};
+use crate::net::shard::{ShardCluster, ShardMaster};
 use crate::net::timely;
 use crate::protocol::slots::SLOTS;
 use crate::rules::cluster::{confirmed_owners, settled};
@@ -77,6 +80,8 @@ pub(crate) struct ClusterMember {
     coalescing: Yield,
     /// The client's key prefix (see `Node::new`).
     key_prefix: Arc<str>,
+    /// What each shard master's votes wait for (see `Node::with_replica_acks`).
+    replica_acks: Option<ReplicaAcks>,
     table: Mutex<Table>,
     /// One learning of the table at a time.
     learning: tokio::sync::Mutex<()>,
@@ -108,6 +113,7 @@ impl ClusterMember {
         connect_timeout: Duration,
         coalescing: Yield,
         key_prefix: Arc<str>,
+        replica_acks: Option<ReplicaAcks>,
     ) -> Arc<Self> {
         Arc::new_cyclic(|this| ClusterMember {
             name,
@@ -116,6 +122,7 @@ impl ClusterMember {
             connect_timeout,
             coalescing,
             key_prefix,
+            replica_acks,
             table: Mutex::new(Table::default()),
             learning: tokio::sync::Mutex::new(()),
             round: Mutex::new(None),
@@ -151,24 +158,6 @@ impl ClusterMember {
             self.learn(false).await;
         }
         self.owner(slot)
-    }
-
-    /// Whether a vote of the node named `node` (`host:port`), whose connection is to the
-    /// server's life `life`, for a lock in `slot` counts now: a confirmation that started
-    /// less than a confirmation window ago names it owner, and it answered that round (or a
-    /// later one) in the same life (a connection kept across a demotion and a new promotion
-    /// knows an old one).
-    pub(crate) fn vouches(&self, slot: u16, node: &str, life: Option<&str>) -> bool {
-        let table = self.lock();
-        let Some((at, owner)) = table.confirmed.get(usize::from(slot)).cloned().flatten() else {
-            return false;
-        };
-        let answered = table.lives.get(node);
-        if answered.map(|(_, l)| l.as_str()) != life || answered.is_none_or(|(a, _)| *a < at) {
-            return false;
-        }
-        let confirmed = (at.into_std(), &*owner);
-        vouched(Some(&confirmed), Some(&node), std::time::Instant::now())
     }
 
     /// The node of the master that owns `slot` in the table as it stands.
@@ -498,19 +487,25 @@ impl ClusterMember {
 
     /// A node for the shard master at `host:port`.
     fn shard_node(&self, host: &str, port: u16) -> Arc<Node> {
-        let member = match self.client_at(host, port) {
-            Ok(client) => Member::Shard(client, self.this.clone() as Weak<dyn ShardOf>),
+        let member: Member = match self.client_at(host, port) {
+            Ok(client) => Box::new(ShardMaster::new(
+                client,
+                self.this.clone() as Weak<dyn ShardCluster>,
+            )),
             // An address the driver cannot use: a node that never connects.
-            Err(e) => Member::Unusable(e.to_string()),
+            Err(e) => Box::new(Unusable(e.to_string())),
         };
         let name = format!("{host}:{port}");
-        let node = Arc::new(Node::new(
-            name,
-            member,
-            self.connect_timeout,
-            self.coalescing,
-            Arc::clone(&self.key_prefix),
-        ));
+        let node = Arc::new(
+            Node::new(
+                name,
+                member,
+                self.connect_timeout,
+                self.coalescing,
+                Arc::clone(&self.key_prefix),
+            )
+            .with_replica_acks(self.replica_acks),
+        );
         if let Some(hook) = self.on_facts.get() {
             node.on_facts(Arc::clone(hook));
         }
@@ -556,12 +551,28 @@ impl ClusterMember {
     }
 }
 
-impl ShardOf for ClusterMember {
+impl ShardCluster for ClusterMember {
+    /// A confirmation that started less than a confirmation window ago names the node
+    /// owner, and it answered that round (or a later one) in the same life (a connection
+    /// kept across a demotion and a new promotion knows an old one).
+    fn vouches(&self, slot: u16, node: &str, life: Option<&str>) -> bool {
+        let table = self.lock();
+        let Some((at, owner)) = table.confirmed.get(usize::from(slot)).cloned().flatten() else {
+            return false;
+        };
+        let answered = table.lives.get(node);
+        if answered.map(|(_, l)| l.as_str()) != life || answered.is_none_or(|(a, _)| *a < at) {
+            return false;
+        }
+        let confirmed = (at.into_std(), &*owner);
+        vouched(Some(&confirmed), Some(&node), std::time::Instant::now())
+    }
+
     fn confirmation_age(&self, node: &str) -> Option<Duration> {
         self.lock().fresh.get(node).map(Instant::elapsed)
     }
 
-    /// Learns the table again in the background, at most every [`REFRESH_INTERVAL`].
+    /// At most every [`REFRESH_INTERVAL`].
     fn relearn_soon(&self) {
         let due = (self.lock().learnt).is_none_or(|at| at.elapsed() >= REFRESH_INTERVAL);
         if due && tokio::runtime::Handle::try_current().is_ok() {
@@ -576,8 +587,7 @@ impl ShardOf for ClusterMember {
         u16::try_from(slot).ok()
     }
 
-    /// The round under way or a new one (see `learn`), to await until it ends or confirms
-    /// `node`.
+    /// The round under way or a new one (see `learn`).
     fn confirm(&self, node: &str) -> BoxFuture<'static, ()> {
         let round = self.round();
         let (member, node) = (self.this.upgrade(), node.to_owned());

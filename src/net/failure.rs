@@ -21,6 +21,9 @@ pub(crate) enum NodeFailure {
     /// The server's ACL refused the command, a key or a channel; the message is the
     /// server's.
     Denied(String),
+    /// The write was answered but too few replicas acknowledged it in time (see
+    /// [`ReplicaAcks`](super::replica_acks::ReplicaAcks)): its vote does not count.
+    Unreplicated(String),
 }
 
 impl NodeFailure {
@@ -32,6 +35,7 @@ impl NodeFailure {
             NodeFailure::Failed(_) => "error",
             NodeFailure::Withdrawn => "withdrawn",
             NodeFailure::Denied(_) => "permission",
+            NodeFailure::Unreplicated(_) => "unreplicated",
         }
     }
 }
@@ -46,6 +50,7 @@ impl From<NodeFailure> for NodeOutcome {
                 NodeOutcome::Failed("not sent: the lock was released first".to_owned())
             }
             NodeFailure::Denied(m) => NodeOutcome::PermissionDenied(m),
+            NodeFailure::Unreplicated(m) => NodeOutcome::Failed(format!("not replicated: {m}")),
         }
     }
 }

@@ -2,14 +2,18 @@
 //! driver's async connection types (`redis::aio`).
 //!
 //! - [`node`]: one node and the lifecycle of its lazily made, shared connection;
-//! - [`sentinel`]: a member that is a master under Sentinel, and the sentinels'
-//!   confirmation its votes need;
-//! - [`cluster`]: a member that is a Redis Cluster: its slot table and a node per shard
-//!   master;
+//! - [`member`]: the one interface of every kind of member a node may be
+//!   ([`Membership`](member::Membership): how a connect reaches the server, whether a vote
+//!   counts now, what a request keeps confirmed), and the plain server;
+//! - [`sentinel`], [`sentinel_member`]: a member that is a master under Sentinel, and the
+//!   sentinels' confirmation its votes need;
+//! - [`cluster`], [`shard`]: a member that is a Redis Cluster: its slot table, and a node
+//!   per shard master whose votes need the masters' confirmation;
 //! - [`server_facts`]: what a connect learns of the server behind a node, for restart
 //!   quarantine and the fast path;
 //! - [`promotion_record`]: when a client first learnt a promoted master's life, kept on
 //!   the node, where every later client's quarantine counts from;
+//! - [`replica_acks`]: votes that count only once `WAIT` confirms their writes on replicas;
 //! - [`call`]: the command a round sends (script, native stand-in, delivery);
 //! - [`send_gate`]: the gate that orders a token's `SET`s before its release;
 //! - [`failure`]: why a request produced no usable answer;
@@ -39,13 +43,17 @@ pub(crate) mod coalesce;
 pub(crate) mod failure;
 pub(crate) mod fanout;
 pub(crate) mod fenced_write;
+pub(crate) mod member;
 pub(crate) mod node;
 pub(crate) mod probe_connection;
 pub(crate) mod promotion_record;
+pub(crate) mod replica_acks;
 pub(crate) mod request;
 pub(crate) mod send_gate;
 pub(crate) mod sentinel;
+pub(crate) mod sentinel_member;
 pub(crate) mod server_facts;
+pub(crate) mod shard;
 pub(crate) mod shared_task;
 pub(crate) mod subscription;
 pub(crate) mod timely;

@@ -3,7 +3,7 @@
 //! shutdown; and [`Node::send`], one request bounded by its caller.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -15,11 +15,13 @@ use tokio::time::Instant;
 use crate::net::call::{Call, SendError};
 use crate::net::coalesce::Yield;
 use crate::net::failure::{NodeFailure, classify};
-use crate::net::sentinel::{MasterAddr, SentinelMaster, Survey};
+use crate::net::member::Member;
+use crate::net::replica_acks::ReplicaAcks;
+use crate::net::sentinel::Survey;
 use crate::net::server_facts::{FactsHook, KnownServer, ServerFacts, learn_capabilities};
 use crate::protocol;
 use crate::protocol::native::Capabilities;
-use crate::rules::sentinel::{CONFIRM_WINDOW, promoted_life_start};
+use crate::rules::sentinel::promoted_life_start;
 
 type ConnectResult = Result<(u64, MultiplexedConnection), ConnectError>;
 
@@ -114,37 +116,6 @@ impl Drop for Liveness {
     }
 }
 
-/// Where a node's connection goes. (One per node, made once: the plain server's client is
-/// kept inline.)
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Member {
-    /// A server at a fixed address.
-    Server(Client),
-    /// The master its sentinels name (see [`SentinelMaster`]).
-    Sentinel(Arc<SentinelMaster>),
-    /// A shard master of a Redis Cluster member, at a fixed address, and its cluster
-    /// (`net::cluster`).
-    Shard(Client, Weak<dyn ShardOf>),
-    /// An address the driver cannot use (a cluster named it): every connect fails so.
-    Unusable(String),
-}
-
-/// What a shard master's node asks of the Redis Cluster member it belongs to.
-pub(crate) trait ShardOf: Send + Sync {
-    /// How old the masters' last confirmation of the master `node` (`host:port`) as owner
-    /// of a slot is (`None`: there is none).
-    fn confirmation_age(&self, node: &str) -> Option<Duration>;
-    /// Learns the slot table again soon, in the background: a request was redirected or
-    /// its connection failed, or the confirmation is getting old.
-    fn relearn_soon(&self);
-    /// A confirmation round of the masters (the one under way, or a new one, which runs to
-    /// its end whoever waits for it), to await until it confirms `node` owner of a slot or
-    /// ends.
-    fn confirm(&self, node: &str) -> BoxFuture<'static, ()>;
-    /// A slot the last confirmations name the master `node` (`host:port`) owner of.
-    fn owned_slot(&self, node: &str) -> Option<u16>;
-}
-
 /// One node of the ensemble: its address, its connection, and what its connects learnt.
 pub(crate) struct Node {
     /// `host:port`, without credentials (`sentinel:<service>@<sentinels>` for a Sentinel
@@ -175,6 +146,9 @@ pub(crate) struct Node {
     reading_late: AtomicBool,
     /// Told the node's name and durability every time a connect learnt its facts.
     on_facts: OnceLock<FactsHook>,
+    /// For a Sentinel member or a Cluster shard master: the replicas' acknowledgements a
+    /// vote's write waits for, if the client asks for them.
+    replica_acks: Option<ReplicaAcks>,
 }
 
 /// A node's claim on reading its late acquire answers (see
@@ -230,7 +204,15 @@ impl Node {
             closed: AtomicBool::new(false),
             reading_late: AtomicBool::new(false),
             on_facts: OnceLock::new(),
+            replica_acks: None,
         }
+    }
+
+    /// This node's votes count only once `acks` confirms their writes (see
+    /// [`ReplicaAcks`]); `None`: at once.
+    pub(crate) fn with_replica_acks(mut self, acks: Option<ReplicaAcks>) -> Self {
+        self.replica_acks = acks;
+        self
     }
 
     /// Calls `hook` with the node's name and durability after every connect that learnt
@@ -264,7 +246,7 @@ impl Node {
             // quarantine counts from then for every client, a new process's included.
             facts.at = facts.at.checked_sub(ago).unwrap_or(facts.at);
         }
-        if matches!(self.member, Member::Sentinel(_) | Member::Shard(..)) {
+        if self.member.fails_over() {
             // A client still connected to the old master may vote there up to a
             // confirmation window after this client learnt the new one (see
             // `net::sentinel`, `net::cluster`): the quarantine of any life learnt here
@@ -295,12 +277,7 @@ impl Node {
         conn: &mut MultiplexedConnection,
         life: &str,
     ) -> Option<Duration> {
-        let tag = match &self.member {
-            Member::Shard(_, cluster) => {
-                protocol::slots::slot_tag(cluster.upgrade()?.owned_slot(&self.name)?)
-            }
-            _ => "",
-        };
+        let tag = self.member.promotion_tag(&self.name)?;
         let key = protocol::keys::global(&self.key_prefix, protocol::keys::Global::Promoted, tag);
         crate::net::promotion_record::seen_ago(conn, &key, life).await
     }
@@ -329,35 +306,28 @@ impl Node {
     /// The driver client, for the connections of their own that a probe or a subscription
     /// opens: a Sentinel member's goes to the master its sentinels name now.
     pub(super) async fn client(&self) -> RedisResult<Client> {
-        Ok(self.member_client().await?.0)
+        Ok(self.member.client(self.connect_timeout).await?.0)
     }
 
-    /// Whether this node's votes may count now, as far as its membership goes: a Sentinel
-    /// member's only while its sentinels confirm the connection's master (see
-    /// [`SentinelMaster::vouches`]).
-    pub(crate) fn vouches(&self) -> bool {
-        match &self.member {
-            Member::Sentinel(sentinel) => sentinel.vouches(),
-            _ => true,
-        }
+    /// Whether this node's votes may count now, for a lock in hash slot `slot` (`None`
+    /// outside a view seated for one), as far as its membership goes: a Sentinel member's
+    /// only while its sentinels confirm the connection's master, a Cluster shard's only
+    /// while its cluster's masters confirm it owner of the slot in the connection's life
+    /// (see [`Membership::vouches`](crate::net::member::Membership::vouches)).
+    pub(crate) fn vouches(&self, slot: Option<u16>) -> bool {
+        self.member.vouches(&self.name, slot, &self.known)
     }
 
-    /// For a Sentinel member, the master's `host:port` its sentinels last named.
-    pub(crate) fn sentinel_named(&self) -> Option<String> {
-        match &self.member {
-            Member::Sentinel(sentinel) => sentinel.named().map(|(h, p)| format!("{h}:{p}")),
-            _ => None,
-        }
+    /// The master's `host:port` its membership last resolved (a Sentinel member's, as its
+    /// sentinels named it).
+    pub(crate) fn resolved_master(&self) -> Option<String> {
+        self.member.resolved_master()
     }
 
     /// For a Sentinel member, each sentinel of its group as the member knows it and the
-    /// master it names now (within `timeout`), and the group's size (see
-    /// [`SentinelMaster::survey`]); `None` for a plain server.
+    /// master it names now (within `timeout`), and the group's size; `None` for others.
     pub(crate) async fn sentinel_survey(&self, timeout: Duration) -> Option<Survey> {
-        let Member::Sentinel(sentinel) = &self.member else {
-            return None;
-        };
-        Some(sentinel.survey(timeout).await)
+        Some(self.member.survey(timeout)?.await)
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -439,7 +409,7 @@ impl Node {
         let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
         let connect = async move {
             let result = tokio::time::timeout(node.connect_timeout, async {
-                let (client, master) = node.member_client().await?;
+                let (client, master) = node.member.client(node.connect_timeout).await?;
                 let mut conn =
                     crate::net::coalesce::connect(&client, &node.config, node.coalescing).await?;
                 if master.is_some() {
@@ -451,8 +421,8 @@ impl Node {
                     futures::join!(node.learn_facts(&mut conn), learn_capabilities(&mut probe));
                 facts?;
                 *node.capabilities.lock().unwrap_or_else(|p| p.into_inner()) = capabilities?;
-                if let (Member::Sentinel(sentinel), Some(addr)) = (&node.member, master) {
-                    sentinel.connected_to(addr);
+                if let Some(addr) = master {
+                    node.member.connected_to(addr);
                 }
                 Ok::<_, RedisError>(conn)
             })
@@ -486,23 +456,6 @@ impl Node {
             Err(_) => connect.boxed(),
         };
         (generation, connect.shared())
-    }
-
-    /// The client a connect uses, and for a Sentinel member the master's address, resolved
-    /// anew (a reconnect may follow a failover).
-    async fn member_client(&self) -> RedisResult<(Client, Option<MasterAddr>)> {
-        match &self.member {
-            Member::Server(client) | Member::Shard(client, _) => Ok((client.clone(), None)),
-            Member::Unusable(why) => Err(RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "unusable address",
-                why.clone(),
-            ))),
-            Member::Sentinel(sentinel) => {
-                let (addr, client) = sentinel.master_client(self.connect_timeout).await?;
-                Ok((client, Some(addr)))
-            }
-        }
     }
 
     /// Puts the outcome of connect `generation` in the slot, unless a newer connect
@@ -552,50 +505,20 @@ impl Node {
     /// A call that may have been written is never sent again, and neither is one that may
     /// set a lock key.
     ///
-    /// A Sentinel member's request also renews the sentinels' confirmation of its master
-    /// (see [`SentinelMaster::keep_confirmed`]), and drops the connection once they name
-    /// another master.
+    /// The request also runs what its membership needs to keep its vote confirmed (see
+    /// [`Membership::renewal`](crate::net::member::Membership::renewal): a Sentinel
+    /// member's sentinels, a Cluster shard's masters), and drops the connection once the
+    /// confirmed master is another.
     pub(crate) async fn send(self: &Arc<Self>, call: &Call) -> Result<Value, NodeFailure> {
-        if let Member::Shard(_, cluster) = &self.member {
-            return self.send_confirmed(call, cluster.upgrade()).await;
-        }
-        let Member::Sentinel(sentinel) = &self.member else {
+        let Some(renewal) = self.member.renewal(&self.name, self.connect_timeout) else {
             return self.send_here(call).await;
         };
-        if sentinel.is_fresh() {
-            return self.send_here(call).await;
-        }
-        let (reply, current) = futures::join!(
-            self.send_here(call),
-            sentinel.keep_confirmed(self.connect_timeout)
-        );
+        let (reply, current) = futures::join!(self.send_here(call), renewal);
         if !current {
-            tracing::info!(node = %self.name, "the sentinels name another master; reconnecting");
+            tracing::info!(node = %self.name, "the confirmed master is another; reconnecting");
             self.drop_connection();
         }
         reply
-    }
-
-    /// [`Node::send`] for a shard master of a Cluster member: the request renews the
-    /// masters' confirmation of the slot table in the background once it is half a window
-    /// old, and waits for a new one beside the request once it is a window old (its vote
-    /// would not count without it, see `net::cluster`).
-    async fn send_confirmed(
-        self: &Arc<Self>,
-        call: &Call,
-        cluster: Option<Arc<dyn ShardOf>>,
-    ) -> Result<Value, NodeFailure> {
-        let Some(cluster) = cluster else {
-            return self.send_here(call).await;
-        };
-        match cluster.confirmation_age(&self.name) {
-            Some(age) if age < CONFIRM_WINDOW / 2 => self.send_here(call).await,
-            Some(age) if age < CONFIRM_WINDOW => {
-                cluster.relearn_soon();
-                self.send_here(call).await
-            }
-            _ => futures::join!(self.send_here(call), cluster.confirm(&self.name)).0,
-        }
     }
 
     /// Drops the current connection, whatever its generation: the next request connects
@@ -612,13 +535,20 @@ impl Node {
         let mut retried = false;
         loop {
             let (generation, conn) = self.connection().await.map_err(NodeFailure::Failed)?;
+            let acks = self.replica_acks.filter(|_| call.is_vote_write());
+            let same_conn = acks.map(|_| conn.clone());
             let result = call.send_on(conn, self.capabilities()).await;
             match result {
-                Ok(Some(reply)) => return Ok(reply),
+                Ok(Some(reply)) => {
+                    if let (Some(acks), Some(conn)) = (acks, same_conn) {
+                        acks.confirm(conn).await?;
+                    }
+                    return Ok(reply);
+                }
                 Ok(None) => return Err(NodeFailure::Withdrawn),
                 Err(SendError { error, unsent }) => {
                     let (failure, dead) = classify(&error);
-                    let dead = self.notice_redirect(&error, dead) || dead;
+                    let dead = self.member.noticed_failure(&error, dead) || dead;
                     if dead {
                         self.discard(generation);
                     }
@@ -629,28 +559,6 @@ impl Node {
                 }
             }
         }
-    }
-}
-
-impl Node {
-    /// A shard master that redirected a request (`MOVED`, `ASK`), could not serve it yet
-    /// (`TRYAGAIN`, `CLUSTERDOWN`) or lost its connection asks its cluster to learn the
-    /// slot table again. Returns whether the connection must go: a redirect means the
-    /// server no longer owns the slot, and it may be demoted; if it is promoted again later,
-    /// only a new connection learns its new life.
-    fn notice_redirect(&self, error: &RedisError, dead: bool) -> bool {
-        let Member::Shard(_, cluster) = &self.member else {
-            return false;
-        };
-        let redirected = matches!(error.code(), Some("MOVED" | "ASK"));
-        let not_served = matches!(error.code(), Some("TRYAGAIN" | "CLUSTERDOWN"));
-        if let Some(cluster) = cluster
-            .upgrade()
-            .filter(|_| redirected || not_served || dead)
-        {
-            cluster.relearn_soon();
-        }
-        redirected
     }
 }
 

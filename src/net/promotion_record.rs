@@ -5,7 +5,7 @@
 //! again in every new process, so a command run from cron, shorter than the quarantine,
 //! would never see the node vote. The first client to learn the life writes the record;
 //! every later one counts from it. The safety argument holds from any client's learning
-//! (DESIGN, "Failovers and new processes").
+//! (docs/members.md, "Failovers and new processes").
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! `tokio::time::timeout_at` polls its future before its timer: a client that runs late (a
 //! stall, a throttled cgroup) and wakes after the deadline with the answer ready would take
 //! it as in time. A round counts only answers that arrive within one node timeout of its
-//! start (DESIGN, timing assumptions), so here an answer read at the deadline or later is
+//! start (docs/safety.md, timing assumptions), so here an answer read at the deadline or later is
 //! dropped, as if the timer had fired first.
 
 use tokio::time::Instant;

@@ -9,7 +9,7 @@ use super::failover::{
 };
 use super::finding;
 use super::{Finding, FindingKind, NodeInfo, Severity};
-use crate::config::Config;
+use crate::ensemble::config::Config;
 use crate::rules::safety;
 
 /// A default TTL that keeps less than this share of itself as validity is flagged.

@@ -104,7 +104,7 @@ async fn connect(node: &Node, info: &mut NodeInfo) -> Option<ProbeConnection> {
     let connect = ProbeConnection::open(node, CONNECT_TIMEOUT, RESPONSE_TIMEOUT);
     match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
         Ok(Ok(conn)) => {
-            info.sentinel_master = node.sentinel_named();
+            info.sentinel_master = node.resolved_master();
             Some(conn)
         }
         Ok(Err(e)) => {
