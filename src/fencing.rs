@@ -15,12 +15,16 @@
 //! gives a plain guard whose deprecated [`fencing_token`](crate::LockGuard::fencing_token)
 //! is an `Option<u64>`.) It is minted by the same
 //! majority as the lock: every node keeps a counter `<prefix>quorum-lock:fence:<resource>` that never
-//! expires; the acquisition reads the counters of the nodes it reaches, takes one more than
-//! the highest, and commits it to a majority (only where our lock is in place) before the
-//! guard is returned. Any two majorities share a node, so the next holder reads at least
-//! this value and mints a larger one. It assumes that a majority of nodes never loses its
-//! data at once; restart quarantine keeps a restarted, emptied node from voting while the
-//! counters of the others are the ones that count. Cost: one extra round trip per
+//! expires; the acquisition reads the counters of the nodes it reaches, takes the largest
+//! of one more than the highest, the client's wall clock in microseconds since the Unix
+//! epoch and the [fence floor](crate::RedlockBuilder::fence_floor), and commits it to a
+//! majority (only where our lock is in place) before the guard is returned. Any two
+//! majorities share a node, so while the nodes remember, the next holder reads at least
+//! this value and mints a larger one; across memory the nodes lost (restarts, even of a
+//! majority), the clock carries the order: a node that lost a counter votes again only
+//! after restart quarantine, and a token is never above its minting time, so with every
+//! client's clock within half the shortest quarantine of true time the next token is still
+//! larger (`rules::safety::next_token` states the argument). Cost: one extra round trip per
 //! acquisition, and one counter key per resource (below).
 //!
 //! # The token

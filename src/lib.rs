@@ -2,25 +2,28 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
-// Layout, top down: each folder's mod.rs says what it owns and its interface; DESIGN.md's
-// "Module map" names every file. No module imports one above it (scripts/check-layers.sh).
+// Layout, top down: each folder's mod.rs says what it owns, names its files and states the
+// interface the rest of the crate uses (DESIGN.md, section 10, maps the folders). No module
+// imports one above it (scripts/check-layers.sh).
 //
 //   client/    the public handle: Redlock, its builder, lock requests, shutdown
-//   acquire/   lock(): the retry loop, one attempt, its ballot, first contact, healing
-//   held/      a held lock: guard, lease (validity, lost signal), extension, release
-//   wait/      waiting for a held lock: local turns, waiting lists, release wake-ups
 //   rwlock/    the read-write lock: a writer's lock key, readers each with an expiry
 //   semaphore/ the counting semaphore: K slot locks, each a quorum mutex
 //   inspect/   read-only: status of a lock, the deployment check (doctor), JSON
-//   ensemble   the shared state: nodes, configuration, majority, queue, notifier
+//   acquire/   lock(): the retry loop, one attempt, its ballot, first contact, healing
+//   held/      a held lock: guard, lease (validity, lost signal), extension, release
+//   ensemble/  the shared state: nodes, configuration, majority, queue, notifier;
+//              the client's lifecycle; a Cluster member's views seated per slot
+//   wait/      waiting for a held lock: local turns, waiting lists, release wake-ups
+//   fencing    fencing tokens and the guarded write (public)
 //   net/       connections, the command wrapper, node facts, fan-out rounds
 //   protocol/  the wire: Lua scripts, key names, native commands, reply decoding
-//   rules/     pure rules: quorum, safety (quarantine, fencing), sentinel, retry, deadlines
-//   config, error, report, fencing, metrics: settings, the error, per-node outcomes,
-//   fencing tokens, the metrics emitted
+//   rules/     pure rules: quorum, safety (quarantine, fencing), sentinel, cluster, retry,
+//              deadlines
+//   error, report, metrics: the error, per-node outcomes, the metrics emitted
+// The CLI is the binary src/bin/quorum-lock.rs with its modules in src/bin/quorum-lock/.
 mod acquire;
 mod client;
-mod config;
 mod ensemble;
 mod error;
 pub mod fencing;
@@ -37,8 +40,10 @@ mod wait;
 
 // The ballot of one attempt (feeds `safety` from the replies) and the pure rules of
 // restart quarantine, fencing, Sentinel and Cluster members, public only for the model
-// checks (tests/model.rs, tests/model_sentinel.rs, tests/model_cluster.rs), which check the
-// same decisions the client makes.
+// checks (tests/model.rs, tests/model_kinds.rs, tests/model_sentinel.rs,
+// tests/model_cluster.rs), which check the same decisions the client makes;
+// tests/model_reseat.rs models the re-seat rule on its own, tests/model_election.rs the
+// rules of leader election.
 #[doc(hidden)]
 pub use acquire::ballot;
 #[doc(hidden)]

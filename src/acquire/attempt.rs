@@ -23,7 +23,6 @@ use crate::held::release::Holding;
 use crate::metrics;
 use crate::net::answers::Collected;
 use crate::net::fanout::Round;
-use crate::protocol::access::Access;
 use crate::report::{NodeOutcome, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
@@ -227,7 +226,7 @@ impl Won<'_> {
         if let Some(marks) = self.marks {
             marks.detach(ensemble);
         }
-        if plan.access != Access::Read {
+        if !plan.access.is_shared() {
             // Readers share: a reader of this client is no reason for another to wait.
             self.holding.hold_locally();
         }

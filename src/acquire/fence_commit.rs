@@ -42,6 +42,7 @@ pub(super) async fn commit_fence(
         }
     };
     let call = Call::script(&scripts::FENCE, config.space(), &plan.keys)
+        .vote_write()
         .arg(token)
         .arg(fence.get());
     let mut round = Round::everywhere(ensemble.round_scope(), call);

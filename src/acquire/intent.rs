@@ -10,7 +10,6 @@ use std::sync::Arc;
 use crate::ensemble::Ensemble;
 use crate::net::call::Call;
 use crate::net::fanout::Round;
-use crate::protocol::access::Access;
 use crate::protocol::rw_scripts;
 
 use super::plan::Plan;
@@ -23,7 +22,7 @@ pub(crate) fn clear_after_write(
     plan: &Plan,
     voted_yes: impl Fn(usize) -> bool,
 ) {
-    let ([key], Access::Write) = (&plan.keys[..], plan.access) else {
+    let ([key], true) = (&plan.keys[..], plan.access.leaves_intent()) else {
         return;
     };
     let which: Vec<usize> = (0..ensemble.nodes.len())

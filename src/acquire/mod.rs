@@ -1,8 +1,11 @@
 //! Acquiring a lock: the Redlock attempt and everything that decides whether it won.
 //!
-//! - this file: `lock()`'s loop, attempts retried with jittered backoff until the wait
-//!   budget or the attempt cap runs out, in this client's local turn for the keys, waiting
-//!   between attempts through the waiting protocol ([`Waiting`]);
+//! - this file: the one acquisition loop of every kind ([`acquire_any`]): passes over the
+//!   candidates retried with jittered backoff until the wait budget or the attempt cap
+//!   runs out, in this client's local turn, waiting between passes through the waiting
+//!   protocol ([`Waiting`]); `lock()` is [`acquire`], one candidate;
+//! - [`candidates`]: what one acquisition may win (one lock's plan, or a semaphore's slot
+//!   plans) and one pass over them;
 //! - [`request`]: [`LockRequest`](request::LockRequest), the public builder of a call;
 //! - [`plan`]: a validated acquisition (resources, keys, TTL);
 //! - [`attempt`]: one attempt (`try_lock`) from its token to its guard or its error, made
@@ -17,11 +20,13 @@
 //! - [`intent`]: a read-write lock's writer intent, cleared once the writer is done
 //!   waiting.
 //!
-//! The rest of the crate calls [`acquire`] with a [`Request`] (or [`plan::Plan`] and
-//! [`attempt::attempt`] for a single attempt) and gets a held lock back.
+//! The rest of the crate calls [`acquire`] with a [`Request`], or [`acquire_any`] with
+//! [`Candidates`] (or [`plan::Plan`] and [`attempt_seated`] for a single attempt), and gets
+//! a held lock back.
 
 pub(crate) mod attempt;
 pub mod ballot;
+pub(crate) mod candidates;
 mod fence_commit;
 pub(crate) mod first_contact;
 pub(crate) mod first_start;
@@ -48,6 +53,9 @@ use crate::protocol::keys;
 use crate::report::NodeReport;
 use crate::rules::retry::RetryPolicy;
 use crate::wait::Waiting;
+/// The turn an acquisition took among this client's tasks, which a permit keeps.
+pub(crate) use crate::wait::queue::HeldTurn;
+use candidates::Candidates;
 use plan::Plan;
 
 /// What a `LockRequest` asks for.
@@ -55,11 +63,7 @@ use plan::Plan;
 pub(crate) struct Request {
     pub(crate) resources: Vec<String>,
     pub(crate) ttl: Duration,
-    /// Overrides the configured wait budget.
-    pub(crate) wait: Option<Duration>,
-    /// Overrides the configured attempt cap.
-    pub(crate) max_attempts: Option<u32>,
-    pub(crate) auto_extend: Option<AutoExtend>,
+    pub(crate) options: Options,
     pub(crate) fencing: bool,
     /// A mutex, or a side of a read-write lock.
     pub(crate) access: Access,
@@ -68,81 +72,152 @@ pub(crate) struct Request {
 /// Runs a `LockRequest` on `ensemble`: see its `IntoFuture` docs in the client module.
 pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result<LockGuard> {
     let ensemble = &ensemble;
-    let config = &ensemble.config;
-    if request.access == Access::Mutex {
-        for resource in &request.resources {
-            keys::check_user_name("resource", resource)?;
-        }
+    for resource in &request.resources {
+        keys::check_user_name("resource", resource)?;
     }
     let plan = Plan::new(ensemble, request.resources, request.ttl, request.fencing)?
         .with_access(request.access)?;
     refuse_upgrade(ensemble, &plan)?;
-    let max_attempts = request.max_attempts.or(config.max_attempts);
-    if max_attempts == Some(0) {
-        return Err(Error::Config("max attempts is zero; use at least 1".into()));
+    let options = request.options;
+    let mut won = acquire_any(ensemble, Candidates::one(plan), options.budget(ensemble)?).await?;
+    options.extend_won(&mut won.guard);
+    Ok(won.guard)
+}
+
+/// The options every request builder shares; unset, the client's.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Options {
+    /// Overrides the configured wait budget.
+    pub(crate) wait: Option<Duration>,
+    /// Overrides the configured attempt cap.
+    pub(crate) max_attempts: Option<u32>,
+    /// Keeps the lock won extended in the background.
+    pub(crate) auto_extend: Option<AutoExtend>,
+}
+
+impl Options {
+    /// The budget of the acquisition on `ensemble`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an attempt cap of zero.
+    pub(crate) fn budget(&self, ensemble: &Ensemble) -> Result<Budget> {
+        let config = &ensemble.config;
+        Ok(Budget {
+            wait: self.wait.unwrap_or(config.wait),
+            max_attempts: attempt_cap(self.max_attempts, config.max_attempts)?,
+        })
     }
+
+    /// For a scoped run: auto-extension, unlimited unless the caller set a policy.
+    pub(crate) fn for_run(&mut self) {
+        self.auto_extend.get_or_insert_with(AutoExtend::new);
+    }
+
+    /// Starts the auto-extension of `guard`, just won, when asked for.
+    pub(crate) fn extend_won(&self, guard: &mut LockGuard) {
+        if let Some(policy) = self.auto_extend {
+            guard.auto_extend(policy);
+        }
+    }
+}
+
+/// How long one acquisition may wait, and how many passes it may make.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Budget {
+    pub(crate) wait: Duration,
+    pub(crate) max_attempts: Option<u32>,
+}
+
+/// A won acquisition: the guard, the index of the candidate it holds, and the call's turn
+/// among this client's tasks (a permit keeps its own).
+#[derive(Debug)]
+pub(crate) struct Won {
+    pub(crate) guard: LockGuard,
+    pub(crate) candidate: usize,
+    pub(crate) turn: HeldTurn,
+}
+
+/// The one acquisition loop of every kind: in this client's local turn, passes over the
+/// candidates (one attempt each) retried with jittered backoff until one is won or the
+/// budget runs out, waiting between passes through the waiting protocol ([`Waiting`]). A
+/// pass after a guard of this client released one candidate tries that one only.
+pub(crate) async fn acquire_any(
+    ensemble: &Arc<Ensemble>,
+    candidates: Candidates<'_>,
+    budget: Budget,
+) -> Result<Won> {
     let started = Instant::now();
-    let wait = request.wait.unwrap_or(config.wait);
-    let deadline = crate::rules::deadline::after(started, wait);
-    let Some(mut waiting) = Waiting::start(ensemble.wait_context(), &plan.keys, deadline).await
+    let deadline = crate::rules::deadline::after(started, budget.wait);
+    let (keys, turn) = (&candidates.keys, candidates.turn);
+    let Some(mut waiting) = Waiting::start(ensemble.wait_context(), keys, turn, deadline).await
     else {
-        return Err(gave_up(
-            0,
-            started,
-            Error::Contended {
-                report: NodeReport::default(),
-            },
-        ));
+        let held = Error::Contended {
+            report: NodeReport::default(),
+        };
+        return Err(gave_up(0, started, held));
     };
     let mut backoff = Backoff {
-        policy: &config.retry,
+        policy: &ensemble.config.retry,
         retries: 0,
     };
-    let mut attempts: u32 = 0;
-    crate::acquire::heal::start_healer(ensemble);
+    let (mut passes, mut attempts, mut freed) = (0u32, 0u32, None);
+    heal::start_healer(ensemble);
     // Every way out but a win, a dropped future included, clears a writer's intent.
-    let mut cleanup = intent::IntentCleanup::new(&plan);
+    let mut cleanup = intent::IntentCleanup::new(candidates.first());
     loop {
-        let remaining = wait.saturating_sub(started.elapsed());
-        if waiting
-            .for_local_release(remaining, || backoff.peek())
-            .await
-        {
+        let remaining = budget.wait.saturating_sub(started.elapsed());
+        if (waiting.for_local_release(remaining, || backoff.peek())).await {
             backoff.retries = backoff.retries.saturating_add(1);
         }
-        attempts = attempts.saturating_add(1);
-        let (enqueue, gated) = waiting.next(attempts);
-        // Seated anew for every attempt: a Cluster member's slot may have a new owner.
-        let seated = &ensemble.seated(&plan.keys).await;
-        cleanup.seat(seated);
-        let result = match enqueue.filter(|_| gated) {
+        passes = passes.saturating_add(1);
+        let (enqueue, gated) = waiting.next(passes);
+        let local = waiting.watch_local();
+        let order = candidates.order(freed);
+        let tried = match enqueue.filter(|_| gated) {
             // A waiter that was not woken asks the waiting-list node first, so it does not
             // take the lock from under the client a release woke, nor split the votes.
-            Some(e) => match waiting.ask_gate(e, plan.list_ttl_ms()).await {
-                Ok(()) => attempt::attempt(seated, &plan, enqueue).await,
-                Err(refused) => Err(refused),
+            Some(e) => match waiting.ask_gate(e, candidates.first().list_ttl_ms()).await {
+                Ok(()) => None,
+                Err(refused) => Some(Err(refused)),
             },
-            None => attempt::attempt(seated, &plan, enqueue).await,
+            None => None,
         };
-        let err = match result {
-            Ok(mut guard) => {
+        let tried = match tried {
+            Some(refused) => {
+                attempts = attempts.saturating_add(1);
+                refused
+            }
+            None => {
+                let seat = |seated: &Arc<Ensemble>| cleanup.seat(seated);
+                let on = (&candidates, order);
+                candidates::pass(ensemble, on, enqueue, &mut attempts, seat).await
+            }
+        };
+        let err = match tried {
+            Ok((candidate, guard)) => {
                 waiting.acquired(enqueue, enqueue.and_then(|e| guard.vote(e.node)));
                 cleanup.won(|i| guard.voted_yes(i));
                 metrics::acquired(started.elapsed());
-                if let Some(policy) = request.auto_extend {
-                    guard.auto_extend(policy);
-                }
-                return Ok(guard);
+                let turn = waiting.into_turn();
+                return Ok(Won {
+                    guard,
+                    candidate,
+                    turn,
+                });
             }
             Err(e) if e.is_retryable() => e,
             Err(e) => return Err(e),
         };
-        let remaining = wait.saturating_sub(started.elapsed());
-        if remaining.is_zero() || max_attempts.is_some_and(|m| attempts >= m) {
+        let remaining = budget.wait.saturating_sub(started.elapsed());
+        if remaining.is_zero() || budget.max_attempts.is_some_and(|m| passes >= m) {
             return Err(gave_up(attempts, started, err));
         }
+        // Also what other tasks of this client took during the pass.
+        let local = local.and(waiting.watch_local());
         let poll = |shift| backoff.next(shift);
-        waiting.pause(&err, enqueue, remaining, poll).await;
+        let released = waiting.pause(&err, enqueue, (remaining, local), poll).await;
+        freed = released.map(|key| candidates.holding_key(key));
     }
 }
 
@@ -150,12 +225,50 @@ pub(crate) async fn acquire(ensemble: Arc<Ensemble>, request: Request) -> Result
 /// holds a read lock of the same name ([`Error::Upgrade`]): it would wait for itself.
 pub(crate) fn refuse_upgrade(ensemble: &Ensemble, plan: &Plan) -> Result<()> {
     let reads = &ensemble.queue.reads;
-    if plan.access == Access::Read {
+    if plan.access.is_shared() {
         return Ok(());
     }
     match plan.resources.iter().find(|r| reads.held_by_this_task(r)) {
         Some(name) => Err(Error::Upgrade { name: name.clone() }),
         None => Ok(()),
+    }
+}
+
+/// One attempt at `plan` on the ensemble seated for its keys, the background healer
+/// started first: what each `try_*` call of a lock makes (a semaphore's `try_acquire` is
+/// one [`candidates::pass`]).
+/// Returns the seated view with the outcome, for what the caller does on its nodes after.
+pub(crate) async fn attempt_seated(
+    ensemble: &Arc<Ensemble>,
+    plan: &Plan,
+    enqueue: Option<crate::wait::Enqueue<'_>>,
+) -> (Arc<Ensemble>, Result<LockGuard>) {
+    heal::start_healer(ensemble);
+    let seated = ensemble.seated(&plan.keys).await;
+    let tried = attempt::attempt(&seated, plan, enqueue).await;
+    (seated, tried)
+}
+
+/// The attempt cap of one call: the call's own (`asked`), else the client's
+/// (`configured`); `None` is no cap.
+///
+/// # Errors
+///
+/// [`Error::Config`] for a cap of zero.
+pub(crate) fn attempt_cap(asked: Option<u32>, configured: Option<u32>) -> Result<Option<u32>> {
+    match asked.or(configured) {
+        Some(0) => Err(Error::Config("max attempts is zero; use at least 1".into())),
+        cap => Ok(cap),
+    }
+}
+
+/// A single try's outcome as `try_*` calls return it: a lock that others hold is `None`,
+/// not an error.
+pub(crate) fn contended_as_none<T>(tried: Result<T>) -> Result<Option<T>> {
+    match tried {
+        Ok(held) => Ok(Some(held)),
+        Err(Error::Contended { .. }) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
+use crate::ensemble::config::whole_ms;
 use crate::error::{Error, Result};
 use crate::protocol::access::Access;
 use crate::protocol::{keys, slots};
@@ -52,7 +52,8 @@ impl Plan {
             keys,
             ttl,
             fencing,
-            access: Access::Mutex,
+            // A mutex until `with_access` says otherwise.
+            access: Access::default(),
             every_answer: false,
         })
     }
@@ -60,7 +61,7 @@ impl Plan {
     /// The same plan for a side of a read-write lock or a semaphore's slot, which have one
     /// resource each.
     pub(crate) fn with_access(self, access: Access) -> Result<Plan> {
-        if access != Access::Mutex && self.resources.len() != 1 {
+        if !access.takes_many_names() && self.resources.len() != 1 {
             return Err(Error::Config(
                 "a read-write lock or a permit has one name".into(),
             ));

@@ -13,7 +13,6 @@ use crate::metrics;
 use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
-use crate::protocol::access::Access;
 use crate::protocol::{keys, reply};
 use crate::report::{NodeOutcome, NodeReport};
 use crate::rules::quorum::{self, Decision};
@@ -61,9 +60,7 @@ fn certainly_not_set(outcome: &NodeOutcome) -> bool {
 /// permit count (see [`count_in_use`]): clients of one semaphore use different counts,
 /// which no retry mends.
 fn count_mismatch(ensemble: &Ensemble, plan: &Plan, collected: &Collected) -> Option<Error> {
-    let Access::Permit(count) = plan.access else {
-        return None;
-    };
+    let count = plan.access.permit_count()?;
     let held_as_lock = (collected.outcomes.iter())
         .filter(|(o, _)| *o == NodeOutcome::NameInUse)
         .count();
@@ -167,7 +164,7 @@ pub(super) async fn give_back(
 /// record this misses expires with its TTL, and a minority's refuses only as contention
 /// ([`count_in_use`]).
 fn forget_count(ensemble: &Ensemble, plan: &Plan, which: impl IntoIterator<Item = usize>) {
-    if let (Access::Permit(permits), [slot_key]) = (plan.access, &plan.keys[..]) {
+    if let (Some(permits), [slot_key]) = (plan.access.permit_count(), &plan.keys[..]) {
         release::forget_permit_count(ensemble, slot_key, permits, which);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::acquire::{Request, acquire};
+use crate::acquire::{Options, Request, acquire};
 use crate::ensemble::Ensemble;
 use crate::error::Result;
 use crate::held::extend::AutoExtend;
@@ -33,11 +33,10 @@ impl LockRequest {
             request: Request {
                 resources,
                 ttl,
-                wait: None,
-                max_attempts: None,
-                auto_extend: None,
+                options: Options::default(),
                 fencing: false,
-                access: Access::Mutex,
+                // A mutex (the write side sets its own).
+                access: Access::default(),
             },
         }
     }
@@ -46,14 +45,14 @@ impl LockRequest {
     /// [`RedlockBuilder::wait`](crate::RedlockBuilder::wait) for this call. Zero makes a
     /// single attempt; `Duration::MAX` waits for ever.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.request.wait = Some(wait);
+        self.request.options.wait = Some(wait);
         self
     }
 
     /// Caps the attempts of this call (at least 1), overriding
     /// [`RedlockBuilder::max_attempts`](crate::RedlockBuilder::max_attempts).
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.request.max_attempts = Some(attempts);
+        self.request.options.max_attempts = Some(attempts);
         self
     }
 
@@ -68,7 +67,7 @@ impl LockRequest {
 
     /// Keeps the lock extended in the background once acquired (see [`AutoExtend`]).
     pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.request.auto_extend = Some(policy);
+        self.request.options.auto_extend = Some(policy);
         self
     }
 }

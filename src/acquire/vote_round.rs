@@ -9,14 +9,13 @@ use redis::Value;
 
 use crate::acquire::ballot::{self, Read, Seen};
 use crate::acquire::plan::{Attempt, Plan};
-use crate::config::whole_ms;
 use crate::ensemble::Ensemble;
+use crate::ensemble::config::whole_ms;
 use crate::held::release::Holding;
 use crate::net::answers::{self, Collected, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::node::Node;
-use crate::protocol::access::Access;
 use crate::protocol::{keys, permit_scripts, rw_scripts};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
@@ -59,8 +58,8 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
     let lives = fast_nodes(ensemble, ttl_ms);
     let any_fast = lives.iter().any(Option::is_some);
     let any_scripted = lives.iter().any(Option::is_none);
-    let call = |enqueue: Option<Enqueue<'_>>, plain: bool| match plan.access {
-        Access::Permit(count) => {
+    let call = |enqueue: Option<Enqueue<'_>>, plain: bool| match plan.access.permit_count() {
+        Some(count) => {
             let prefix = ensemble.config.space();
             let enqueue = enqueue.unwrap_or_default();
             Call::script(&permit_scripts::PERMIT_ACQUIRE, prefix, &plan.keys)
@@ -73,7 +72,7 @@ pub(super) fn acquire_round<'a>(this: Attempt<'a>, holding: &Holding) -> (Reques
                 .arg(scripts::flag(enqueue.front))
                 .gated(holding.gate())
         }
-        _ => lock_call(this, holding, enqueue, plain),
+        None => lock_call(this, holding, enqueue, plain),
     };
     let enqueue = enqueue.filter(|e| e.lists());
     if let [node] = &ensemble.nodes[..] {
@@ -106,7 +105,7 @@ fn lock_call(
     let (ensemble, plan) = (this.ensemble, this.plan);
     let (ttl_ms, token) = (plan.ttl_ms(), &**holding.token());
     match (&plan.keys[..], enqueue, plan.fencing) {
-        ([key], None, false) if plain && plan.access == Access::Mutex => {
+        ([key], None, false) if plain && plan.access.acquires_with_plain_set() => {
             // Sized once: the six arguments and their bytes (a TTL has at most 20 digits).
             let mut cmd = redis::Cmd::with_capacity(6, key.len() + token.len() + 32);
             cmd.arg("SET")
@@ -139,12 +138,12 @@ fn lock_call(
                     let call = (call.arg(mode))
                         .arg(scripts::flag(plain && !fencing))
                         .arg(whole_ms(intent));
-                    let call = match plan.access {
-                        // A reader that enters on its turn hands it on to the next waiter.
-                        Access::Read if ensemble.notifier.is_some() => call
-                            .arg(keys::wake_channel_prefix(&config.key_prefix))
-                            .arg(whole_ms(RetryPolicy::turn_lifetime(config.node_timeout))),
-                        _ => call,
+                    // A reader that enters on its turn hands it on to the next waiter.
+                    let call = if plan.access.is_shared() && ensemble.notifier.is_some() {
+                        call.arg(keys::wake_channel_prefix(&config.key_prefix))
+                            .arg(whole_ms(RetryPolicy::turn_lifetime(config.node_timeout)))
+                    } else {
+                        call
                     };
                     call.gated(holding.gate())
                 }

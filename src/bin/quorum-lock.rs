@@ -182,6 +182,15 @@ struct RunArgs {
     #[arg(long, value_name = "N", requires = "fencing")]
     fence_floor: Option<u64>,
 
+    /// Count a Sentinel or Cluster member's vote only once N replicas of its master
+    /// acknowledged the lock's write (WAIT), so that a failover keeps the lock
+    #[arg(long, value_name = "N")]
+    replica_acks: Option<u32>,
+
+    /// How long WAIT gives the replicas; below --node-timeout [default: half of it]
+    #[arg(long, value_name = "DURATION", requires = "replica_acks", value_parser = duration::parse)]
+    replica_ack_timeout: Option<Duration>,
+
     /// Take one of K permits of the semaphore RESOURCE instead of its lock: at most K
     /// programs run at once (every run of RESOURCE must give the same K)
     #[arg(long, value_name = "K", conflicts_with = "fencing")]
@@ -424,6 +433,16 @@ fn client(
     Ok(builder)
 }
 
+/// The replicas `run` asks to acknowledge its votes, and how long it gives them (half the
+/// node timeout unless given).
+fn replica_acks_of(command: &Command, node_timeout: Duration) -> Option<(u32, Duration)> {
+    let Command::Run(args) = command else {
+        return None;
+    };
+    let timeout = args.replica_ack_timeout.unwrap_or(node_timeout / 2);
+    args.replica_acks.map(|n| (n, timeout))
+}
+
 /// The resource a command names, if any.
 fn resource_of(command: &Command) -> Option<&String> {
     match command {
@@ -454,6 +473,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         _ => (None, None),
     };
     let node_timeout = cli.node_timeout;
+    let replica_acks = replica_acks_of(&cli.command, node_timeout);
     // `run`'s lock value names the command it runs (`status` shows it), not quorum-lock.
     let program = match &cli.command {
         Command::Run(args) => program_name(&args.program),
@@ -469,6 +489,10 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
     )
     .map(|b| match program {
         Some(name) => b.holder_program(name),
+        None => b,
+    })
+    .map(|b| match replica_acks {
+        Some((replicas, timeout)) => b.replica_acks(replicas, timeout),
         None => b,
     })?
     .build()

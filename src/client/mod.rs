@@ -8,6 +8,7 @@
 //! - [`scoped`]: running a future under a lock;
 //! - [`sentinel_url`]: the `redis+sentinel://` URL of a member under Sentinel;
 //! - [`cluster_url`]: the `redis+cluster://` URL of a member that is a Redis Cluster;
+//! - `member_url`: the shape both member URLs share (servers, credentials, a path);
 //! - [`shutdown`]: closing the client, behind [`Redlock::shutdown`].
 //!
 //! Acquiring is in [`acquire`](crate::acquire) (the retry loop) and
@@ -17,6 +18,7 @@
 pub(crate) mod builder;
 pub(crate) mod cluster_url;
 pub(crate) mod fenced;
+mod member_url;
 pub(crate) mod scoped;
 pub(crate) mod sentinel_url;
 pub(crate) mod shutdown;
@@ -24,14 +26,16 @@ pub(crate) mod shutdown;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::attempt;
+use crate::acquire;
 use crate::acquire::first_contact;
 use crate::acquire::first_start::{self, FirstStart};
 use crate::acquire::heal::{self, Readiness};
 use crate::acquire::plan::Plan;
 use crate::acquire::request::LockRequest;
 use crate::ensemble::Ensemble;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::held::guard::LockGuard;
 use crate::held::lease::LockContext;
 use crate::inspect::doctor::{self, DeploymentReport};
@@ -211,13 +215,8 @@ impl Redlock {
         let resource = resource.into();
         keys::check_user_name("resource", &resource)?;
         let plan = Plan::new(&self.inner, vec![resource], ttl, false)?;
-        heal::start_healer(&self.inner);
-        let ensemble = self.inner.seated(&plan.keys).await;
-        match attempt::attempt(&ensemble, &plan, None).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(Error::Contended { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let (_, tried) = acquire::attempt_seated(&self.inner, &plan, None).await;
+        acquire::contended_as_none(tried)
     }
 
     /// Connects to every node (if not yet connected) and checks it answers `PING`, waiting
@@ -370,13 +369,10 @@ impl Redlock {
         let resource = resource.into();
         keys::check_user_name("resource", &resource)?;
         let plan = Plan::new(self.inner(), vec![resource], ttl, true)?;
-        crate::acquire::heal::start_healer(self.inner());
-        let ensemble = self.inner().seated(&plan.keys).await;
-        match attempt::attempt(&ensemble, &plan, None).await {
-            Ok(guard) => FencedGuard::new(guard).map(Some),
-            Err(Error::Contended { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let (_, tried) = acquire::attempt_seated(self.inner(), &plan, None).await;
+        acquire::contended_as_none(tried)?
+            .map(FencedGuard::new)
+            .transpose()
     }
 
     /// Runs `f` under `resource` locked for `ttl` and auto-extended; shorthand for

@@ -4,7 +4,6 @@
 use crate::acquire::request::LockRequest;
 use crate::client::fenced::{FencedContext, FencedRequest};
 use crate::error::Result;
-use crate::held::extend::AutoExtend;
 use crate::held::guard::run_under;
 use crate::held::lease::LockContext;
 
@@ -49,9 +48,7 @@ impl LockRequest {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        if self.request.auto_extend.is_none() {
-            self.request.auto_extend = Some(AutoExtend::new());
-        }
+        self.request.options.for_run();
         let guard = self.await?;
         let work = f(guard.context());
         run_under(guard, work).await
@@ -92,9 +89,7 @@ impl FencedRequest {
         F: FnOnce(FencedContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        if self.request.request.auto_extend.is_none() {
-            self.request.request.auto_extend = Some(AutoExtend::new());
-        }
+        self.request.request.options.for_run();
         let (guard, token) = self.await?.into_parts();
         let work = f(FencedContext::new(guard.context(), token));
         run_under(guard, work).await

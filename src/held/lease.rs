@@ -10,7 +10,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::config::whole_ms;
+use crate::ensemble::config::whole_ms;
 use crate::ensemble::{Ensemble, Held, ShutDownLock};
 use crate::error::{Error, LostReason, Result};
 use crate::held::release::Holding;
@@ -20,8 +20,7 @@ use crate::net::call::Call;
 use crate::net::fanout::{self, Round};
 use crate::net::send_gate::SendGate;
 use crate::protocol::access::Access;
-use crate::protocol::{native, reply, scripts};
-use crate::protocol::{permit_scripts, rw_scripts};
+use crate::protocol::{native, reply};
 use crate::report::{NodeOutcome, NodeReport, QuarantineReason};
 use crate::rules::quorum::{self, Decision};
 use crate::rules::safety;
@@ -200,15 +199,12 @@ impl Lease {
     /// raise (restart quarantine).
     fn extend_call(&self, ttl: Duration, reseat: Option<&str>) -> Call {
         let ensemble = &self.ensemble;
-        let script = match self.access {
-            Access::Read => &rw_scripts::READ_EXTEND,
-            Access::Permit(_) => &permit_scripts::PERMIT_EXTEND,
-            Access::Mutex | Access::Write => &scripts::EXTEND,
-        };
+        let script = self.access.extend_script();
         let mut call = Call::script(script, ensemble.config.space(), &self.keys)
+            .vote_write()
             .arg(&*self.token)
             .arg(whole_ms(ttl));
-        if let Access::Permit(count) = self.access {
+        if let Some(count) = self.access.permit_count() {
             // Keeps the count record alive as long as the slot.
             call = call.arg(count);
         }
@@ -219,7 +215,7 @@ impl Lease {
             [key]
                 if ensemble.config.native_commands
                     && ttl <= self.acquired_ttl
-                    && matches!(self.access, Access::Mutex | Access::Write) =>
+                    && self.access.extends_natively() =>
             {
                 call.or_native(native::set_if_eq(key, &self.token, whole_ms(ttl)))
             }
@@ -252,29 +248,39 @@ impl Lease {
     }
 
     /// Extends on the nodes where the lock's keys are now: on a Cluster member whose slot
-    /// moved (with its keys) since the lock was taken, a refused extension is sent once more
-    /// on the new owner, once the table is learnt again.
+    /// moved (with its keys) since the lock was taken, an extension that a node did not
+    /// renew is sent once more on the new owner, once the table is learnt again, also when
+    /// the other members renewed it (the copy on the new owner would otherwise run out).
     async fn extend_inner(&self, ttl: Duration) -> Result<Duration> {
         let view = self.ensemble.seated(&self.keys).await;
-        let extended = self.extend_on(&view, ttl).await;
-        if extended.is_ok() || !view.config.slotted {
+        let (extended, every_node) = self.extend_on(&view, ttl).await;
+        if every_node || !view.config.slotted {
             return extended;
         }
-        match view.moved_seat(&self.keys).await {
-            Some(moved) => self.extend_on(&moved, ttl).await,
-            None => extended,
+        let Some(moved) = view.moved_seat(&self.keys).await else {
+            return extended;
+        };
+        let (again, _) = self.extend_on(&moved, ttl).await;
+        match (extended, again) {
+            (Ok(validity), Err(_)) => Ok(validity),
+            (_, again) => again,
         }
     }
 
-    /// One extension on the nodes of `ensemble` (a view of the lock's client).
-    async fn extend_on(&self, ensemble: &Arc<Ensemble>, ttl: Duration) -> Result<Duration> {
-        let ttl = ensemble.accept_ttl(ttl)?;
+    /// One extension on the nodes of `ensemble` (a view of the lock's client), and whether
+    /// no node that answered refused it.
+    async fn extend_on(&self, ensemble: &Arc<Ensemble>, ttl: Duration) -> (Result<Duration>, bool) {
+        let ttl = match ensemble.accept_ttl(ttl) {
+            Ok(ttl) => ttl,
+            Err(e) => return (Err(e), true),
+        };
         if self.validity().is_zero() {
             metrics::extended("not_held");
             self.mark_lost(LostReason::Expired);
-            return Err(Error::NotHeld {
+            let not_held = Error::NotHeld {
                 report: NodeReport::default(),
-            });
+            };
+            return (Err(not_held), true);
         }
         let start = Instant::now();
         // From the first send on, nodes may apply the new TTL whatever becomes of this call:
@@ -287,10 +293,11 @@ impl Lease {
         let call = self.extend_call(ttl, None);
         let interpret = |i: usize, r| vouched(ensemble, i, extended_or_not(r));
         let is_yes = |o: &NodeOutcome| *o == NodeOutcome::Extended;
-        let collected = if let [node] = &ensemble.nodes[..] {
+        let (collected, decided, late_agree) = if let [node] = &ensemble.nodes[..] {
             // The direct path of a single node (see `fanout::direct`).
             let answer = fanout::direct(node, &call, ensemble.config.node_timeout).await;
-            answers::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes)
+            let collected = answers::collected_one(&ensemble.nodes, 0, answer, interpret, is_yes);
+            (collected, Instant::now(), true)
         } else {
             let mut round = Round::everywhere(ensemble.round_scope(), call);
             let collected = answers::collect(
@@ -301,11 +308,12 @@ impl Lease {
                 Stop::WhenCertain,
             )
             .await;
+            let decided = Instant::now();
+            let late_agree = late_cluster_answers_agree(ensemble, &mut round, &collected).await;
             // The other nodes still get their extension: more copies of the lock, same token.
             round.finish_in_background(ensemble.round_scope());
-            collected
+            (collected, decided, late_agree)
         };
-        let decided = Instant::now();
         let elapsed = decided - start;
         let votes = quorum::votes(&collected.outcomes, &NodeOutcome::Extended);
         let validity = safety::lease_validity(ttl, elapsed, ensemble.config.drift_factor);
@@ -331,8 +339,52 @@ impl Lease {
         if !matches!(decision, Decision::Won { .. }) {
             metrics::extended(decision.label());
         }
-        decision.into_result(|| collected.report(&ensemble.nodes))
+        // A node the round stopped waiting for is no sign of a move; a Cluster member's late
+        // answer was waited for above.
+        let every_node = late_agree
+            && (collected.outcomes.iter())
+                .all(|(o, _)| matches!(o, NodeOutcome::Extended | NodeOutcome::Pending));
+        let result = decision.into_result(|| collected.report(&ensemble.nodes));
+        (result, every_node)
     }
+}
+
+/// Whether every Cluster member of `ensemble` that had not answered when `collected` was
+/// decided extends the lock once it answers (waited for until the round's deadline): a
+/// redirect there is the sign that the lock's slot moved, and the round decided without it
+/// whenever the other members answered first.
+async fn late_cluster_answers_agree(
+    ensemble: &Ensemble,
+    round: &mut Round,
+    collected: &answers::Collected,
+) -> bool {
+    if !ensemble.config.slotted {
+        return true;
+    }
+    let unheard: Vec<usize> = (collected.outcomes.iter().enumerate())
+        .filter(|(i, (o, _))| *o == NodeOutcome::Pending && ensemble.cluster_of(*i).is_some())
+        .map(|(i, _)| i)
+        .collect();
+    if unheard.is_empty() {
+        return true;
+    }
+    let heard_all = |outcomes: &[(NodeOutcome, Duration)], _| {
+        (unheard.iter()).all(|&i| {
+            outcomes
+                .get(i)
+                .is_none_or(|(o, _)| *o != NodeOutcome::Pending)
+        })
+    };
+    let late = answers::collect_until(
+        &ensemble.nodes,
+        round,
+        |_, reply| extended_or_not(reply),
+        |_| false,
+        heard_all,
+    )
+    .await;
+    (unheard.iter())
+        .all(|&i| (late.outcomes.get(i)).is_some_and(|(o, _)| *o == NodeOutcome::Extended))
 }
 
 /// What one node answered an extension.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use redis::Value;
 
-use crate::config::whole_ms;
 use crate::ensemble::ShutDownLock;
+use crate::ensemble::config::whole_ms;
 use crate::ensemble::{Ensemble, InFlight};
 use crate::error::{Error, Result};
 use crate::metrics;
@@ -157,7 +157,7 @@ impl Holding {
     /// After a semaphore slot's release: its count record and its name's mark go, on each
     /// node where no slot of the count is left (see [`forget_permit_count`]).
     fn forget_after_release(&self) {
-        if let (Access::Permit(permits), [slot_key]) = (self.access, &self.keys[..]) {
+        if let (Some(permits), [slot_key]) = (self.access.permit_count(), &self.keys[..]) {
             let n = self.ensemble.nodes.len();
             forget_permit_count(&self.ensemble, slot_key, permits, 0..n);
         }
@@ -182,7 +182,7 @@ impl Holding {
     fn release_call(&self, announce: bool) -> Call {
         let wakes = announce && self.ensemble.notifier.is_some();
         let config = &self.ensemble.config;
-        if self.access == Access::Read {
+        if self.access.is_shared() {
             return self.read_release_call(wakes);
         }
         match &*self.keys {
@@ -233,7 +233,7 @@ impl Holding {
     /// follow (the requeue of [`release_on`](Self::release_on), which no other script or
     /// native command does).
     fn release_script(&self, wakes: bool) -> Call {
-        if self.access == Access::Read {
+        if self.access.is_shared() {
             return self.read_release_call(wakes);
         }
         let call = Call::script(&scripts::RELEASE, self.ensemble.config.space(), &self.keys)

@@ -1,4 +1,10 @@
-//! [`Access`]: what a lock's token holds, which chooses the scripts it goes through.
+//! [`Access`]: what a lock's token holds, and the table of how the kinds differ: which
+//! scripts they go through, what those scripts take beyond the token and the TTL, and
+//! which of the shared steps apply to them. The rest of the crate asks these questions,
+//! never which kind it has.
+
+use crate::protocol::scripts::{self, Lua};
+use crate::protocol::{permit_scripts, rw_scripts};
 
 /// What a lock's holder holds: a mutex, a semaphore's slot, or one side of a read-write
 /// lock. It chooses the acquire, release and extension scripts.
@@ -23,5 +29,52 @@ impl Access {
             Access::Read => Some("r"),
             Access::Write => Some("w"),
         }
+    }
+
+    /// A semaphore slot's permit count: its scripts take it, record it beside the slots,
+    /// and forget it with the last slot.
+    pub(crate) fn permit_count(self) -> Option<u32> {
+        match self {
+            Access::Permit(count) => Some(count),
+            Access::Mutex | Access::Read | Access::Write => None,
+        }
+    }
+
+    /// Whether holders share the name (readers): a holder of this client is then no reason
+    /// for another task to wait, and a task that holds one may not ask for the exclusive
+    /// side.
+    pub(crate) fn is_shared(self) -> bool {
+        self == Access::Read
+    }
+
+    /// Whether the lock may cover several resources at once (a mutex only).
+    pub(crate) fn takes_many_names(self) -> bool {
+        self == Access::Mutex
+    }
+
+    /// Whether an attempt may be the plain `SET NX PX` (one key, not listed, no fencing):
+    /// a mutex only; the other kinds' scripts check more than the key.
+    pub(crate) fn acquires_with_plain_set(self) -> bool {
+        self == Access::Mutex
+    }
+
+    /// Whether a holder that is done waiting clears the writer intent it may have set.
+    pub(crate) fn leaves_intent(self) -> bool {
+        self == Access::Write
+    }
+
+    /// The extension script.
+    pub(crate) fn extend_script(self) -> &'static Lua {
+        match self {
+            Access::Read => &rw_scripts::READ_EXTEND,
+            Access::Permit(_) => &permit_scripts::PERMIT_EXTEND,
+            Access::Mutex | Access::Write => &scripts::EXTEND,
+        }
+    }
+
+    /// Whether one key's extension may be the native `SET IFEQ` instead of the script: the
+    /// lock key is the whole hold (a mutex, a writer).
+    pub(crate) fn extends_natively(self) -> bool {
+        matches!(self, Access::Mutex | Access::Write)
     }
 }

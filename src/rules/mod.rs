@@ -2,8 +2,9 @@
 //! rule is table-tested on its own and the model checker (`tests/model.rs`) calls the same
 //! functions the client does.
 //!
-//! - [`quorum`]: majority, drift, validity, the vote tally and every round's decision;
-//! - [`safety`]: restart quarantine, fencing tokens, vote de-duplication, failed extensions;
+//! - [`quorum`]: whether a TTL is usable, the vote tally and every round's decision;
+//! - [`safety`]: the majority, drift and validity, restart quarantine, fencing tokens, vote
+//!   de-duplication, failed extensions;
 //! - [`sentinel`]: a member under Sentinel: the sentinels' agreement, whose confirmation a
 //!   vote needs, and when a promoted master's quarantine starts;
 //! - [`cluster`]: a member that is a Redis Cluster: which master its masters agree owns

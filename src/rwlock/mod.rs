@@ -23,14 +23,15 @@ pub(crate) mod read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::acquire::attempt;
-use crate::acquire::heal;
+use crate::acquire;
 use crate::acquire::intent;
 use crate::acquire::plan::Plan;
 use crate::acquire::refuse_upgrade;
 use crate::acquire::request::LockRequest;
 use crate::ensemble::Ensemble;
-use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
 use crate::held::guard::LockGuard;
 use crate::inspect::readers::{self, RwLockStatus};
 use crate::protocol::access::Access;
@@ -156,19 +157,13 @@ impl RwLock {
     async fn try_access(&self, ttl: Duration, access: Access) -> Result<Option<LockGuard>> {
         let plan = Plan::new(&self.ensemble, vec![self.resource()], ttl, false)?;
         let plan = plan.with_access(access)?;
-        let ensemble = &self.ensemble.seated(&plan.keys).await;
-        refuse_upgrade(ensemble, &plan)?;
-        heal::start_healer(ensemble);
-        let tried = attempt::attempt(ensemble, &plan, None).await;
+        refuse_upgrade(&self.ensemble, &plan)?;
+        let (ensemble, tried) = acquire::attempt_seated(&self.ensemble, &plan, None).await;
         // A single try does not wait: it leaves no intent behind to keep readers out.
         match &tried {
-            Ok(guard) => intent::clear_after_write(ensemble, &plan, |i| guard.voted_yes(i)),
-            Err(_) => intent::clear_after_write(ensemble, &plan, |_| false),
+            Ok(guard) => intent::clear_after_write(&ensemble, &plan, |i| guard.voted_yes(i)),
+            Err(_) => intent::clear_after_write(&ensemble, &plan, |_| false),
         }
-        match tried {
-            Ok(guard) => Ok(Some(guard)),
-            Err(Error::Contended { .. }) => Ok(None),
-            Err(e) => Err(e),
-        }
+        acquire::contended_as_none(tried)
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::acquire::{self, Request};
+use crate::acquire::{self, Options, Request};
 use crate::error::Result;
 use crate::held::extend::AutoExtend;
 use crate::held::guard::{LockGuard, run_under};
@@ -24,9 +24,7 @@ use crate::wait::read_holds::ReadHold;
 pub struct ReadRequest {
     rwlock: RwLock,
     ttl: Duration,
-    wait: Option<Duration>,
-    max_attempts: Option<u32>,
-    auto_extend: Option<AutoExtend>,
+    options: Options,
 }
 
 impl ReadRequest {
@@ -34,28 +32,26 @@ impl ReadRequest {
         ReadRequest {
             rwlock,
             ttl,
-            wait: None,
-            max_attempts: None,
-            auto_extend: None,
+            options: Options::default(),
         }
     }
 
     /// How long to wait for the read lock, instead of the client's wait budget.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.options.wait = Some(wait);
         self
     }
 
     /// Caps the attempts (at least 1), instead of the client's attempt cap.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = Some(attempts);
+        self.options.max_attempts = Some(attempts);
         self
     }
 
     /// Keeps the read lock extended in the background while it is held (see
     /// [`AutoExtend`]).
     pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.auto_extend = Some(policy);
+        self.options.auto_extend = Some(policy);
         self
     }
 
@@ -81,9 +77,7 @@ impl ReadRequest {
         F: FnOnce(LockContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        if self.auto_extend.is_none() {
-            self.auto_extend = Some(AutoExtend::new());
-        }
+        self.options.for_run();
         let ReadGuard { guard, _reading } = self.await?;
         let work = f(guard.context());
         // This task reads until the work is done: it may not ask for the write lock.
@@ -102,9 +96,7 @@ impl IntoFuture for ReadRequest {
             let request = Request {
                 resources: vec![self.rwlock.resource()],
                 ttl: self.ttl,
-                wait: self.wait,
-                max_attempts: self.max_attempts,
-                auto_extend: self.auto_extend,
+                options: self.options,
                 fencing: false,
                 access: Access::Read,
             };

@@ -10,17 +10,15 @@
 //! - this file: [`Semaphore`], the handle of one name and permit count, and its
 //!   [`PermitRequest`];
 //! - [`permit`]: [`Permit`], a held slot;
-//! - [`slots`]: acquiring: a turn among the client's tasks (at most K try at once, the
-//!   others wait in arrival order), then one attempt per slot, from a random slot on, then
-//!   a pause until a slot frees or the wait budget runs out;
-//! - [`listen`]: the pause's wake-ups from other clients: every slot of a semaphore shares
-//!   one waiting list, so the release of any slot wakes the first client that waits.
+//! - [`slots`]: acquiring: the slot locks as the candidates of the one acquisition loop,
+//!   with a turn among the client's tasks (at most K try at once, the others wait in
+//!   arrival order). Every slot of a semaphore shares one waiting list, so the release of
+//!   any slot wakes the first client that waits.
 //!
 //! Every client of one name must use the same permit count: each node records the count
 //! beside the slots while their holders may hold, and a client that asks for another count
 //! is refused ([`Error::Config`], when a majority of nodes records it) until they are gone.
 
-mod listen;
 pub(crate) mod permit;
 mod slots;
 
@@ -30,9 +28,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::acquire::Options;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::held::extend::AutoExtend;
+use crate::held::guard::run_under;
+use crate::held::lease::LockContext;
 use crate::inspect::status::{self, LockStatus};
 use crate::protocol::keys;
 use permit::Permit;
@@ -95,8 +96,7 @@ impl Semaphore {
         PermitRequest {
             semaphore: self.clone(),
             ttl,
-            wait: None,
-            auto_extend: None,
+            options: Options::default(),
         }
     }
 
@@ -147,21 +147,59 @@ impl Semaphore {
 pub struct PermitRequest {
     semaphore: Semaphore,
     ttl: Duration,
-    wait: Option<Duration>,
-    auto_extend: Option<AutoExtend>,
+    options: Options,
 }
 
 impl PermitRequest {
     /// How long to wait for a permit, instead of the client's wait budget.
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Some(wait);
+        self.options.wait = Some(wait);
+        self
+    }
+
+    /// Caps the attempts (at least 1), instead of the client's attempt cap: an attempt at
+    /// a permit tries each free slot once.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.options.max_attempts = Some(attempts);
         self
     }
 
     /// Keeps the permit extended in the background while it is held (see [`AutoExtend`]).
     pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.auto_extend = Some(policy);
+        self.options.auto_extend = Some(policy);
         self
+    }
+
+    /// Acquires a permit, runs `f` under it with auto-extension (unlimited unless
+    /// [`auto_extend`](Self::auto_extend) set a budget), releases it afterwards, also when
+    /// `f` fails or panics, and returns `f`'s output: as
+    /// [`LockRequest::run`](crate::LockRequest::run) for a permit.
+    ///
+    /// # Errors
+    ///
+    /// Acquisition errors as for [`Semaphore::acquire`], or
+    /// [`Error::Lost`](crate::Error::Lost) when the permit is lost while `f` runs (`f`'s
+    /// future is then dropped).
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`LockRequest::run`](crate::LockRequest::run).
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the permit was released.
+    pub async fn run<F, Fut, T>(mut self, f: F) -> Result<T>
+    where
+        F: FnOnce(LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        self.options.for_run();
+        let (guard, turn) = self.await?.into_parts();
+        let work = f(guard.context());
+        // The task keeps its turn among the client's tasks until the work is done.
+        let ran = run_under(guard, work).await;
+        drop(turn);
+        ran
     }
 }
 
@@ -171,11 +209,9 @@ impl IntoFuture for PermitRequest {
 
     fn into_future(self) -> Self::IntoFuture {
         Box::pin(async move {
-            let wait = (self.wait).unwrap_or(self.semaphore.ensemble.config.wait);
-            let mut permit = slots::acquire_permit(&self.semaphore, self.ttl, wait).await?;
-            if let Some(policy) = self.auto_extend {
-                permit.auto_extend(policy);
-            }
+            let budget = self.options.budget(&self.semaphore.ensemble)?;
+            let mut permit = slots::acquire_permit(&self.semaphore, self.ttl, budget).await?;
+            self.options.extend_won(&mut permit);
             Ok(permit)
         })
     }

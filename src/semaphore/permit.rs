@@ -2,10 +2,10 @@
 
 use std::ops::{Deref, DerefMut};
 
+use crate::acquire::HeldTurn;
 use crate::error::Result;
 use crate::held::guard::LockGuard;
 use crate::report::NodeReport;
-use crate::wait::queue::PermitTurn;
 
 /// One of a [`Semaphore`](crate::Semaphore)'s permits, held: the guard of its slot lock,
 /// with everything a [`LockGuard`] offers (validity, extension, lost signal, context)
@@ -16,11 +16,11 @@ pub struct Permit {
     slot: u32,
     /// The task's turn among this client's tasks, held with the permit (none for
     /// [`try_acquire`](crate::Semaphore::try_acquire)).
-    turn: Option<PermitTurn>,
+    turn: Option<HeldTurn>,
 }
 
 impl Permit {
-    pub(crate) fn new(guard: LockGuard, slot: u32, turn: Option<PermitTurn>) -> Permit {
+    pub(crate) fn new(guard: LockGuard, slot: u32, turn: Option<HeldTurn>) -> Permit {
         Permit { guard, slot, turn }
     }
 
@@ -50,10 +50,9 @@ impl Permit {
         self.guard
     }
 
-    /// This permit with `turn`, for the acquisition that won it.
-    pub(crate) fn with_turn(mut self, turn: PermitTurn) -> Permit {
-        self.turn = Some(turn);
-        self
+    /// The slot lock's guard and the task's turn, apart.
+    pub(crate) fn into_parts(self) -> (LockGuard, Option<HeldTurn>) {
+        (self.guard, self.turn)
     }
 }
 

@@ -34,7 +34,7 @@ use crate::protocol::keys::Space;
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
 use notify::{Notifier, Registration, Wake};
-use queue::{LocalQueue, Turn};
+use queue::{HeldTurn, LocalQueue, LocalReleases, TurnOf};
 use state::{AfterFailure, WaitState};
 
 /// How an attempt keeps this client in the waiting list of the keys (see
@@ -113,12 +113,16 @@ pub(crate) struct Context<'a> {
     pub(crate) space: Space<'a>,
 }
 
-/// One `lock()` call's part in the waiting protocol: its turn in the local queue, its
+/// One acquisition's part in the waiting protocol: its turn in the local queue, its
 /// subscription to release notifications (once it listens) and its [`WaitState`].
+///
+/// It waits for one lock's keys, or for any of a semaphore's slot keys (whose releases
+/// all wake the first client in the semaphore's one waiting list).
 pub(crate) struct Waiting<'a> {
     cx: Context<'a>,
     /// This call's turn among the client's tasks that want these keys, held while it lasts.
-    _turn: Turn,
+    turn: HeldTurn,
+    /// Every key whose release may let this call win.
     keys: &'a Arc<[String]>,
     listening: Option<Registration>,
     /// Whether this call waited for the subscriptions to stand (once at most).
@@ -128,8 +132,9 @@ pub(crate) struct Waiting<'a> {
 
 impl<'a> Waiting<'a> {
     /// Starts waiting for `keys`: first for this call's turn among the tasks of this
-    /// client that want them (first come, first served), so only one of them at a time
-    /// sends attempts; `None` if the turn did not come by `deadline`. The turn passes on
+    /// client that want them (first come, first served; `of` says how many at a time send
+    /// attempts: one for a lock, as many as the permits for a semaphore); `None` if the
+    /// turn did not come by `deadline`. The turn passes on
     /// when the returned value is dropped: the next task then waits on Redis for our
     /// release.
     ///
@@ -142,7 +147,8 @@ impl<'a> Waiting<'a> {
     /// another lock. When this client just handed these keys to a waiting client, that
     /// client goes first: while listening, the first attempt asks the waiting-list node
     /// (where the woken client has the turn) before it is sent; otherwise this waits for a
-    /// head start, at most until `deadline`.
+    /// head start, at most until `deadline`. A semaphore's waiter starts plain and gets
+    /// no head-start or gate: its pass is over every slot, not one lock's keys.
     ///
     /// # Cancel safety
     ///
@@ -150,12 +156,16 @@ impl<'a> Waiting<'a> {
     pub(crate) async fn start(
         cx: Context<'a>,
         keys: &'a Arc<[String]>,
+        of: TurnOf<'_>,
         deadline: Instant,
     ) -> Option<Waiting<'a>> {
-        let turn = tokio::time::timeout_at(deadline, cx.queue.turn(keys))
+        let turn = tokio::time::timeout_at(deadline, cx.queue.take_turn(of, keys))
             .await
             .ok()?;
-        let courtesy_until = cx.queue.courtesy_until(keys);
+        let courtesy_until = match turn {
+            HeldTurn::Lock { .. } => cx.queue.courtesy_until(keys),
+            HeldTurn::Permit { .. } => None,
+        };
         let contended = || courtesy_until.is_some() || cx.queue.has_waiters(keys);
         let listening = (cx.notifier)
             .filter(|n| n.is_started() && contended())
@@ -170,7 +180,7 @@ impl<'a> Waiting<'a> {
         }
         Some(Waiting {
             cx,
-            _turn: turn,
+            turn,
             keys,
             listening,
             waited_ready: false,
@@ -178,14 +188,33 @@ impl<'a> Waiting<'a> {
         })
     }
 
-    /// While a guard of this client holds the keys, an attempt would fail: waits for its
-    /// release to complete, or for the `poll` delay in case the guard was forgotten (at
-    /// most `remaining`). Returns whether the poll delay ran out.
+    /// The turn this call held, once it won: a permit keeps its own.
+    pub(crate) fn into_turn(self) -> HeldTurn {
+        self.turn
+    }
+
+    /// The releases by this client's guards of any of the keys held now (see
+    /// [`LocalReleases`]), for a semaphore's pass. None for a lock: its call waits for a
+    /// local hold before each attempt ([`for_local_release`](Self::for_local_release)).
+    pub(crate) fn watch_local(&self) -> LocalReleases {
+        match self.turn {
+            HeldTurn::Permit { .. } => self.cx.queue.watch_releases(self.keys),
+            HeldTurn::Lock { .. } => LocalReleases::none(),
+        }
+    }
+
+    /// While a guard of this client holds a lock's keys, an attempt would fail: waits for
+    /// its release to complete, or for the `poll` delay in case the guard was forgotten
+    /// (at most `remaining`). Returns whether the poll delay ran out. A semaphore's pass
+    /// goes on at once: its turn leaves it a slot that no guard of this client holds.
     pub(crate) async fn for_local_release(
         &self,
         remaining: Duration,
         poll: impl FnOnce() -> Duration,
     ) -> bool {
+        if matches!(self.turn, HeldTurn::Permit { .. }) {
+            return false;
+        }
         let queue = self.cx.queue;
         let Some(freed) = queue.held_locally(self.keys) else {
             return false;
@@ -212,21 +241,30 @@ impl<'a> Waiting<'a> {
     pub(crate) fn next(&mut self, attempt: u32) -> (Option<Enqueue<'a>>, bool) {
         let next = self.state.next(attempt);
         let cx = self.cx;
+        let one_lock = matches!(self.turn, HeldTurn::Lock { .. });
         let enqueue = match (&mut self.listening, cx.notifier) {
             (Some(registration), Some(notifier)) => notifier.wake_node().map(|node| {
                 registration.listing_on(node);
+                // Other tasks of this client wait for the keys: a lock's in the local queue,
+                // a semaphore's listening beside this one.
+                let stay = if one_lock {
+                    cx.queue.has_waiters(self.keys)
+                } else {
+                    registration.shared()
+                };
                 Enqueue {
                     node,
                     client: notifier.client_id(),
-                    stay: cx.queue.has_waiters(self.keys),
+                    stay,
                     front: next.front,
                     popped: next.popped,
-                    several: self.keys.len() > 1,
+                    // A slot lock has one key, in the semaphore's one list.
+                    several: one_lock && self.keys.len() > 1,
                 }
             }),
             _ => None,
         };
-        (enqueue, next.gated && enqueue.is_some())
+        (enqueue, one_lock && next.gated && enqueue.is_some())
     }
 
     /// Asks the waiting-list node whether this waiter, which no release woke, may try now
@@ -278,14 +316,15 @@ impl<'a> Waiting<'a> {
     /// Waits before the next attempt after `err`, with `remaining` of the wait budget left:
     /// starts listening (and tries again at once), retries quickly after a wake-up, or
     /// sleeps for the `poll` delay (given the extra doublings of a listed waiter) unless a
-    /// release wakes this client first.
+    /// release wakes this client first, or a guard of this client releases one of the keys
+    /// in `local`: then returns that key's index among the waited keys.
     pub(crate) async fn pause(
         &mut self,
         err: &Error,
         enqueue: Option<Enqueue<'_>>,
-        remaining: Duration,
+        (remaining, local): (Duration, LocalReleases),
         poll: impl FnOnce(u32) -> Duration,
-    ) {
+    ) -> Option<usize> {
         let notifier = self.cx.notifier;
         // The attempt was in no waiting list: this call does not listen yet, or no
         // subscription stood (their tasks were started again by `register`: the ones before
@@ -301,7 +340,7 @@ impl<'a> Waiting<'a> {
             .failed(can_listen, self.listening.is_some(), listed)
         {
             AfterFailure::Listen => {
-                let Some(notifier) = notifier else { return };
+                let notifier = notifier?;
                 self.waited_ready = true;
                 if self.listening.is_none() {
                     self.listening = Some(notifier.register(self.keys));
@@ -309,6 +348,7 @@ impl<'a> Waiting<'a> {
                 // A release may have been announced before we listened: once the
                 // subscriptions stand, try again at once instead of sleeping.
                 notifier.wait_ready(remaining).await;
+                None
             }
             AfterFailure::QuickRetry { delay } => {
                 // Woken, yet the attempt failed: the release that woke us comes from the
@@ -317,32 +357,46 @@ impl<'a> Waiting<'a> {
                 // still at the head of the list, instead of waiting for the next release.
                 metrics::wait_event("quick_retry");
                 tokio::time::sleep(delay.min(remaining)).await;
+                None
             }
             AfterFailure::Wait { shift } => {
                 let delay = poll(shift).min(remaining);
-                self.wait_for_release(enqueue, delay).await;
+                self.wait_for_release(enqueue, local, delay).await
             }
         }
     }
 
-    /// Sleeps for `delay` unless a release wakes this client first (while listening).
+    /// Sleeps for `delay` unless a release wakes this client first (while listening), or
+    /// a guard of this client releases one of the keys in `local` (whose index it returns).
     /// Returns at once when the waiting-list node changed since the attempt `enqueue`
     /// described (a subscription came up or dropped), before or while it waits: releases
     /// pop the new node's list, where the next attempt lists this client.
-    async fn wait_for_release(&mut self, enqueue: Option<Enqueue<'_>>, delay: Duration) {
+    async fn wait_for_release(
+        &mut self,
+        enqueue: Option<Enqueue<'_>>,
+        local: LocalReleases,
+        delay: Duration,
+    ) -> Option<usize> {
         let Some(registration) = &self.listening else {
-            tokio::time::sleep(delay).await;
-            metrics::wait_event("poll");
-            return;
+            return freed_or_polled(local.first_or(delay).await);
         };
         let listed_on = enqueue.map(|e| e.node);
-        match registration
-            .wake_or(listed_on, tokio::time::sleep(delay))
-            .await
-        {
-            Wake::Woken => self.state.woken(),
-            Wake::Moved => {}
-            Wake::Other(()) => metrics::wait_event("poll"),
+        match registration.wake_or(listed_on, local.first_or(delay)).await {
+            Wake::Woken => {
+                self.state.woken();
+                None
+            }
+            Wake::Moved => None,
+            Wake::Other(freed) => freed_or_polled(freed),
         }
     }
+}
+
+/// What a wait on this client's releases found: the index of the key freed, or, with the
+/// delay out, `None` (counted as a poll).
+fn freed_or_polled(freed: Option<usize>) -> Option<usize> {
+    if freed.is_none() {
+        metrics::wait_event("poll");
+    }
+    freed
 }

@@ -135,6 +135,25 @@ impl Drop for PermitTurn {
     }
 }
 
+/// Whose turn a call waits for among this client's tasks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TurnOf<'a> {
+    /// The keys of one lock: one task at a time (see [`LocalQueue::turn`]).
+    Lock,
+    /// A permit of semaphore `name` of `permits` permits: that many tasks at a time (see
+    /// [`LocalQueue::permit_turn`]).
+    Permit { name: &'a str, permits: u32 },
+}
+
+/// A task's turn, of either sort, held; given back on drop.
+#[derive(Debug)]
+pub(crate) enum HeldTurn {
+    /// Held for its `Drop`: the turn passes on when the call ends.
+    Lock { _turn: Turn },
+    /// Held for its `Drop`: kept with the permit won.
+    Permit { _turn: PermitTurn },
+}
+
 /// The turn of one task on a set of keys; given back on drop.
 #[derive(Debug)]
 pub(crate) struct Turn {
@@ -163,6 +182,13 @@ pub(crate) struct LocalReleases {
 }
 
 impl LocalReleases {
+    /// No lock watched: [`first_or`](Self::first_or) waits out its delay.
+    pub(crate) fn none() -> LocalReleases {
+        LocalReleases {
+            watched: Vec::new(),
+        }
+    }
+
     /// These locks and those of `other`.
     pub(crate) fn and(mut self, other: LocalReleases) -> LocalReleases {
         self.watched.extend(other.watched);
@@ -266,6 +292,26 @@ impl LocalQueue {
         keys.iter()
             .find_map(|k| keys_in_use.map.get(k).filter(|e| e.held > 0))
             .map(|e| Freed(Arc::clone(&e.shared)))
+    }
+
+    /// Waits for this task's turn of sort `of`, `keys` being the lock's keys.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future gives back any turn already taken and leaves the queue.
+    pub(crate) async fn take_turn(
+        self: &Arc<Self>,
+        of: TurnOf<'_>,
+        keys: &Arc<[String]>,
+    ) -> HeldTurn {
+        match of {
+            TurnOf::Lock => HeldTurn::Lock {
+                _turn: self.turn(keys).await,
+            },
+            TurnOf::Permit { name, permits } => HeldTurn::Permit {
+                _turn: self.permit_turn(name, permits).await,
+            },
+        }
     }
 
     /// Waits for this task's turn among the tasks of this client that want a permit of the
