@@ -75,15 +75,19 @@
 //! healthy period has passed; a client's fast path cache is forgotten after its last
 //! attempt.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+#[path = "common/model_check.rs"]
+mod model_check;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use model_check::{Explored, Search, Tick, bits};
 use quorum_lock::ballot::{self, Read, Seen};
 use quorum_lock::safety::{self, Admission, EnsembleView, NextToken, Persistence, Reason, Uptime};
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use stateright::{Model, Property};
 
-/// One tick, in milliseconds: [`safety::MIN_QUARANTINE`] is four of them.
-const TICK_MS: u64 = 250;
+/// One tick, 250 ms: [`safety::MIN_QUARANTINE`] is four of them.
+const TICK: Tick = Tick::from_millis(250);
 /// Units of the clients' wall clock (the clock component of fencing tokens) per tick: one
 /// unit is 62.5 ms, so the shortest quarantine is 16 units.
 const CLOCK_PER_TICK: u64 = 4;
@@ -370,24 +374,6 @@ fn run_id(life: u8) -> Arc<str> {
     RUN_IDS.with(|ids| Arc::clone(&ids[usize::from(life)]))
 }
 
-fn ms(ticks: u8) -> Duration {
-    Duration::from_millis(u64::from(ticks) * TICK_MS)
-}
-
-/// Whole ticks in `d`, rounded down (the safe side for a validity).
-fn ticks(d: Duration) -> u8 {
-    u8::try_from(d.as_millis() / u128::from(TICK_MS)).unwrap_or(u8::MAX)
-}
-
-/// Whole ticks in `d`, rounded up (the safe side for a wait).
-fn ticks_up(d: Duration) -> u8 {
-    u8::try_from(d.as_millis().div_ceil(u128::from(TICK_MS))).unwrap_or(u8::MAX)
-}
-
-fn bits(mask: u8) -> impl Iterator<Item = usize> {
-    (0..8).filter(move |i| mask & (1 << i) != 0)
-}
-
 /// Every subset of `mask`, itself and the empty one included.
 fn subsets(mask: u8) -> impl DoubleEndedIterator<Item = u8> {
     (0..=mask).filter(move |s| s & !mask == 0)
@@ -397,7 +383,8 @@ impl Lock {
     /// Whether client `c`'s attempt may wait a tick for answers and still hold for a
     /// whole tick (else it decides in the tick it began).
     fn waits_a_tick(&self, c: usize) -> bool {
-        safety::lease_validity(ms(self.ttls[c]), ms(1), 0.0).is_some_and(|v| ticks(v) > 0)
+        safety::lease_validity(TICK.times(self.ttls[c]), TICK.times(1), 0.0)
+            .is_some_and(|v| TICK.ticks_down(v) > 0)
     }
 
     fn all(&self) -> u8 {
@@ -413,7 +400,7 @@ impl Lock {
     /// (`safety::admit`: no history keeps it out longer than the ceiling plus drift).
     fn healthy(&self) -> u8 {
         let ceiling = self.ceilings.iter().copied().max().unwrap_or(0);
-        ticks_up(safety::quarantine_period(ms(ceiling), 0.0))
+        TICK.ticks_up(safety::quarantine_period(TICK.times(ceiling), 0.0))
     }
 
     /// Client `c`'s wall clock now, in clock units, for a token: true time (shifted by
@@ -437,11 +424,11 @@ impl Lock {
             run_id: Some(run_id(p.life)),
             uptime: Some(Uptime {
                 whole: u64::from(p.uptime),
-                unit: ms(1),
+                unit: TICK.times(1),
             }),
             persistence: Persistence::Volatile,
             marker: Seen::Read(p.marker.map(|l| life(l).to_owned())),
-            record_ms: p.record.map(|r| u64::from(r) * TICK_MS),
+            record_ms: p.record.map(|r| u64::from(r) * TICK.as_millis()),
             fence: p.counter.map(u64::from),
         };
         match p.cached {
@@ -466,7 +453,7 @@ impl Lock {
             }
             Rule::RecordFromAnyMajority => view.intact = view.answered,
             Rule::OwnTtlQuarantine if view.max_ttl.is_some() => {
-                view.max_ttl = Some(ms(self.ttls[c]));
+                view.max_ttl = Some(TICK.times(self.ttls[c]));
             }
             _ => {}
         }
@@ -476,7 +463,7 @@ impl Lock {
     /// `ballot::admit` for client `c` (with its ceiling), with a weaker rule put back; and
     /// which admission by age ([`BY_RECORD`], [`BY_CEILING`]) marked the node, if one did.
     fn admit(&self, c: usize, read: &Read, view: &EnsembleView) -> (Admission, u8) {
-        let ceiling = ms(self.ceilings[c]);
+        let ceiling = TICK.times(self.ceilings[c]);
         let admission = match (self.rule, &read.marker) {
             (Rule::CachedLifeUnchecked, Seen::Cached(life)) => {
                 let mut unchecked = read.clone();
@@ -513,7 +500,7 @@ impl Lock {
             Rule::NoCeiling if !readable => Admission::Unknown { reason: unread },
             Rule::CeilingAtOnce if !readable => Admission::MarkOnly,
             Rule::FallbackOwnTtl if !readable => {
-                safety::wait_out(record.max(ms(self.ttls[c])), age, unread, 0.0)
+                safety::wait_out(record.max(TICK.times(self.ttls[c])), age, unread, 0.0)
             }
             Rule::NoMinQuarantine => {
                 let longest = safety::longest_lease(view, ceiling);
@@ -598,8 +585,8 @@ impl Lock {
             }
         }
         let enough = voters.count_ones() as usize >= safety::majority(self.nodes);
-        let elapsed = ms(s.now - start);
-        let valid = safety::lease_validity(ms(self.ttls[c]), elapsed, 0.0).is_some();
+        let elapsed = TICK.times(s.now - start);
+        let valid = safety::lease_validity(TICK.times(self.ttls[c]), elapsed, 0.0).is_some();
         let token = if self.fenced[c] {
             ballot::token(&reads, None, self.clock(s.now, fast_clock))
         } else {
@@ -685,8 +672,9 @@ impl Lock {
             }
         }
         let enough = (acks & voters).count_ones() as usize >= safety::majority(self.nodes);
-        let validity = safety::lease_validity(ms(self.ttls[c]), ms(s.now - start), 0.0);
-        match validity.map(ticks) {
+        let validity =
+            safety::lease_validity(TICK.times(self.ttls[c]), TICK.times(s.now - start), 0.0);
+        match validity.map(|v| TICK.ticks_down(v)) {
             Some(v) if enough && v > 0 => {
                 s.overlap |= s
                     .clients
@@ -723,13 +711,20 @@ impl Lock {
                 ok += 1;
             }
         }
-        let validity = safety::lease_validity(ms(ttl), Duration::ZERO, 0.0);
+        let validity = safety::lease_validity(TICK.times(ttl), Duration::ZERO, 0.0);
         let after = match validity {
             Some(v) if ok >= safety::majority(self.nodes) => Some(v),
-            _ if self.rule == Rule::KeepValidityAfterFailedExtension => Some(ms(until - s.now)),
-            _ => safety::after_failed_extension(ms(until - s.now), ms(ttl), Duration::ZERO, 0.0),
+            _ if self.rule == Rule::KeepValidityAfterFailedExtension => {
+                Some(TICK.times(until - s.now))
+            }
+            _ => safety::after_failed_extension(
+                TICK.times(until - s.now),
+                TICK.times(ttl),
+                Duration::ZERO,
+                0.0,
+            ),
         };
-        s.clients[c].phase = match after.map(ticks) {
+        s.clients[c].phase = match after.map(|v| TICK.ticks_down(v)) {
             Some(v) if v > 0 => Phase::Holding { until: s.now + v },
             // Nothing is sure any more: the holder stops; its keys expire.
             _ => Phase::Idle,
@@ -1221,23 +1216,11 @@ fn representative(s: &State) -> State {
     r
 }
 
-/// Explores `model` (named `name` in the output); with `stop_at`, until that property has
-/// a discovery (another property's counterexample found first does not stop it).
-fn check(name: &str, model: Lock, stop_at: Option<&'static str>) -> impl Checker<Lock> {
-    let began = Instant::now();
-    let builder = model.checker().symmetry_fn(representative);
-    let builder = match stop_at {
-        Some(property) => builder.finish_when(HasDiscoveries::AnyOf([property].into())),
-        None => builder,
-    };
-    let checker = builder.spawn_dfs().join();
-    eprintln!(
-        "{name} ({:?}): {} states in {:.2?}",
-        model.rule,
-        checker.unique_state_count(),
-        began.elapsed()
-    );
-    checker
+/// Explores `model` (named `name` in the output) depth first, one representative per
+/// permutation of the nodes; with `stop_at`, until that property has a discovery.
+fn check(name: &str, model: Lock, stop_at: Option<&'static str>) -> Explored<Lock> {
+    let label = format!("{name} ({:?})", model.rule);
+    model_check::check(&label, model, Search::Symmetric(representative), stop_at)
 }
 
 const EXCLUSION: &str = "mutual exclusion";
@@ -1262,63 +1245,32 @@ const FAST_RESTARTED: &str = "a plain SET vote of a restarted node counts for a 
 /// The rules as written: no counterexample to any safety or liveness property, a lock is
 /// reached, and so is each state in `reached`.
 fn assert_safe(name: &str, model: Lock, reached: &[&'static str]) {
-    let checker = check(name, model, None);
-    for property in [EXCLUSION, TOKENS, LIVE] {
-        if let Some(path) = checker.discovery(property) {
-            panic!(
-                "{name}: counterexample to {property}: {:?}",
-                path.into_actions()
-            );
-        }
-    }
-    checker.assert_any_discovery(ACQUIRED);
-    for property in reached {
-        let path = checker.assert_any_discovery(property);
-        eprintln!(
-            "{name}: {property}: after {} steps",
-            path.into_actions().len()
-        );
-    }
+    let reached = [&[ACQUIRED], reached].concat();
+    check(name, model, None).assert_safe(&[EXCLUSION, TOKENS, LIVE], &reached);
 }
 
 /// A weaker rule (or a fault outside the assumptions): the checker must find a
 /// counterexample to `property`. The path printed ends at the first step that breaks it.
 fn assert_caught(name: &str, model: Lock, property: &'static str) {
-    let checker = check(name, model, Some(property));
-    let Some(path) = checker.discovery(property) else {
-        panic!("{name} ({:?}) must break {property}", model.rule);
-    };
-    let holds = (model.properties().into_iter())
-        .find(|p| p.name == property)
-        .map(|p| p.condition)
-        .expect("a property of the model");
-    let steps: Vec<(State, Option<Action>)> = path.into();
-    let actions: Vec<Action> = (steps.iter())
-        .take_while(|(state, _)| holds(&model, state))
-        .filter_map(|(_, action)| action.clone())
-        .collect();
-    eprintln!(
-        "{name} ({:?}) breaks {property} in {} steps: {actions:?}",
-        model.rule,
-        actions.len()
-    );
+    check(name, model, Some(property)).assert_caught(property);
 }
 
 #[test]
 fn the_model_time_matches_the_rules() {
     // The shortest quarantine is four ticks; a record of up to three ticks waits it.
-    assert_eq!(ticks_up(safety::MIN_QUARANTINE), 4);
-    assert_eq!(ticks_up(safety::quarantine_period(ms(3), 0.0)), 4);
-    assert_eq!(ticks_up(safety::quarantine_period(ms(2), 0.0)), 4);
-    assert_eq!(ticks_up(safety::quarantine_period(ms(5), 0.0)), 6);
+    let quarantine = |ttl| TICK.ticks_up(safety::quarantine_period(TICK.times(ttl), 0.0));
+    assert_eq!(TICK.ticks_up(safety::MIN_QUARANTINE), 4);
+    assert_eq!(quarantine(3), 4);
+    assert_eq!(quarantine(2), 4);
+    assert_eq!(quarantine(5), 6);
     // The clock error is within half the shortest quarantine, with room for three tokens
     // minted by counters in one tick.
-    let min_quarantine = u64::from(ticks_up(safety::MIN_QUARANTINE)) * CLOCK_PER_TICK;
+    let min_quarantine = u64::from(TICK.ticks_up(safety::MIN_QUARANTINE)) * CLOCK_PER_TICK;
     assert!(2 * u64::from(CLOCK_EPS) + 3 < min_quarantine);
     // A key lives `ttl - 1` ticks: the TTL less the drift allowance, rounded down.
     for ttl in 2..8 {
-        let allowance = safety::drift_allowance(ms(ttl), 0.0);
-        assert_eq!(ticks(ms(ttl) - allowance), ttl - 1);
+        let allowance = safety::drift_allowance(TICK.times(ttl), 0.0);
+        assert_eq!(TICK.ticks_down(TICK.times(ttl) - allowance), ttl - 1);
     }
 }
 

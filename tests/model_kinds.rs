@@ -32,40 +32,21 @@
 //! `sometimes` properties guard against vacuity: two readers share, a writer holds, K
 //! holders hold at once.
 
-use std::time::Duration;
+#[path = "common/model_check.rs"]
+mod model_check;
 
+use model_check::{Explored, Search, Tick, bits};
 use quorum_lock::safety;
-use stateright::{Checker, HasDiscoveries, Model, Property};
+use stateright::{Model, Property};
 
 const NODES: usize = 3;
 const CLIENTS: usize = 3;
-/// The tick, in milliseconds.
-const TICK_MS: u64 = 250;
-
-fn ms(ticks: u8) -> Duration {
-    Duration::from_millis(u64::from(ticks) * TICK_MS)
-}
-
-/// Whole ticks in `d`, rounded up.
-fn ticks_up(d: Duration) -> u8 {
-    u8::try_from(d.as_millis().div_ceil(u128::from(TICK_MS))).unwrap_or(u8::MAX)
-}
-
-/// The validity a won attempt leaves, in whole ticks, one tick after it began (the crate's
-/// own rule, rounded down).
-fn validity_ticks(ttl: u8) -> u8 {
-    let left = safety::lease_validity(ms(ttl), ms(1), 0.0).unwrap_or_default();
-    u8::try_from(left.as_millis() / u128::from(TICK_MS)).unwrap_or(0)
-}
-
-/// The nodes in `mask`.
-fn bits(mask: u8) -> impl Iterator<Item = usize> {
-    (0..NODES).filter(move |i| mask & (1 << i) != 0)
-}
+/// The tick: 250 ms.
+const TICK: Tick = Tick::from_millis(250);
 
 /// What each kind keeps on one node. Expiries are ticks: an entry lives while `now` is
 /// below its expiry.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct Node {
     /// Tick from which the node votes (restart quarantine); 0 when it never restarted.
     votes_from: u8,
@@ -383,7 +364,7 @@ impl Model for Kinds {
                             && node.grant(c, (kind, self.counts[c]), slot, (now, until), self.rule)
                     })
                     .count();
-                let validity = validity_ticks(ttl);
+                let validity = TICK.validity(ttl);
                 if granted >= safety::majority(NODES) && validity > 0 {
                     s.holds[c] = Some(now + validity);
                     if kind == Kind::Read && intents >= safety::majority(NODES) {
@@ -411,8 +392,12 @@ impl Model for Kinds {
             }
             Action::Restart(i) => {
                 s.restarted = true;
-                let period = safety::quarantine_period(ms(self.ceiling()), 0.0);
-                let wait = if self.quarantine { ticks_up(period) } else { 0 };
+                let period = safety::quarantine_period(TICK.times(self.ceiling()), 0.0);
+                let wait = if self.quarantine {
+                    TICK.ticks_up(period)
+                } else {
+                    0
+                };
                 s.nodes[i] = Node {
                     votes_from: s.now + wait,
                     ..Node::default()
@@ -485,47 +470,30 @@ const PERMIT_HOLDS: &str = "a permit holder holds";
 const K_HOLD: &str = "K permit holders hold at once";
 const WRITER_AFTER_RESTART: &str = "a writer holds after a node restarted";
 
-fn check(name: &str, model: Kinds, stop_at: Option<&'static str>) -> impl Checker<Kinds> {
-    let started = std::time::Instant::now();
-    let rule = model.rule;
-    let builder = model.checker();
-    let builder = match stop_at {
-        Some(property) => builder.finish_when(HasDiscoveries::AnyOf([property].into())),
-        None => builder,
-    };
-    let checker = builder.spawn_dfs().join();
-    eprintln!(
-        "{name} ({rule:?}): {} states in {:.2?}",
-        checker.unique_state_count(),
-        started.elapsed()
-    );
-    checker
+/// The nodes are interchangeable (no client state names one): a state's representative
+/// has them sorted.
+fn representative(s: &State) -> State {
+    let mut r = s.clone();
+    r.nodes.sort();
+    r
 }
 
-/// No counterexample to either safety property; each state in `reached` is reached.
+/// Explores `model` depth first, one state per permutation of the nodes, to the end or
+/// until `stop_at` is broken.
+fn check(name: &str, model: Kinds, stop_at: Option<&'static str>) -> Explored<Kinds> {
+    let label = format!("{name} ({:?})", model.rule);
+    model_check::check(&label, model, Search::Symmetric(representative), stop_at)
+}
+
+/// No counterexample to any safety property; each state in `reached` is reached.
 fn assert_safe(name: &str, model: Kinds, reached: &[&'static str]) {
-    let checker = check(name, model, None);
-    for property in [WRITER_EXCLUDES, AT_MOST_K, NO_READER_PAST_INTENT] {
-        if let Some(path) = checker.discovery(property) {
-            panic!(
-                "{name}: counterexample to {property}: {:?}",
-                path.into_actions()
-            );
-        }
-    }
-    for property in reached {
-        checker.assert_any_discovery(property);
-    }
+    let holds = [WRITER_EXCLUDES, AT_MOST_K, NO_READER_PAST_INTENT];
+    check(name, model, None).assert_safe(&holds, reached);
 }
 
 /// The checker must find a counterexample to `property`.
 fn assert_caught(name: &str, model: Kinds, property: &'static str) {
-    let rule = model.rule;
-    let checker = check(name, model, Some(property));
-    let Some(path) = checker.discovery(property) else {
-        panic!("{name} ({rule:?}) must break {property}");
-    };
-    eprintln!("{name} breaks {property}: {:?}", path.into_actions());
+    check(name, model, Some(property)).assert_caught(property);
 }
 
 /// Two readers with different TTLs and a writer, each with `attempts` attempts.

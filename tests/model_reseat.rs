@@ -1,4 +1,4 @@
-//! Model check of a long holder across node restarts (DESIGN.md section 7, "Holders get
+//! Model check of a long holder across node restarts (docs/safety.md, "Holders get
 //! their copies back"): three nodes without persistence, a holder A that extends at every
 //! tick, a contender B, restarts that erase a node, restart quarantine, and an operator's
 //! forced release of A's lock. Time is in ticks; a key lives `TTL` ticks, a won
@@ -24,7 +24,11 @@
 //! restarts, and writing it back within the extension round whatever its renewals (not a
 //! vote there, so the lock is not seen lost) renews a lock forced away.
 
-use stateright::{Checker, HasDiscoveries, Model, Property};
+#[path = "common/model_check.rs"]
+mod model_check;
+
+use model_check::{Explored, Search};
+use stateright::{Model, Property};
 
 const NODES: usize = 3;
 const MAJORITY: usize = NODES / 2 + 1;
@@ -271,64 +275,35 @@ impl Model for Holder {
     }
 }
 
-fn check(rule: Rule, paced: bool, force: bool) -> impl Checker<Holder> {
-    let started = std::time::Instant::now();
-    let checker = Holder { rule, paced, force }.checker().spawn_bfs().join();
-    eprintln!(
-        "{rule:?} (paced {paced}, force {force}): {} states in {:.2?}",
-        checker.unique_state_count(),
-        started.elapsed()
-    );
-    checker
-}
-
-#[track_caller]
-fn assert_holds(checker: &impl Checker<Holder>, property: &'static str) {
-    if let Some(path) = checker.discovery(property) {
-        panic!("{property}: counterexample {:?}", path.into_actions());
-    }
+/// Explores the model breadth first, to the end or until `stop_at` is broken.
+fn check(rule: Rule, paced: bool, force: bool, stop_at: Option<&'static str>) -> Explored<Holder> {
+    let label = format!("{rule:?} (paced {paced}, force {force})");
+    let model = Holder { rule, paced, force };
+    model_check::check(&label, model, Search::BreadthFirst, stop_at)
 }
 
 #[test]
 fn writing_copies_back_after_a_won_extension_keeps_every_property() {
-    let paced = check(Rule::AfterWon, true, false);
-    assert_holds(&paced, EXCLUSION);
-    assert_holds(&paced, HOLDER_KEPT);
-    paced.assert_any_discovery(KEPT_THROUGH_RESTARTS);
-    let free = check(Rule::AfterWon, false, true);
-    assert_holds(&free, EXCLUSION);
-    assert_holds(&free, FORCE_STAYS);
-    free.assert_any_discovery(B_AFTER_FORCE);
+    let paced = check(Rule::AfterWon, true, false, None);
+    paced.assert_safe(&[EXCLUSION, HOLDER_KEPT], &[KEPT_THROUGH_RESTARTS]);
+    let free = check(Rule::AfterWon, false, true, None);
+    free.assert_safe(&[EXCLUSION, FORCE_STAYS], &[B_AFTER_FORCE]);
 }
 
 #[test]
 fn never_writing_copies_back_loses_the_holder_after_two_restarts() {
-    let checker = Holder {
-        rule: Rule::NeverWriteBack,
-        paced: true,
-        force: false,
-    }
-    .checker()
-    .finish_when(HasDiscoveries::AnyOf([HOLDER_KEPT].into()))
-    .spawn_bfs()
-    .join();
-    let Some(path) = checker.discovery(HOLDER_KEPT) else {
-        panic!("never writing back must lose the holder");
-    };
-    let actions = path.into_actions();
+    let paced = check(Rule::NeverWriteBack, true, false, Some(HOLDER_KEPT));
+    let actions = paced.assert_caught(HOLDER_KEPT);
     let restarts = actions
         .iter()
         .filter(|a| matches!(a, Action::Restart(_)))
         .count();
     assert_eq!(restarts, 2, "{actions:?}");
-    assert_holds(&check(Rule::NeverWriteBack, false, true), EXCLUSION);
+    let free = check(Rule::NeverWriteBack, false, true, None);
+    free.assert_safe(&[EXCLUSION], &[]);
 }
 
 #[test]
 fn writing_copies_back_within_the_round_renews_a_forced_release() {
-    let checker = check(Rule::InRound, false, true);
-    let Some(path) = checker.discovery(FORCE_STAYS) else {
-        panic!("writing back within the round must renew a lock forced away");
-    };
-    eprintln!("caught: {:?}", path.into_actions());
+    check(Rule::InRound, false, true, None).assert_caught(FORCE_STAYS);
 }
