@@ -741,6 +741,57 @@ async fn a_held_lock_follows_its_slot_to_another_master() {
     holder.shutdown().await;
 }
 
+/// The same move with two plain members beside the Cluster member: the extension after
+/// the move wins on the plain members alone, and must still renew the copy the move put on
+/// the new owner (it would otherwise run out, leaving the lock one fault from lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_renews_its_moved_copy_when_other_members_carry_the_extension() {
+    let cluster = RedisClusterTopology::start(3, 1);
+    let plain = [RedisServer::start(), RedisServer::start()];
+    let (p1, p2) = (plain[0].url(), plain[1].url());
+    let holder = client(&[&member_url(&cluster), &p1, &p2]);
+    let resource = unique("follows-beside");
+    let slot = cluster.key_slot(&resource);
+    let guard = holder
+        .lock(&resource, Duration::from_secs(3))
+        .wait(Duration::from_secs(20))
+        .await
+        .unwrap();
+    let from = cluster.master_for_slot(slot);
+    let to = (0..3).find(|&m| m != from).unwrap();
+    move_slot(&cluster, slot, to);
+    // The old owner answers only after the plain nodes made the extension certain.
+    cluster.node(from).pause();
+    let renewed = |server: &RedisServer| {
+        redis::cmd("PTTL")
+            .arg(&resource)
+            .query::<i64>(&mut server.conn())
+            .unwrap()
+            > 3000
+    };
+    let resume_once_plain_renewed = async {
+        let what = "the plain nodes to renew the lock";
+        common::eventually(Duration::from_secs(10), what, || plain.iter().all(renewed)).await;
+        cluster.node(from).resume();
+    };
+    let (extended, ()) = tokio::join!(
+        guard.extend(Duration::from_secs(10)),
+        resume_once_plain_renewed
+    );
+    assert!(extended.is_ok(), "{extended:?}");
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&resource)
+        .query(&mut cluster.node(to).conn())
+        .unwrap();
+    assert!(
+        pttl > 3000,
+        "the new owner's copy was not renewed: {pttl} ms left"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(keys(cluster.node(to), &resource), Vec::<String>::new());
+    holder.shutdown().await;
+}
+
 /// Cuts the replication of master `master` to its replicas: each replica is told to
 /// authenticate as a user the master does not have, and its link is closed; waits until
 /// every replica says its link is down.

@@ -3,11 +3,15 @@
 //! kill and start (with and without AOF), network disconnect and reconnect with the same
 //! address, packet drops inside a node's network namespace (root only), and latency through
 //! the user-space proxy; then three members under Sentinel in containers of their own
-//! (`faults_docker/sentinel.rs`), a master frozen until its replica is promoted; and three
-//! members that are Redis Clusters (`faults_docker/cluster.rs`), a shard master frozen
-//! until its cluster promotes its replica. Workers are processes on the host that reach the
-//! nodes by container
-//! address; the counter lives in a host-local `redis-server` that is never faulted.
+//! (`faults_docker/sentinel.rs`), a master's process or its whole host (with the sentinel
+//! on it) stalled until its replica is promoted; and three members that are Redis Clusters
+//! (`faults_docker/cluster.rs`), a shard master frozen until its cluster promotes its
+//! replica, or its locks' slots moved to another master with their keys and back, under
+//! long holders. Workers are processes on the host that reach the nodes by container
+//! address; the counter lives in a host-local `redis-server` that is never faulted. The
+//! member rows' workers lock plain and fenced, and the rows report their live figures:
+//! after each fault healed, how soon each kind of lock was granted and how many `lock()`
+//! calls were refused, and the longest time without a grant.
 //!
 //! Runs when `docker info` succeeds; otherwise prints one line saying why it was skipped
 //! and passes. Every run uses its own compose project and subnet and always tears them down
@@ -290,7 +294,9 @@ impl Ensemble for DockerEnsemble {
     fn supports(&self, fault: &Fault) -> bool {
         match fault {
             Fault::Pause | Fault::Kill | Fault::Partition(Cut::Silent) => true,
-            Fault::Partition(Cut::Reset) | Fault::Failover => false,
+            Fault::Partition(Cut::Reset) | Fault::Failover | Fault::HostStall | Fault::SlotMove => {
+                false
+            }
             Fault::Drop => self.drops.is_ok(),
             Fault::ClockJump(_) => self.clocks.is_ok(),
             Fault::Delay(_) => !self.proxies.is_empty(),
@@ -310,7 +316,9 @@ impl Ensemble for DockerEnsemble {
                     panic!("{e}");
                 }
             }
-            Fault::Failover => panic!("the Docker tier has no members under Sentinel"),
+            Fault::Failover | Fault::HostStall | Fault::SlotMove => {
+                panic!("the five-node ensemble has no members to fail over or reshard")
+            }
         }
     }
 
@@ -327,7 +335,7 @@ impl Ensemble for DockerEnsemble {
                     panic!("{e}");
                 }
             }
-            Fault::Failover => {}
+            Fault::Failover | Fault::HostStall | Fault::SlotMove => {}
         }
     }
 }
@@ -359,15 +367,18 @@ fn silent(mut run: NemesisRun) -> NemesisRun {
     run
 }
 
-/// Three members under Sentinel, each in turn frozen until the sentinels promote its
-/// replica, the next one once a client has readmitted the promoted master; workers lock with
-/// fencing and quarantine on. The promoted master may lack the last locks: it is kept out
-/// for the longest TTL and the confirmation window while the two other members carry on,
-/// and the thawed old master, a master until the sentinels turn it into a replica, gets no
-/// vote. `readmitted-after` is how long after the promotion a member voted again.
+/// Three members under Sentinel, each in turn stalled until the sentinels promote its
+/// replica, the next one once a client has readmitted the promoted master: n1's and n3's
+/// master process alone, n2's whole host, the sentinel on it too, so that two sentinels
+/// must make the majority. Plain and fenced workers, quarantine on. The promoted master may
+/// lack the last locks: it is kept out for the longest TTL and the confirmation window
+/// while the two other members carry on, and the thawed old master, a master until the
+/// sentinels turn it into a replica (and named by its thawed sentinel until that one hears
+/// of the promotion), gets no vote. `readmitted-after` is how long after the promotion a
+/// member voted again.
 fn sentinel_failovers() -> NemesisRun {
     let plan = Plan {
-        faults: vec![FaultGen::Fixed(Fault::Failover)],
+        faults: vec![FaultGen::InTurn(vec![Fault::Failover, Fault::HostStall])],
         nodes: (1, 1),
         hold: (Duration::from_millis(2000), Duration::from_millis(2500)),
         gap: (Duration::from_millis(300), Duration::from_millis(600)),
@@ -376,59 +387,73 @@ fn sentinel_failovers() -> NemesisRun {
         readmit: true,
     };
     let mut run = NemesisRun::new(
-        "docker members under Sentinel: each master paused until its replica is promoted",
+        "docker members under Sentinel: a master or its host stalled until the replica is promoted",
         Some(plan),
         Expect::SafeAndLive,
     )
-    .fencing(true)
-    .quarantine(true);
+    .mixed();
     // Each member takes about 7 s: 3-4 s to be found silent and replaced, the hold, and
     // its readmission 2.6 s after the promotion.
     run.run_for = Duration::from_secs(24);
     run
 }
 
-/// Three members that are Redis Clusters, each in turn with the master of the lock's slot
-/// frozen until its cluster promotes the replica, then thawed; workers lock with fencing
-/// and quarantine on. The promoted master may lack the last locks: it is kept out for the
+/// Three members that are Redis Clusters, random ones in turn with the master of the
+/// locks' slots frozen until its cluster promotes the replica, then thawed, or with those
+/// slots moved to another master with their keys, and back; plain and fenced workers,
+/// quarantine on. The promoted master may lack the last locks: it is kept out for the
 /// longest TTL and the confirmation window while the two other members carry on, and the
-/// thawed old master, a master until it hears of the promotion, gets no vote.
-fn cluster_failovers() -> NemesisRun {
+/// thawed old master, a master until it hears of the promotion, gets no vote. A moved
+/// slot's held locks follow it: their extensions and releases, redirected, go to the new
+/// owner; long holders of every kind, taken before each move with the workers' TTL, are
+/// checked for it once the move is undone (`DockerClusterMembers::witness_moves`).
+fn cluster_faults() -> NemesisRun {
     let plan = Plan {
-        faults: vec![FaultGen::Fixed(Fault::Failover)],
+        faults: vec![FaultGen::InTurn(vec![Fault::Failover, Fault::SlotMove])],
         nodes: (1, 1),
         hold: (Duration::from_millis(2000), Duration::from_millis(2500)),
         gap: (Duration::from_millis(2500), Duration::from_millis(3000)),
-        max_windows: 3,
+        max_windows: 4,
         order: Order::Rolling,
         readmit: false,
     };
     let mut run = NemesisRun::new(
-        "docker Cluster members: each lock's master paused until its replica is promoted",
+        "docker Cluster members: a master stalled until its replica is promoted, or its slots moved",
         Some(plan),
         Expect::SafeAndLive,
     )
-    .fencing(true)
-    .quarantine(true);
-    // Each member takes about 8 s: 2-3 s to be found silent and replaced, the hold, and
-    // the gap in which the promoted master is readmitted.
-    run.run_for = Duration::from_secs(26);
+    .mixed();
+    // A failover takes about 8 s: 2-3 s to be found silent and replaced, the hold, and the
+    // gap in which the promoted master is readmitted; a slot move about 5 s.
+    run.run_for = Duration::from_secs(31);
     run
 }
 
-/// The Cluster row on containers of its own, beside [`docker_tier`]'s five nodes.
+/// The Cluster row on containers of its own, beside [`docker_tier`]'s five nodes, with
+/// long holders across each slot move.
 #[test]
 fn docker_cluster_members() {
     run_member_row(
         "Cluster members, 12 containers",
-        docker_cluster::DockerClusterMembers::up,
-        &cluster_failovers(),
+        || {
+            let run = cluster_faults();
+            let members = docker_cluster::DockerClusterMembers::up()?;
+            Ok(members.witness_moves(run.longest_ttl(), run.node_timeout))
+        },
+        &cluster_faults(),
+        docker_cluster::DockerClusterMembers::report_witnesses,
     );
 }
 
 /// Runs `run` on members that `up` brings up in containers of their own (skipped, saying
-/// why, without a Docker engine), and reports the row as `what`.
-fn run_member_row<E: Ensemble>(what: &str, up: fn() -> Result<E, String>, run: &NemesisRun) {
+/// why, without a Docker engine), lets `finish` add what the members saw to the row, and
+/// reports the row as `what`.
+fn run_member_row<E: Ensemble>(
+    what: &str,
+    up: fn() -> Result<E, String>,
+    run: &NemesisRun,
+    finish: fn(&mut E, &mut Row),
+) {
     if let Some(reason) = unavailable() {
         let _ = writeln!(std::io::stderr(), "docker {what} skipped: {reason}");
         return;
@@ -439,7 +464,8 @@ fn run_member_row<E: Ensemble>(what: &str, up: fn() -> Result<E, String>, run: &
     let store = RedisServer::start();
     let base = kit::rng::seed();
     let mut members = up().unwrap_or_else(|e| panic!("cannot bring up the {what}: {e}"));
-    let row = nemesis::run(&mut members, &store, WORKER_TEST, run, base);
+    let mut row = nemesis::run(&mut members, &store, WORKER_TEST, run, base);
+    finish(&mut members, &mut row);
     drop(members);
     history::report(
         &format!(
@@ -488,9 +514,10 @@ fn build_image() {
 #[test]
 fn docker_sentinel_members() {
     run_member_row(
-        "members under Sentinel, 9 containers",
+        "members under Sentinel, 6 containers",
         docker_sentinel::DockerSentinelMembers::up,
         &sentinel_failovers(),
+        |_, _| {},
     );
 }
 

@@ -121,18 +121,21 @@ fn a_child_that_left_the_process_group_is_stopped_too() {
     no_heartbeat_after_the_rival_started(rival, &dir);
 }
 
-/// A program that writes its pid to `program.pid`, starts a child and exits 0; the child
-/// writes its pid to `worker.pid` and runs until `release` exists.
+/// A program that writes its pid to `program.pid`, starts a child and exits 0 once the child
+/// wrote its pid to `worker.pid`; the child runs until `release` exists.
 fn leaving_a_child(dir: &Scratch) -> String {
     let child = format!(
         "echo $$ > {pid}; while [ ! -e {release} ]; do sleep 0.02; done",
         pid = dir.sh("worker.pid"),
         release = dir.sh("release"),
     );
+    // The program exits only once its child wrote its pid: a child stopped before that
+    // (by --stop-leftovers) would leave no pid to check.
     format!(
-        "echo $$ > {program}; sh -c {} & exit 0",
+        "echo $$ > {program}; sh -c {} & while [ ! -s {pid} ]; do sleep 0.01; done; exit 0",
         quoted(&child),
         program = dir.sh("program.pid"),
+        pid = dir.sh("worker.pid"),
     )
 }
 

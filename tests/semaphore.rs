@@ -485,3 +485,57 @@ async fn a_semaphore_and_a_lock_of_one_name_exclude_each_other() {
     reading.release().await.unwrap();
     assert!(semaphore.try_acquire(TTL).await.unwrap().is_some());
 }
+
+/// A request's attempt cap (or the client's) ends the wait after that many attempts, one
+/// per pass over the slots, however long the wait budget; zero is a configuration error.
+#[tokio::test]
+async fn a_capped_permit_request_gives_up_after_its_attempts() {
+    let cluster = Cluster::start(3);
+    let name = unique("capped");
+    let holder = client(&cluster.urls());
+    let _held = the_only_permit(&holder, &name).await;
+    let rival = client(&cluster.urls());
+    let semaphore = rival.semaphore(&name, 1).unwrap();
+    let long = Duration::from_secs(60);
+    let capped = semaphore.acquire(TTL).wait(long).max_attempts(2).await;
+    assert!(
+        matches!(capped, Err(Error::Timeout { attempts: 2, .. })),
+        "{capped:?}"
+    );
+    let zero = semaphore.acquire(TTL).max_attempts(0).await;
+    assert!(matches!(zero, Err(Error::Config(_))), "{zero:?}");
+    let capped_client = builder(&cluster.urls())
+        .wait(long)
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let semaphore = capped_client.semaphore(&name, 1).unwrap();
+    let once = semaphore.acquire(TTL).await;
+    assert!(
+        matches!(once, Err(Error::Timeout { attempts: 1, .. })),
+        "{once:?}"
+    );
+}
+
+/// `run` holds a permit while the closure runs and gives it back after, leaving no key.
+#[tokio::test]
+async fn run_holds_a_permit_for_the_closure_and_gives_it_back() {
+    let cluster = Cluster::start(3);
+    let name = unique("run-permit");
+    let redlock = client(&cluster.urls());
+    let rival = client(&cluster.urls());
+    let semaphore = redlock.semaphore(&name, 1).unwrap();
+    let rival_semaphore = rival.semaphore(&name, 1).unwrap();
+    let inside = semaphore
+        .acquire(TTL)
+        .run(|context| async move {
+            assert!(context.validity() > Duration::ZERO);
+            rival_semaphore.try_acquire(TTL).await.unwrap().is_none()
+        })
+        .await
+        .unwrap();
+    assert!(inside, "a rival got the only permit while run held it");
+    assert_eq!(slot_keys(&cluster), vec![]);
+    let after = rival.semaphore(&name, 1).unwrap().try_acquire(TTL).await;
+    assert!(matches!(after, Ok(Some(_))), "{after:?}");
+}

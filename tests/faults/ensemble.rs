@@ -46,6 +46,13 @@ pub enum Fault {
     /// A member under Sentinel fails over (`SENTINEL FAILOVER`): a replica becomes its
     /// master. Healed once a replica follows the new master again.
     Failover,
+    /// The host of a member's master stalls with everything on it (Docker tier: the
+    /// master's container, with the sentinel that runs beside it, is frozen) until the
+    /// member fails over; healed by thawing it.
+    HostStall,
+    /// The slots a Cluster member's locks use move to another of its shard masters with
+    /// their keys (`MIGRATE`, Docker tier); healed by moving them back.
+    SlotMove,
 }
 
 impl Fault {
@@ -59,6 +66,8 @@ impl Fault {
             Fault::Delay(d) => format!("delay {}ms", d.as_millis()),
             Fault::ClockJump(d) => format!("clock +{}ms", d.as_millis()),
             Fault::Failover => "failover".into(),
+            Fault::HostStall => "host-stall".into(),
+            Fault::SlotMove => "slot-move".into(),
         }
     }
 }
@@ -260,7 +269,7 @@ impl Ensemble for LocalEnsemble {
         match fault {
             Fault::Pause | Fault::Kill => true,
             Fault::Partition(_) | Fault::Delay(_) => !self.proxies.is_empty(),
-            Fault::Drop | Fault::Failover => false,
+            Fault::Drop | Fault::Failover | Fault::HostStall | Fault::SlotMove => false,
             Fault::ClockJump(_) => self.clocks.iter().any(Option::is_some),
         }
     }
@@ -275,6 +284,7 @@ impl Ensemble for LocalEnsemble {
             Fault::ClockJump(d) => self.set_clock(i, *d),
             Fault::Drop => panic!("packet drops need the Docker tier"),
             Fault::Failover => panic!("failovers need members under Sentinel"),
+            Fault::HostStall | Fault::SlotMove => panic!("{} needs the Docker tier", fault.label()),
         }
     }
 
@@ -289,7 +299,7 @@ impl Ensemble for LocalEnsemble {
             Fault::Partition(_) => self.proxy(i).set_link(Link::Up),
             Fault::Delay(_) => self.proxy(i).set_delay(Duration::ZERO),
             Fault::ClockJump(_) => self.set_clock(i, Duration::ZERO),
-            Fault::Drop | Fault::Failover => {}
+            Fault::Drop | Fault::Failover | Fault::HostStall | Fault::SlotMove => {}
         }
     }
 }

@@ -420,18 +420,22 @@ impl Check {
     }
 }
 
-/// How fast locks were granted again once the ensemble had settled after its faults (a
-/// majority of nodes serving for the longest quarantine), for the rows that measure it
-/// (`super::liveness`); the table's `refused`, `→plain` and `→fenced` columns.
+/// How fast locks were granted again once the ensemble had recovered from its faults, for
+/// the rows that measure it; the table's `refused`, `→plain`, `→fenced` and `gap` columns.
+/// The liveness rows (`super::liveness`) recover at settling points (a majority of nodes
+/// serving for the longest quarantine), the nemesis runs with plain and fenced workers
+/// (`super::nemesis`) once each fault healed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Live {
-    /// `lock()` calls begun after a settling point that gave up.
+    /// `lock()` calls begun after a recovery that gave up.
     pub refused: usize,
-    /// The longest time from a settling point to the first plain lock granted after it;
-    /// `None` when one point saw none.
+    /// The longest time from a recovery to the first plain lock granted after it;
+    /// `None` when one recovery saw none.
     pub to_plain: Option<Duration>,
     /// The same for fenced locks.
     pub to_fenced: Option<Duration>,
+    /// The longest time without any grant over the whole row; `None`: not measured.
+    pub longest_gap: Option<Duration>,
 }
 
 impl Live {
@@ -530,7 +534,7 @@ pub fn table(title: &str, rows: &[Row]) -> String {
     let _ = writeln!(out, "\n== {title} ==");
     let _ = writeln!(
         out,
-        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
+        "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>6}  {:>5}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5}  notes",
         "scenario",
         "holds",
         "during",
@@ -541,6 +545,7 @@ pub fn table(title: &str, rows: &[Row]) -> String {
         "refused",
         "→plain",
         "→fenced",
+        "gap",
         "lost",
         "counter",
         "expected",
@@ -553,17 +558,24 @@ pub fn table(title: &str, rows: &[Row]) -> String {
         let during = r
             .during_faults
             .map_or_else(|| "-".to_owned(), |n| n.to_string());
-        let (refused, to_plain, to_fenced) = match &r.live {
+        let (refused, to_plain, to_fenced, gap) = match &r.live {
             Some(live) => (
                 live.refused.to_string(),
                 Live::cell(live.to_plain),
                 Live::cell(live.to_fenced),
+                live.longest_gap
+                    .map_or_else(|| "-".to_owned(), |g| Live::cell(Some(g))),
             ),
-            None => ("-".to_owned(), "-".to_owned(), "-".to_owned()),
+            None => (
+                "-".to_owned(),
+                "-".to_owned(),
+                "-".to_owned(),
+                "-".to_owned(),
+            ),
         };
         let _ = writeln!(
             out,
-            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>5}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
+            "{:<width$}  {:>5}  {:>6}  {:>8}  {:>4}  {:>7}  {:>7}  {:>7}  {:>7}  {:>7}  {:>6}  {:>5}  {:>7}  {:>8}  {:<7}  {:<7}  {:>5}  {:>5.1}  {}",
             r.scenario,
             r.holds,
             during,
@@ -574,6 +586,7 @@ pub fn table(title: &str, rows: &[Row]) -> String {
             refused,
             to_plain,
             to_fenced,
+            gap,
             r.holders_lost
                 .map_or_else(|| "-".to_owned(), |(lost, of)| format!("{lost}/{of}")),
             r.counter,

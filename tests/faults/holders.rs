@@ -24,12 +24,17 @@ impl LongHolders {
     /// Takes one lock of every kind through `client` (built with the row's settings) and
     /// extends each in the background.
     pub fn take(client: Redlock) -> LongHolders {
+        Self::take_with_ttl(client, HOLD_TTL)
+    }
+
+    /// [`take`](Self::take) with locks of TTL `ttl`.
+    pub fn take_with_ttl(client: Redlock, ttl: Duration) -> LongHolders {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
             .expect("holders' runtime");
-        let held = runtime.block_on(take_all(&client));
+        let held = runtime.block_on(take_all(&client, ttl));
         LongHolders { runtime, held }
     }
 
@@ -57,13 +62,13 @@ impl LongHolders {
     }
 }
 
-/// Each kind's lock, extended in the background.
-async fn take_all(client: &Redlock) -> Vec<(&'static str, LockGuard, LostSignal)> {
+/// Each kind's lock with TTL `ttl`, extended in the background.
+async fn take_all(client: &Redlock, ttl: Duration) -> Vec<(&'static str, LockGuard, LostSignal)> {
     let names = ["mutex", "fenced", "reader", "writer", "permit"];
     let mut held = Vec::new();
     for kind in names {
         let resource = unique(&format!("long-{kind}"));
-        let mut guard = retry(|| take(client, kind, &resource)).await;
+        let mut guard = retry(|| take(client, kind, &resource, ttl)).await;
         guard.auto_extend(AutoExtend::new());
         let lost = guard.lost_signal();
         held.push((kind, guard, lost));
@@ -71,23 +76,16 @@ async fn take_all(client: &Redlock) -> Vec<(&'static str, LockGuard, LostSignal)
     held
 }
 
-/// One lock of `kind` on `resource`.
-async fn take(client: &Redlock, kind: &str, resource: &str) -> Result<LockGuard> {
+/// One lock of `kind` on `resource`, of TTL `ttl`.
+async fn take(client: &Redlock, kind: &str, resource: &str, ttl: Duration) -> Result<LockGuard> {
     Ok(match kind {
-        "mutex" => client.lock(resource, HOLD_TTL).await?,
-        "fenced" => {
-            client
-                .lock(resource, HOLD_TTL)
-                .fenced()
-                .await?
-                .into_parts()
-                .0
-        }
-        "reader" => client.rwlock(resource)?.read(HOLD_TTL).await?.into_guard(),
-        "writer" => client.rwlock(resource)?.write(HOLD_TTL).await?,
+        "mutex" => client.lock(resource, ttl).await?,
+        "fenced" => client.lock(resource, ttl).fenced().await?.into_parts().0,
+        "reader" => client.rwlock(resource)?.read(ttl).await?.into_guard(),
+        "writer" => client.rwlock(resource)?.write(ttl).await?,
         _ => client
             .semaphore(resource, 2)?
-            .acquire(HOLD_TTL)
+            .acquire(ttl)
             .await?
             .into_guard(),
     })

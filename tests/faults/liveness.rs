@@ -732,6 +732,7 @@ impl Runner<'_> {
             refused: 0,
             to_plain: Some(Duration::ZERO),
             to_fenced: Some(Duration::ZERO),
+            longest_gap: None,
         };
         let mut point_notes = Vec::new();
         for p in &self.points {

@@ -18,7 +18,7 @@ use crate::common::{RedisServer, unique};
 
 use super::clock;
 use super::ensemble::{Cut, Ensemble, Fault};
-use super::history::{self, Hold, Row, Verdict};
+use super::history::{self, History, Hold, Live, Row, Verdict};
 use super::rng::Rng;
 use super::worker::{WorkerSpec, Workers, client_with_ceiling};
 
@@ -35,12 +35,17 @@ pub enum FaultGen {
     AnyCut,
     /// Reply latency drawn from `lo..=hi`.
     Delay { lo: Duration, hi: Duration },
+    /// These faults in turn: the run's first fault window gets the first, the next one
+    /// the second, and so on, round again after the last.
+    InTurn(Vec<Fault>),
 }
 
 impl FaultGen {
-    fn draw(&self, rng: &mut Rng) -> Fault {
+    /// The fault of the run's fault window number `window` (from 0).
+    fn draw(&self, rng: &mut Rng, window: usize) -> Fault {
         match self {
             FaultGen::Fixed(f) => f.clone(),
+            FaultGen::InTurn(faults) => faults[window % faults.len()].clone(),
             FaultGen::AnyCut => {
                 if rng.below(2) == 0 {
                     Fault::Partition(Cut::Silent)
@@ -128,6 +133,9 @@ pub struct NemesisRun {
     /// Workers use a read-write lock: odd-numbered ones write, even-numbered ones read
     /// (see `WorkerSpec::rw`); the checker allows readers together.
     pub rw: bool,
+    /// Odd-numbered workers lock fenced, even-numbered ones plain (see
+    /// `WorkerSpec::mixed`), and the row reports its live figures ([`recovery`]).
+    pub mixed: bool,
 }
 
 impl NemesisRun {
@@ -161,7 +169,16 @@ impl NemesisRun {
             max_increments: 10_000,
             permits: 0,
             rw: false,
+            mixed: false,
         }
+    }
+
+    /// Plain and fenced workers in one run (fencing and quarantine on), and the row's live
+    /// figures: how soon each kind of lock was granted after each fault healed, the calls
+    /// refused after it, and the longest time without a grant ([`recovery`]).
+    pub fn mixed(mut self) -> Self {
+        self.mixed = true;
+        self.fencing(true).quarantine(true)
     }
 
     /// Workers use a read-write lock, writers and readers in turn.
@@ -278,6 +295,8 @@ pub fn rolling_empty_restart(name: &str) -> NemesisRun {
 pub struct Window {
     pub fault: Fault,
     pub nodes: Vec<usize>,
+    /// Just before the fault was injected.
+    pub began: u64,
     /// Once the fault was in place on every chosen node.
     pub from: u64,
     /// Just before healing began.
@@ -346,7 +365,7 @@ fn run_once(
         lock_wait: run.lock_wait,
         quarantine,
         fencing: run.fencing,
-        mixed: false,
+        mixed: run.mixed,
         ttl_ceiling: None,
         use_lock: run.use_lock,
         permits: run.permits,
@@ -560,6 +579,9 @@ fn run_once(
             check.token_regressions
         ));
     }
+    if run.mixed {
+        row.live = Some(recovery(&history, windows, end_at, longest_gap));
+    }
     let labels: Vec<String> = windows.iter().map(Window::label).collect();
     let slowest_heal = windows
         .iter()
@@ -573,7 +595,11 @@ fn run_once(
         .collect();
     row.notes = format!(
         "seed={seed} fence={} ttl={}s{} longest-gap={}ms{gap_at} failed-calls={failures} slowest-heal={slowest_heal}ms{} windows={}{}",
-        if run.fencing { "y" } else { "n" },
+        match (run.fencing, run.mixed) {
+            (true, true) => "mixed",
+            (true, false) => "y",
+            _ => "n",
+        },
         ttls.join("/"),
         if run.quarantine { " quarantine" } else { "" },
         longest_gap / 1_000_000,
@@ -587,6 +613,34 @@ fn run_once(
     );
     row.secs = began.elapsed().as_secs_f64();
     row
+}
+
+/// The live figures of a run with plain and fenced workers: per fault window, from the
+/// moment the fault healed, how long until the first plain and the first fenced lock were
+/// granted, and the `lock()` calls begun from then until the next fault began that gave up
+/// (a call cut short by the run's end, at `end_at`, left out); and the longest time
+/// without a grant, `longest_gap` (ns).
+pub fn recovery(history: &History, windows: &[Window], end_at: u64, longest_gap: u64) -> Live {
+    let mut live = Live {
+        refused: 0,
+        to_plain: Some(Duration::ZERO),
+        to_fenced: Some(Duration::ZERO),
+        longest_gap: Some(Duration::from_nanos(longest_gap)),
+    };
+    for (k, w) in windows.iter().enumerate() {
+        let next = windows.get(k + 1).map_or(end_at, |n| n.began);
+        live.refused += (history.failures.iter())
+            .filter(|f| f.start >= w.healed && f.start < next && f.end < end_at)
+            .count();
+        for (fenced, slot) in [(false, &mut live.to_plain), (true, &mut live.to_fenced)] {
+            let first = (history.holds.iter())
+                .filter(|h| h.token.is_some() == fenced && h.acquired >= w.healed)
+                .map(|h| Duration::from_nanos(h.acquired - w.healed))
+                .min();
+            *slot = slot.zip(first).map(|(longest, d)| longest.max(d));
+        }
+    }
+    live
 }
 
 /// One lock and release of the run's resource by a single client, before the workers
@@ -661,6 +715,7 @@ impl Schedule {
         hold: Duration,
         readmit: bool,
     ) {
+        let began = clock::now();
         for &i in &nodes {
             ens.inject(i, &fault);
         }
@@ -673,7 +728,7 @@ impl Schedule {
         let healed = clock::now();
         // A killed node restarts empty and a failed-over member serves from a promoted
         // replica: either is a new life, kept out until a client readmits it.
-        if readmit && matches!(fault, Fault::Kill | Fault::Failover) {
+        if readmit && matches!(fault, Fault::Kill | Fault::Failover | Fault::HostStall) {
             self.pending.extend(nodes.iter().map(|&node| Restart {
                 node,
                 killed: from,
@@ -684,6 +739,7 @@ impl Schedule {
         self.windows.push(Window {
             fault,
             nodes,
+            began,
             from,
             to,
             healed,
@@ -764,7 +820,8 @@ fn random_windows(
         if clock::now() + hold.as_nanos() as u64 > faults_until {
             break;
         }
-        let fault = plan.faults[rng.below(plan.faults.len() as u64) as usize].draw(rng);
+        let fault = plan.faults[rng.below(plan.faults.len() as u64) as usize]
+            .draw(rng, sched.windows.len());
         let k = rng.between(plan.nodes.0 as u64, plan.nodes.1 as u64) as usize;
         let nodes = rng.subset(ens.size(), k);
         sched.window(ens, fault, nodes, hold, false);
@@ -791,7 +848,8 @@ fn random_readmitted(
             continue;
         }
         let hold = rng.duration(plan.hold.0, plan.hold.1);
-        let fault = plan.faults[rng.below(plan.faults.len() as u64) as usize].draw(rng);
+        let fault = plan.faults[rng.below(plan.faults.len() as u64) as usize]
+            .draw(rng, sched.windows.len());
         let k = (rng.between(plan.nodes.0 as u64, plan.nodes.1 as u64) as usize).min(room);
         let free: Vec<usize> = (0..ens.size())
             .filter(|i| !sched.pending.iter().any(|r| r.node == *i))
@@ -823,7 +881,8 @@ fn rolling(
             return;
         }
         let hold = rng.duration(plan.hold.0, plan.hold.1);
-        let fault = plan.faults[rng.below(plan.faults.len() as u64) as usize].draw(rng);
+        let fault = plan.faults[rng.below(plan.faults.len() as u64) as usize]
+            .draw(rng, sched.windows.len());
         sched.window(ens, fault, vec![i], hold, true);
         sched.await_readmission(ens);
         std::thread::sleep(rng.duration(plan.gap.0, plan.gap.1));

@@ -1,8 +1,22 @@
-//! Members under Sentinel in containers: three members, each a master and a replica, and
-//! three sentinels that watch all three, on a private bridge network of their own. The
-//! fault is the one a stalled host makes: a member's master is frozen (`docker pause`)
-//! until the sentinels, finding it silent, promote its replica; healing thaws it, and the
-//! sentinels turn it into the new master's replica.
+//! Members under Sentinel in containers: three members, each a master and a replica in a
+//! container of its own, on a private bridge network of their own, and three sentinels
+//! that watch all three, one beside each member's first master, as hosts running Redis
+//! usually carry a sentinel too. A container is a host here: a sentinel runs in its
+//! master's container (`docker exec`), so it shares the master's address and its freezer,
+//! and a stalled host stops both at the same instant, the way a stalled VM would; two
+//! containers paused one after the other would leave a moment in which one answers, at an
+//! address of its own.
+//!
+//! Two faults, both silent, both healed by a thaw after which the sentinels turn the old
+//! master into the new master's replica:
+//! - [`Fault::Failover`]: the master's process stalls alone (`SIGSTOP` through `docker
+//!   kill`; the sentinel beside it keeps watching) until the sentinels, finding it silent,
+//!   promote its replica;
+//! - [`Fault::HostStall`]: the master's whole host stalls (`docker pause`), its sentinel
+//!   with it; the two other sentinels must still make a majority and promote the replica.
+//!   A thawed sentinel names the old master until it hears of the promotion, and stays in
+//!   TILT mode for 30 s (it answers but does not vote): a second host stall within that
+//!   time would leave one sentinel able to vote, and no failover.
 //!
 //! The containers run the tier's image (`docker/build-image.sh`), which has a writable
 //! `/tmp` for the sentinels' configuration files, which they rewrite. Every container and
@@ -17,7 +31,8 @@ use crate::{run, used_subnets};
 
 const IMAGE: &str = "quorum-lock/redis:local";
 const MEMBERS: usize = 3;
-const SENTINELS: usize = 3;
+/// One sentinel on each member's first master's host.
+const SENTINELS: usize = MEMBERS;
 const SENTINEL_PORT: u16 = 26379;
 /// How long the topology gets to come up, to fail over or to take a thawed master back.
 const SETTLE: Duration = Duration::from_secs(30);
@@ -28,8 +43,16 @@ const CHECK_TIMEOUT: Duration = Duration::from_millis(500);
 pub struct DockerSentinelMembers {
     name: String,
     prefix: String,
-    /// Per member, which of its two servers its fault froze, while it lasts.
-    frozen: Vec<Option<usize>>,
+    /// Per member, which of its two servers its fault froze, and how, while it lasts.
+    frozen: Vec<Option<Frozen>>,
+}
+
+/// A frozen server: its index in its member, and whether its whole host (container) is
+/// frozen or its process alone.
+#[derive(Clone, Copy, Debug)]
+struct Frozen {
+    server: usize,
+    host: bool,
 }
 
 impl DockerSentinelMembers {
@@ -98,24 +121,28 @@ impl DockerSentinelMembers {
         docker(&args).map(|_| ())
     }
 
-    /// A sentinel: created, given its configuration in `/tmp`, then started.
+    /// Sentinel `s`, on member `s`'s first master's host: its configuration copied into
+    /// that container's `/tmp`, then started there beside the master.
     fn run_sentinel(&self, s: usize) -> Result<(), String> {
-        let container = format!("{}_s{s}", self.name);
-        let ip = self.sentinel_ip(s);
-        let mut args = vec!["create"];
-        args.extend(self.placed(&container, &ip));
-        args.extend([IMAGE, "/tmp/sentinel.conf", "--sentinel"]);
-        docker(&args)?;
-        let conf = std::env::temp_dir().join(format!("{container}.conf"));
+        let host = self.server(s, 0);
+        let conf = std::env::temp_dir().join(format!("{host}-sentinel.conf"));
         std::fs::write(&conf, self.sentinel_conf()).map_err(|e| format!("write {conf:?}: {e}"))?;
         let copied = docker(&[
             "cp",
             conf.to_str().expect("utf-8 path"),
-            &format!("{container}:/tmp/sentinel.conf"),
+            &format!("{host}:/tmp/sentinel.conf"),
         ]);
         let _ = std::fs::remove_file(&conf);
         copied?;
-        docker(&["start", &container]).map(|_| ())
+        docker(&[
+            "exec",
+            "-d",
+            &host,
+            "/usr/local/bin/redis-server",
+            "/tmp/sentinel.conf",
+            "--sentinel",
+        ])
+        .map(|_| ())
     }
 
     /// The `docker run`/`create` options that name a container of this run, label it for
@@ -159,12 +186,8 @@ impl DockerSentinelMembers {
         format!("{}.{}", self.prefix, 21 + 2 * m + k)
     }
 
-    fn sentinel_ip(&self, s: usize) -> String {
-        format!("{}.{}", self.prefix, 31 + s)
-    }
-
     fn sentinel_addr(&self, s: usize) -> String {
-        format!("{}:{SENTINEL_PORT}", self.sentinel_ip(s))
+        format!("{}:{SENTINEL_PORT}", self.server_ip(s, 0))
     }
 
     /// Which of member `m`'s two servers is at `ip`.
@@ -225,6 +248,36 @@ impl DockerSentinelMembers {
         }
     }
 
+    /// Whether the sentinels name a master for member `m` other than `old`, and it says it
+    /// is a master.
+    fn promoted_other_than(&self, m: usize, old: &str) -> bool {
+        self.named_master(m).is_some_and(|ip| {
+            ip != old
+                && query::<String>(&format!("{ip}:6379"), redis::cmd("INFO").arg("replication"))
+                    .is_ok_and(|info| info.contains("role:master"))
+        })
+    }
+
+    /// Freezes member `m`'s server `k`: its whole host (`docker pause`, with the sentinel
+    /// on it, if any), or its process alone (`SIGSTOP`).
+    fn freeze(&mut self, m: usize, k: usize, host: bool) {
+        set_frozen(&self.server(m, k), host, true);
+        self.frozen[m] = Some(Frozen { server: k, host });
+    }
+
+    /// Thaws what [`freeze`](Self::freeze) froze on member `m`, if anything, and returns
+    /// once that server answers.
+    fn thaw(&mut self, m: usize) {
+        let Some(Frozen { server, host }) = self.frozen[m].take() else {
+            return;
+        };
+        set_frozen(&self.server(m, server), host, false);
+        let addr = format!("{}:6379", self.server_ip(m, server));
+        self.must_settle("the thawed master to answer", |_| {
+            query::<String>(&addr, &redis::cmd("PING")).is_ok()
+        });
+    }
+
     /// Each server's role and each sentinel's view: what a timed-out wait prints.
     fn describe(&self) -> String {
         let mut out = String::new();
@@ -273,7 +326,7 @@ impl Ensemble for DockerSentinelMembers {
     }
 
     fn supports(&self, fault: &Fault) -> bool {
-        *fault == Fault::Failover
+        matches!(fault, Fault::Failover | Fault::HostStall)
     }
 
     /// Whether a client has admitted member `i`'s current master in its current life: its
@@ -304,40 +357,29 @@ impl Ensemble for DockerSentinelMembers {
         marker.is_ok_and(|m| m.is_some_and(|m| m.split(':').next() == Some(life.as_str())))
     }
 
-    /// Freezes member `i`'s master and returns once the sentinels have promoted its
+    /// Freezes member `i`'s master, its process alone ([`Fault::Failover`]) or its whole
+    /// host ([`Fault::HostStall`]), and returns once the sentinels have promoted its
     /// replica and it says it is a master. A member failed over before first waits until
     /// the sentinels see its thawed master linked as a replica, one they can promote.
     fn inject(&mut self, i: usize, fault: &Fault) {
-        assert_eq!(*fault, Fault::Failover, "these members only fail over");
+        assert!(self.supports(fault), "these members only fail over");
         self.must_settle("a replica the sentinels can promote", |t| t.linked(i));
         let old = self
             .named_master(i)
             .expect("the sentinels agree on a master");
         let k = self.server_at(i, &old);
-        docker(&["pause", &self.server(i, k)]).unwrap_or_else(|e| panic!("{e}"));
-        self.frozen[i] = Some(k);
+        self.freeze(i, k, *fault == Fault::HostStall);
         self.must_settle("the sentinels to promote the replica", |t| {
-            t.named_master(i).is_some_and(|ip| {
-                ip != old
-                    && query::<String>(&format!("{ip}:6379"), redis::cmd("INFO").arg("replication"))
-                        .is_ok_and(|info| info.contains("role:master"))
-            })
+            t.promoted_other_than(i, &old)
         });
     }
 
-    /// Thaws the frozen master and returns once it answers. It is still a master, and
-    /// accepts writes, until the sentinels turn it into the new master's replica (8 s
-    /// later, Sentinel's wait for a stale master to be reconfigured): the workers go on
-    /// meanwhile, and any vote it gives must not count.
+    /// Thaws the frozen master (and its host's sentinel) and returns once it answers. It is
+    /// still a master, and accepts writes, until the sentinels turn it into the new
+    /// master's replica (8 s later, Sentinel's wait for a stale master to be reconfigured):
+    /// the workers go on meanwhile, and any vote it gives must not count.
     fn heal(&mut self, i: usize, _: &Fault) {
-        let Some(k) = self.frozen[i].take() else {
-            return;
-        };
-        docker(&["unpause", &self.server(i, k)]).unwrap_or_else(|e| panic!("{e}"));
-        let ip = self.server_ip(i, k);
-        self.must_settle("the thawed master to answer", |_| {
-            query::<String>(&format!("{ip}:6379"), &redis::cmd("PING")).is_ok()
-        });
+        self.thaw(i);
     }
 }
 
@@ -345,7 +387,8 @@ fn service(m: usize) -> String {
     format!("m{m}")
 }
 
-/// Removes every container labelled `name` (thawed first) and the network `name`.
+/// Removes every container labelled `name` (thawed first; a stopped process needs no
+/// `SIGCONT` to be killed) and the network `name`.
 pub(crate) fn tear_down(name: &str) {
     let label = format!("label={name}");
     if let Ok(out) = docker(&["ps", "-aq", "--filter", &label]) {
@@ -410,4 +453,16 @@ fn field<'a>(entry: &'a [String], name: &str) -> Option<&'a str> {
         .find(|pair| pair[0] == name)
         .and_then(|pair| pair.get(1))
         .map(String::as_str)
+}
+
+/// Freezes (`frozen`) or thaws `container`: the whole host (`docker pause`, `unpause`), or
+/// its process alone (`SIGSTOP`, `SIGCONT`).
+fn set_frozen(container: &str, host: bool, frozen: bool) {
+    let args = match (host, frozen) {
+        (true, true) => vec!["pause", container],
+        (true, false) => vec!["unpause", container],
+        (false, true) => vec!["kill", "--signal", "STOP", container],
+        (false, false) => vec!["kill", "--signal", "CONT", container],
+    };
+    docker(&args).unwrap_or_else(|e| panic!("{e}"));
 }
