@@ -11,7 +11,11 @@
 #    between its top-level modules (a folder taken whole);
 # 5. no function longer than 80 lines, no file longer than 800, tests apart;
 # 6. the public API is the one listed in docs/public-api.txt (scripts/public-api.py over
-#    the rustdoc HTML): an API change is committed together with its listing.
+#    the rustdoc HTML): an API change is committed together with its listing;
+# 7. the lock kinds differ in one table (src/protocol/access.rs): no other file names a
+#    kind but the kinds' own homes (src/rwlock/, src/semaphore/), which choose theirs;
+# 8. the semaphore waits only through the acquisition core: src/semaphore/ imports
+#    nothing from src/wait/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -33,6 +37,11 @@ check "async or Redis in the pure rules (src/rules/)" \
         | grep -v ':use tokio::time::Instant;$' || true)"
 check "the safety rules depend on the rest of the crate (src/rules/safety.rs)" \
     "$(grep -nE "crate::|super::" src/rules/safety.rs | grep -v ':    use super::\*;$' || true)"
+check "a lock kind named outside src/protocol/access.rs and the kinds' homes" \
+    "$(grep -rnE "Access::(Mutex|Read|Write|Permit)" src --include=*.rs \
+        | grep -vE '^src/(protocol/access\.rs|rwlock/|semaphore/)' || true)"
+check "a lock kind reaching the waiting protocol around the acquisition core" \
+    "$(grep -rnE "crate::wait\b|wait::" src/semaphore --include=*.rs || true)"
 check "import cycles between modules of src/" "$(python3 scripts/import-cycles.py src)"
 check "functions over 80 lines or files over 800, tests apart" \
     "$(python3 scripts/import-cycles.py --long 80 src || true)"
