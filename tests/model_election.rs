@@ -37,6 +37,7 @@
 mod model_check;
 
 use model_check::{Explored, Search, Tick, bits};
+use quorum_lock::election_rules::{Judged, NodeTerm, judge_leader};
 use quorum_lock::safety;
 use stateright::{Model, Property};
 
@@ -160,29 +161,27 @@ impl State {
         self.led |= 1 << candidate;
     }
 
-    /// What the nodes in `reached` say of the leader now: a candidate and epoch held with
-    /// its epoch committed on a majority of all nodes, or a majority free.
+    /// What the nodes in `reached` say of the leader now, judged by the crate's rule: a
+    /// candidate and epoch held with its epoch committed on a majority of all nodes, or a
+    /// majority free (a key without its epoch is a grant, no term).
     fn read(&self, reached: u8) -> Report {
-        let quorum = safety::majority(NODES);
-        let free = bits(reached)
-            .filter(|&i| self.nodes[i].key.is_none())
-            .count();
-        if free >= quorum {
-            return Report::NoLeader;
+        let reads: Vec<Option<NodeTerm<Key>>> = (0..NODES)
+            .map(|i| {
+                (reached & (1 << i) != 0).then(|| match self.nodes[i].key {
+                    None => NodeTerm::Free,
+                    Some(key) if key.epoch > 0 => NodeTerm::Held(Some(key)),
+                    Some(_) => NodeTerm::Held(None),
+                })
+            })
+            .collect();
+        match judge_leader(&reads, NODES) {
+            Judged::Leader(key) => Report::Leader {
+                candidate: key.candidate,
+                epoch: key.epoch,
+            },
+            Judged::NoLeader => Report::NoLeader,
+            Judged::Unknown => Report::Unknown,
         }
-        let terms = bits(reached).filter_map(|i| self.nodes[i].key.filter(|k| k.epoch > 0));
-        for key in terms {
-            let same = bits(reached)
-                .filter(|&i| self.nodes[i].key == Some(key))
-                .count();
-            if same >= quorum {
-                return Report::Leader {
-                    candidate: key.candidate,
-                    epoch: key.epoch,
-                };
-            }
-        }
-        Report::Unknown
     }
 
     /// What one node says of the leader (the weaker observer).

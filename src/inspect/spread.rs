@@ -35,6 +35,7 @@ pub(crate) fn string_copy(prefix: &str, name: &str, value: &str, pttl_ms: i64) -
         LockOf::PermitSlot { semaphore, slot } => {
             format!("{semaphore} (semaphore, permit slot {slot})")
         }
+        LockOf::Election(name) => format!("{name} (election)"),
         LockOf::Probe(_) | LockOf::Semaphore(_) => return None,
     };
     Some(HeldCopy {

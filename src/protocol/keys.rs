@@ -37,6 +37,10 @@ pub(crate) enum Kind {
     /// name; any other lock key's is itself): while permits are held it holds the
     /// semaphore's mark, so that no lock of another kind takes the name.
     Name,
+    /// An election's term record: the leader's lock value, epoch and proclaimed value,
+    /// written beside the election's lock key by its leader (expires after the lock, by
+    /// the term's TTL at most).
+    Term,
 }
 
 impl Kind {
@@ -51,7 +55,8 @@ impl Kind {
             | Kind::Turn
             | Kind::Intent
             | Kind::PermitCount
-            | Kind::Name => "string",
+            | Kind::Name
+            | Kind::Term => "string",
         }
     }
 
@@ -213,6 +218,7 @@ pub(crate) fn derived_name<'a>(
         Kind::Readers => name("readers", resource),
         Kind::Intent => name("intent", resource),
         Kind::PermitCount => name("permits", semaphore_of(resource)),
+        Kind::Term => name("term", resource),
         Kind::Name => match lock_of(resource) {
             LockOf::PermitSlot { semaphore, .. } => Name::Whole(concat(&[prefix, semaphore])),
             _ => Name::Parts([lock, "", "", "", "", ""]),
@@ -292,6 +298,12 @@ pub(crate) fn probe_resource(id: &str) -> String {
 /// [`probe_resource`] in Redis Cluster slot `slot` (its name carries the slot's tag).
 pub(crate) fn probe_resource_in(slot: u16, id: &str) -> String {
     internal_name("", slots::slot_tag(slot), "probe", id).joined()
+}
+
+/// The resource name of the election `name`: its lock, under the crate's namespace; the
+/// key prefix is added to it as to any resource.
+pub(crate) fn election_resource(name: &str) -> String {
+    internal("", "election", name)
 }
 
 /// The semaphore name in slot lock resource `resource` (see [`permit_resource`]); the whole
@@ -423,6 +435,8 @@ pub(crate) enum LockOf<'a> {
     Semaphore(&'a str),
     /// The readmission probe of client `id` ([`probe_resource`]).
     Probe(&'a str),
+    /// The election `name` ([`election_resource`]).
+    Election(&'a str),
     /// A mutex: any other resource, the name as its user gave it.
     Mutex(&'a str),
 }
@@ -476,7 +490,7 @@ pub(crate) fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<KnownKey<'a>> 
         })
     };
     match what {
-        "rw" | "permit" | "probe" => match lock_of(resource) {
+        "rw" | "permit" | "probe" | "election" => match lock_of(resource) {
             LockOf::Mutex(_) => None,
             lock => Some(KnownKey::Of {
                 kind: Kind::Lock,
@@ -491,6 +505,7 @@ pub(crate) fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<KnownKey<'a>> 
         "turn" => of(Kind::Turn),
         "readers" => of(Kind::Readers),
         "intent" => of(Kind::Intent),
+        "term" => of(Kind::Term),
         "permits" => Some(KnownKey::PermitCount { semaphore: rest }),
         "node" => (GLOBALS.into_iter())
             .find(|g| g.name() == rest)
@@ -524,6 +539,7 @@ pub(crate) fn lock_of(resource: &str) -> LockOf<'_> {
     match what {
         "permit" => slot().unwrap_or(LockOf::Mutex(resource)),
         "probe" => LockOf::Probe(rest),
+        "election" => LockOf::Election(rest),
         _ => LockOf::Mutex(resource),
     }
 }
@@ -600,6 +616,7 @@ mod tests {
             Kind::Intent,
             Kind::PermitCount,
             Kind::Name,
+            Kind::Term,
         ];
         for kind in kinds {
             // Exhaustive on purpose: a new kind must be added to the list above.
@@ -611,7 +628,8 @@ mod tests {
                 | Kind::Readers
                 | Kind::Intent
                 | Kind::PermitCount
-                | Kind::Name => {}
+                | Kind::Name
+                | Kind::Term => {}
             }
             assert!(
                 derived(kind, prefix, &lock_key).starts_with(prefix),
@@ -679,6 +697,7 @@ mod tests {
             Kind::Turn,
             Kind::Readers,
             Kind::Intent,
+            Kind::Term,
         ];
         for prefix in ["", "app:", "a*[b]?\\:"] {
             let locks = [
@@ -690,6 +709,7 @@ mod tests {
                     },
                 ),
                 (probe_resource("c1"), LockOf::Probe("c1")),
+                (election_resource("leader"), LockOf::Election("leader")),
                 ("plain".to_owned(), LockOf::Mutex("plain")),
                 (
                     "quorum-lock:other:x".to_owned(),

@@ -17,12 +17,14 @@ pub(crate) mod reply;
 pub(crate) mod rw_scripts;
 pub(crate) mod scripts;
 pub(crate) mod slots;
+pub(crate) mod term_scripts;
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
 pub(crate) fn every_source() -> impl Iterator<Item = &'static str> {
     (scripts::SOURCES.iter())
         .chain(&rw_scripts::SOURCES)
         .chain(&permit_scripts::SOURCES)
+        .chain(&term_scripts::SOURCES)
         .copied()
 }
 
@@ -38,6 +40,7 @@ mod tests {
             ACQUIRE, EXTEND, FENCE, FENCED_SET, GATE, INSPECT, LEAVE, MARK, RELEASE, RELEASE_ONE,
             UNLOCK,
         };
+        use term_scripts::{TERM_CLEAR, TERM_READ, TERM_WRITE};
         let every = [
             &ACQUIRE,
             &MARK,
@@ -57,6 +60,9 @@ mod tests {
             &PERMIT_ACQUIRE,
             &PERMIT_EXTEND,
             &PERMIT_FORGET,
+            &TERM_WRITE,
+            &TERM_READ,
+            &TERM_CLEAR,
         ];
         let loaded: Vec<&str> = every_source().collect();
         assert_eq!(loaded.len(), every.len());

@@ -9,11 +9,13 @@
 //!   vote needs, and when a promoted master's quarantine starts;
 //! - [`cluster`]: a member that is a Redis Cluster: which master its masters agree owns
 //!   each slot;
+//! - [`election`]: who leads, judged from one read of every node, and the shortest term;
 //! - [`retry`]: the backoff between attempts;
 //! - [`deadline`]: instants a duration later that saturate, and answers in time.
 
 pub mod cluster;
 pub(crate) mod deadline;
+pub mod election;
 pub(crate) mod quorum;
 pub(crate) mod retry;
 pub mod safety;

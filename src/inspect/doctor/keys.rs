@@ -257,6 +257,7 @@ fn describe(key: &KnownKey<'_>) -> String {
                 Kind::Turn => "turn",
                 Kind::Readers => "readers",
                 Kind::Intent => "writer intent",
+                Kind::Term => "term record",
                 Kind::Lock | Kind::PermitCount | Kind::Name => "key",
             };
             format!("{what} of {}", describe_lock(lock))
@@ -273,6 +274,7 @@ fn describe_lock(lock: &LockOf<'_>) -> String {
         LockOf::PermitSlot { semaphore, slot } => format!("permit {slot} of semaphore {semaphore}"),
         LockOf::Semaphore(name) => format!("semaphore {name}"),
         LockOf::Probe(id) => format!("readmission probe of client {id}"),
+        LockOf::Election(name) => format!("election {name}"),
         LockOf::Mutex(resource) => format!("lock {resource}"),
     }
 }
