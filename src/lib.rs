@@ -9,6 +9,7 @@
 //   client/    the public handle: Redlock, its builder, lock requests, shutdown
 //   rwlock/    the read-write lock: a writer's lock key, readers each with an expiry
 //   semaphore/ the counting semaphore: K slot locks, each a quorum mutex
+//   election/  leader election: a term is a fenced lock, its epoch the fencing token
 //   inspect/   read-only: status of a lock, the deployment check (doctor), JSON
 //   acquire/   lock(): the retry loop, one attempt, its ballot, first contact, healing
 //   held/      a held lock: guard, lease (validity, lost signal), extension, release
@@ -24,6 +25,7 @@
 // The CLI is the binary src/bin/quorum-lock.rs with its modules in src/bin/quorum-lock/.
 mod acquire;
 mod client;
+mod election;
 mod ensemble;
 mod error;
 pub mod fencing;
@@ -43,11 +45,13 @@ mod wait;
 // checks (tests/model.rs, tests/model_kinds.rs, tests/model_sentinel.rs,
 // tests/model_cluster.rs), which check the same decisions the client makes;
 // tests/model_reseat.rs models the re-seat rule on its own, tests/model_election.rs the
-// rules of leader election.
+// rules of leader election (`election_rules`).
 #[doc(hidden)]
 pub use acquire::ballot;
 #[doc(hidden)]
 pub use rules::cluster;
+#[doc(hidden)]
+pub use rules::election as election_rules;
 #[doc(hidden)]
 pub use rules::safety;
 #[doc(hidden)]
@@ -59,6 +63,9 @@ pub use acquire::request::LockRequest;
 pub use client::Redlock;
 pub use client::builder::RedlockBuilder;
 pub use client::fenced::{FencedContext, FencedGuard, FencedRequest};
+pub use election::leadership::Leadership;
+pub use election::term::{Leader, Term};
+pub use election::{Campaign, Election};
 pub use error::{Error, LostReason, Result};
 pub use fencing::FencingToken;
 pub use held::extend::AutoExtend;

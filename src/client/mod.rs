@@ -32,6 +32,7 @@ use crate::acquire::first_start::{self, FirstStart};
 use crate::acquire::heal::{self, Readiness};
 use crate::acquire::plan::Plan;
 use crate::acquire::request::LockRequest;
+use crate::election::Election;
 use crate::ensemble::Ensemble;
 #[cfg(doc)]
 use crate::error::Error;
@@ -194,6 +195,26 @@ impl Redlock {
     /// [`Error::Config`] for an empty name.
     pub fn rwlock(&self, name: &str) -> Result<RwLock> {
         RwLock::new(Arc::clone(&self.inner), name)
+    }
+
+    /// The leader election of `name` among every client of these nodes (see [`Election`]):
+    /// one leader at a time, each term with an epoch above every earlier one's.
+    ///
+    /// ```no_run
+    /// # async fn demo(redlock: quorum_lock::Redlock) -> quorum_lock::Result<()> {
+    /// use quorum_lock::Leader;
+    /// let election = redlock.election("scheduler")?;
+    /// if let Leader::Elected(term) = election.leader().await? {
+    ///     println!("{} leads, epoch {}", term.value, term.epoch);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty name, or one in the names this library keeps.
+    pub fn election(&self, name: &str) -> Result<Election> {
+        Election::new(Arc::clone(&self.inner), name)
     }
 
     /// Makes exactly one attempt. Returns `Ok(None)` when another owner holds the resource.
