@@ -4,6 +4,8 @@
 
 #[path = "quorum-lock/duration.rs"]
 mod duration;
+#[path = "quorum-lock/elect.rs"]
+mod elect;
 #[path = "quorum-lock/init.rs"]
 mod init;
 #[path = "quorum-lock/lag.rs"]
@@ -57,7 +59,7 @@ const DEFAULT_WAIT: &str = "10s";
 /// Default of `--node-timeout`: the library's.
 const DEFAULT_NODE_TIMEOUT: &str = "50ms";
 /// Default of `run --ttl`.
-const DEFAULT_TTL: &str = "30s";
+pub(crate) const DEFAULT_TTL: &str = "30s";
 
 const AFTER_HELP: &str = "\
 Nodes come from --nodes or, when it is absent, from QUORUM_LOCK_NODES (comma-separated
@@ -132,6 +134,8 @@ struct Cli {
 enum Command {
     /// Acquire RESOURCE, run PROGRAM while keeping the lock extended, release it afterwards
     Run(RunArgs),
+    /// Campaign to lead NAME and run PROGRAM while leader; with --listen, print who leads
+    Elect(elect::ElectArgs),
     /// Show, per node, what holds RESOURCE, and a verdict for the set
     Status(StatusArgs),
     /// Delete RESOURCE's lock on every node, whoever holds it
@@ -282,7 +286,7 @@ impl Failure {
         }
     }
 
-    fn usage(message: impl Into<String>) -> Self {
+    pub(crate) fn usage(message: impl Into<String>) -> Self {
         Failure::new(EX_USAGE, message)
     }
 
@@ -350,7 +354,7 @@ fn write_to(mut stream: impl std::io::Write, text: &str) {
 }
 
 /// One line on stdout.
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     write_to(std::io::stdout(), &format!("{line}\n"));
 }
 
@@ -447,6 +451,7 @@ fn replica_acks_of(command: &Command, node_timeout: Duration) -> Option<(u32, Du
 fn resource_of(command: &Command) -> Option<&String> {
     match command {
         Command::Run(a) => Some(&a.resource),
+        Command::Elect(a) => Some(&a.name),
         Command::Status(a) => Some(&a.resource),
         Command::Release(a) => Some(&a.resource),
         Command::Doctor(_) | Command::Repair(_) | Command::Init => None,
@@ -469,6 +474,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
     }
     let (ttl, fence_floor) = match &cli.command {
         Command::Run(args) => (Some(args.ttl), args.fence_floor),
+        Command::Elect(args) => (Some(args.ttl), None),
         // Only `run` locks; the others use the library's default (see `client`).
         _ => (None, None),
     };
@@ -477,6 +483,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
     // `run`'s lock value names the command it runs (`status` shows it), not quorum-lock.
     let program = match &cli.command {
         Command::Run(args) => program_name(&args.program),
+        Command::Elect(args) => program_name(&args.program),
         _ => None,
     };
     let redlock = client(
@@ -503,6 +510,9 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
     // After the client: its TTL check speaks first of a TTL too short for anything.
     let command = match cli.command {
         Command::Run(args) => Ok(run_options(args, node_timeout)?),
+        Command::Elect(args) if !args.is_listen() => {
+            Ok(elect::campaign_options(args, node_timeout)?)
+        }
         other => Err(other),
     };
 
@@ -510,28 +520,36 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::new(EX_OSERR, format!("cannot start the async runtime: {e}")))?;
-    runtime.block_on(async {
-        match command {
-            Ok(options) => {
-                // First thing: from here on no forwarded signal can kill us with the lock held.
-                let mut signals = Signals::install().map_err(|e| {
-                    Failure::new(EX_OSERR, format!("cannot install signal handlers: {e}"))
-                })?;
-                run::run(&redlock, options, &mut signals).await
-            }
-            Err(Command::Status(args)) => status(&redlock, &args).await,
-            Err(Command::Release(args)) => release(&redlock, &args.resource).await,
-            Err(Command::Doctor(args)) if args.ready => {
-                ready::until_ready(&redlock, args.wait.unwrap_or_default()).await
-            }
-            Err(Command::Doctor(args)) => doctor(&redlock, args.json).await,
-            Err(Command::Repair(args)) => {
-                ready::until_ready(&redlock, args.wait.unwrap_or_default()).await
-            }
-            Err(Command::Init) => init::init(&redlock).await,
-            Err(Command::Run(_)) => Err(Failure::new(EX_SOFTWARE, "run options lost")),
+    runtime.block_on(dispatch(&redlock, command))
+}
+
+/// Handlers for the signals `run` and `elect` forward, or the failure to install them.
+fn install_signals() -> Result<Signals, Failure> {
+    Signals::install()
+        .map_err(|e| Failure::new(EX_OSERR, format!("cannot install signal handlers: {e}")))
+}
+
+/// Runs the command: a validated `run` (or `elect` campaign), or another command.
+async fn dispatch(redlock: &Redlock, command: Result<RunOptions, Command>) -> Result<u8, Failure> {
+    match command {
+        Ok(options) => {
+            // First thing: from here on no forwarded signal can kill us with the lock held.
+            let mut signals = install_signals()?;
+            run::run(redlock, options, &mut signals).await
         }
-    })
+        Err(Command::Status(args)) => status(redlock, &args).await,
+        Err(Command::Release(args)) => release(redlock, &args.resource).await,
+        Err(Command::Doctor(args)) if args.ready => {
+            ready::until_ready(redlock, args.wait.unwrap_or_default()).await
+        }
+        Err(Command::Doctor(args)) => doctor(redlock, args.json).await,
+        Err(Command::Repair(args)) => {
+            ready::until_ready(redlock, args.wait.unwrap_or_default()).await
+        }
+        Err(Command::Init) => init::init(redlock).await,
+        Err(Command::Elect(args)) => elect::listen(redlock, &args, &mut install_signals()?).await,
+        Err(Command::Run(_)) => Err(Failure::new(EX_SOFTWARE, "run options lost")),
+    }
 }
 
 /// Validates `run`'s arguments, the grace period among them (see [`schedule::Plan`]).
@@ -552,6 +570,7 @@ fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Fail
         ttl: args.ttl,
         wait: (!args.no_wait).then_some(args.wait),
         fencing: args.fencing,
+        value: String::new(),
         kind: match (args.permits, args.shared, args.exclusive) {
             (Some(k), _, _) => HeldKind::Permit(k),
             (None, true, _) => HeldKind::Read,

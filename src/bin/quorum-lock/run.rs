@@ -34,6 +34,8 @@ pub(crate) struct RunOptions {
     pub(crate) fencing: bool,
     /// What is held while the program runs.
     pub(crate) kind: HeldKind,
+    /// What a leader proclaims (`elect --value`); empty for the other kinds.
+    pub(crate) value: String,
     /// When to extend, SIGTERM and SIGKILL (grace period included).
     pub(crate) plan: Plan,
     /// The client's per-node timeout: the pause between failed extensions.
@@ -56,12 +58,18 @@ pub(crate) enum HeldKind {
     Read,
     /// `--exclusive`: the write lock of the read-write lock of that name.
     Write,
+    /// `elect`: a term of the leader election of that name.
+    Leader,
 }
 
 /// Environment variable naming the resource, for the program.
 pub(crate) const ENV_RESOURCE: &str = "QUORUM_LOCK_RESOURCE";
 /// Environment variable holding the fencing token, with `--fencing`.
 pub(crate) const ENV_FENCING: &str = "QUORUM_LOCK_FENCING_TOKEN";
+/// Environment variable holding a leader's epoch, under `elect` (also its fencing token).
+pub(crate) const ENV_EPOCH: &str = "QUORUM_LOCK_EPOCH";
+/// Environment variable holding the value a leader proclaims, under `elect`.
+pub(crate) const ENV_LEADER_VALUE: &str = "QUORUM_LOCK_LEADER_VALUE";
 
 /// The signals passed on to the program. Each would otherwise end `quorum-lock` at once
 /// and leave the program running without its lock being extended or released.
@@ -184,6 +192,7 @@ fn acquire_failure(
             HeldKind::Read => format!("{:?} is written", opts.resource),
             HeldKind::Write => format!("{:?} is read or written", opts.resource),
             HeldKind::Lock => format!("{:?} is", opts.resource),
+            HeldKind::Leader => format!("the election {:?} is", opts.resource),
         };
         let held = match holder {
             Some(who) => format!("{held} held elsewhere, by {who}:"),
@@ -342,6 +351,7 @@ async fn acquire(
                 let request = rwlock.read(opts.ttl).wait(wait.unwrap_or_default());
                 return Ok((request.await?.into_guard(), None));
             }
+            HeldKind::Leader => return campaign(redlock, opts, wait).await,
             HeldKind::Write => redlock.rwlock(&opts.resource)?.write(opts.ttl),
             HeldKind::Lock => redlock.lock(opts.resource.clone(), opts.ttl),
         };
@@ -367,7 +377,8 @@ async fn acquire(
                     Ok(held) => return Ok(held),
                     Err(e) => e,
                 };
-                let named = e.is_contended() && !matches!(opts.kind, HeldKind::Permit(_));
+                let named = e.is_contended()
+                    && !matches!(opts.kind, HeldKind::Permit(_) | HeldKind::Leader);
                 let holder = match named {
                     true => held_by(redlock, &opts.resource).await,
                     false => None,
@@ -387,6 +398,21 @@ async fn acquire(
     }
 }
 
+/// `elect`: a term of the election, with its epoch as the fencing token.
+async fn campaign(
+    redlock: &Redlock,
+    opts: &RunOptions,
+    wait: Option<Duration>,
+) -> Result<(LockGuard, Option<FencingToken>), Error> {
+    let campaign = (redlock.election(&opts.resource)?).campaign(opts.value.clone(), opts.ttl);
+    let campaign = match wait {
+        Some(wait) => campaign.wait(wait),
+        None => campaign.wait(Duration::ZERO).max_attempts(1),
+    };
+    let (guard, epoch) = campaign.await?.into_parts();
+    Ok((guard, Some(epoch)))
+}
+
 /// Starts the program with its environment, in a process group of its own unless in a
 /// terminal's foreground (see [`Target`]).
 fn spawn(
@@ -403,6 +429,12 @@ fn spawn(
         command.process_group(0);
         Target::Group
     };
+    if opts.kind == HeldKind::Leader {
+        command.env(ENV_LEADER_VALUE, &opts.value);
+        command.env(ENV_EPOCH, fence.map(|t| t.to_string()).unwrap_or_default());
+    } else {
+        command.env_remove(ENV_LEADER_VALUE).env_remove(ENV_EPOCH);
+    }
     if let Some(token) = fence {
         command.env(ENV_FENCING, token.to_string());
     } else {

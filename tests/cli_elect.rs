@@ -1,0 +1,143 @@
+//! `quorum-lock elect` against real `redis-server` processes: three candidates in three
+//! processes, one leader at a time, a killed leader replaced once its term ends, a
+//! resigning leader replaced at once, and a listener whose lines follow the leaders.
+// The binary exists only with the `cli` feature (on by default).
+#![cfg(feature = "cli")]
+
+mod cli_support;
+mod common;
+
+use std::fs;
+use std::time::Duration;
+
+use cli_support::*;
+use common::wait_until;
+use nix::sys::signal::Signal;
+
+/// The candidates' programs: each writes `<epoch> <value> <fence> <pid>` to its file when
+/// it starts leading, then sleeps (the pid is the sleep's).
+fn candidate(urls: &[String], scratch: &Scratch, name: &str, c: usize) -> Running {
+    let file = scratch.sh(&format!("led-{c}"));
+    let script = format!(
+        "echo \"$QUORUM_LOCK_EPOCH $QUORUM_LOCK_LEADER_VALUE $QUORUM_LOCK_FENCING_TOKEN $$\" \
+         > {file}.tmp && mv {file}.tmp {file}; exec sleep 30"
+    );
+    let value = format!("candidate-{c}");
+    let mut cmd = cli(
+        urls,
+        ["elect", "--ttl", TTL_ARG, "--value", &value, name, "--"],
+    );
+    cmd.args(["sh", "-c", &script]);
+    start(cmd, scratch)
+}
+
+/// The candidates whose program has started, with what it was given.
+fn leaders(scratch: &Scratch, candidates: usize) -> Vec<(usize, u64, String, i32)> {
+    (0..candidates)
+        .filter_map(|c| {
+            let line = fs::read_to_string(scratch.path(&format!("led-{c}"))).ok()?;
+            let mut parts = line.split_whitespace();
+            let epoch: u64 = parts.next()?.parse().ok()?;
+            let value = parts.next()?.to_owned();
+            assert_eq!(
+                parts.next(),
+                Some(epoch.to_string().as_str()),
+                "the fence is the epoch"
+            );
+            Some((c, epoch, value, parts.next()?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Waits until `count` candidates have led, and returns the one that leads now: every
+/// earlier leader's program has ended by then.
+#[track_caller]
+fn leader_number(scratch: &Scratch, candidates: usize, count: usize) -> (usize, u64) {
+    wait_until(Duration::from_secs(40), "the next leader", || {
+        leaders(scratch, candidates).len() >= count
+    });
+    let led = leaders(scratch, candidates);
+    assert_eq!(led.len(), count, "one leader at a time: {led:?}");
+    for (c, _, value, _) in &led {
+        assert_eq!(value, &format!("candidate-{c}"));
+    }
+    let (c, epoch, _, _) = led.iter().max_by_key(|(_, e, _, _)| *e).unwrap().clone();
+    for (_, _, _, pid) in led.iter().filter(|(other, ..)| *other != c) {
+        assert!(
+            has_ended(*pid),
+            "an earlier leader's program {pid} still runs"
+        );
+    }
+    (c, epoch)
+}
+
+#[test]
+fn candidates_in_three_processes_lead_one_at_a_time() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "elect");
+    let listener = start(
+        cli(
+            &urls,
+            ["elect", "--listen", "--json", "--interval", "100ms", &name],
+        ),
+        &scratch,
+    );
+    let mut candidates: Vec<Running> = (0..3)
+        .map(|c| candidate(&urls, &scratch, &name, c))
+        .collect();
+    let (first, first_epoch) = leader_number(&scratch, 3, 1);
+    // Killed without a word: the next candidate leads once the term has ended.
+    candidates[first].signal(Signal::SIGKILL);
+    let (second, second_epoch) = leader_number(&scratch, 3, 2);
+    assert_ne!(second, first);
+    assert!(second_epoch > first_epoch);
+    // SIGTERM: the program ends, its term is released, and the last candidate leads.
+    candidates[second].signal(Signal::SIGTERM);
+    let done = candidates.remove(second).wait(LIMIT);
+    assert_eq!(done.code(), 128 + Signal::SIGTERM as i32, "{done:#?}");
+    let (third, third_epoch) = leader_number(&scratch, 3, 3);
+    assert!(third != first && third != second);
+    assert!(third_epoch > second_epoch);
+    wait_until(
+        Duration::from_secs(20),
+        "the listener to see the third leader",
+        || {
+            fs::read_to_string(&listener.out)
+                .is_ok_and(|out| out.contains(&format!("\"epoch\":{third_epoch}")))
+        },
+    );
+    let lines = fs::read_to_string(&listener.out).unwrap();
+    let epochs: Vec<u64> = lines
+        .lines()
+        .filter(|l| l.contains("\"leader\":\"elected\""))
+        .map(|l| {
+            let after = l.split("\"epoch\":").nth(1).unwrap();
+            after
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "the listener never goes back: {lines}"
+    );
+    assert_eq!(epochs.last(), Some(&third_epoch), "{lines}");
+}
+
+#[test]
+fn elect_without_a_program_or_with_too_short_a_term_is_a_usage_error() {
+    let nodes = vec!["redis://127.0.0.1:1".to_owned()];
+    output(cli(&nodes, ["elect", "leader"]))
+        .expect(64)
+        .stderr_has("missing `-- PROGRAM");
+    output(cli(&nodes, ["elect", "--listen", "--value", "x", "leader"])).expect(64);
+    // A term too short to renew before the grace period is refused before any network.
+    output(cli(
+        &nodes,
+        ["elect", "--ttl", "300ms", "leader", "--", "true"],
+    ))
+    .expect(64)
+    .stderr_has("--ttl 300ms");
+}
