@@ -30,6 +30,8 @@
 //! 12. a member that is a Redis Cluster, N = 1: how one client's locks on distinct
 //!     resources spread over 3 shard masters; server and client CPU per lock with 1, 3 and
 //!     6 masters; uncontended lock + unlock against a plain member and the floors
+//! 13. leader election, N = 3: campaign + resign against a fenced lock + release, the
+//!     handover after a resignation and after a leader's death, an idle observer's traffic
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
@@ -92,15 +94,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=12) => selected.push(n),
+            Ok(n @ 1..=13) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-12)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-13)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -133,7 +135,8 @@ fn main() {
                 9 => scenarios::rwlock::run(cfg).await,
                 10 => scenarios::fairness::run(cfg).await,
                 11 => scenarios::sentinel::run(cfg).await,
-                _ => scenarios::cluster_member::run(cfg).await,
+                12 => scenarios::cluster_member::run(cfg).await,
+                _ => scenarios::election::run(cfg).await,
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

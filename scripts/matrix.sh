@@ -17,10 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock metrics faults cli doctor harness_selftest sentinel cluster})
+TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock election metrics faults cli doctor harness_selftest sentinel cluster})
 # Per target, arguments for its test binary. The lock kinds' fault rows run once, in the
 # main suite: the matrix checks their scripts on every build through the semaphore and
-# rwlock targets, and the mutex's fault rows on every build here. So does the majority
+# rwlock targets (the election's through the election target), and the mutex's fault rows
+# on every build here. So does the majority
 # row: with a majority down nothing is granted whatever the build, and its control run
 # tests the checker, not the server. So do the Sentinel and Cluster failover rows: the
 # sentinel and cluster targets fail members over on every build.

@@ -3,6 +3,7 @@
 
 pub mod cluster_member;
 pub mod contention;
+pub mod election;
 pub mod fairness;
 pub mod latency;
 pub mod memory;

@@ -163,9 +163,9 @@ async fn written_on(ensemble: &Arc<Ensemble>, call: Call, key: &str) -> (usize, 
 
 /// Reads the election's lock key `key` and its term record on every node and judges who
 /// leads: the body of [`Election::leader`](crate::Election::leader). The read ends as
-/// soon as the answers decide it.
+/// soon as the answers decide it. A read needs no node admitted, so it starts no healer:
+/// an observer's only traffic is this read.
 pub(crate) async fn read_leader(ensemble: &Arc<Ensemble>, key: &str) -> Result<Leader> {
-    crate::acquire::heal::start_healer(ensemble);
     let seated = ensemble.seated(std::slice::from_ref(&key.to_owned())).await;
     let mut round = Round::everywhere(seated.round_scope(), term_call(&seated, &TERM_READ, key));
     let n = seated.nodes.len();
