@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use crate::election::Election;
+use crate::election::announce::Announced;
 use crate::election::term::{self, clear_term, write_term};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
@@ -30,11 +32,9 @@ use crate::rules::safety;
 /// that checks it refuses a leader whose term ended.
 #[must_use = "dropping the leadership resigns at once"]
 pub struct Leadership {
-    ensemble: Arc<Ensemble>,
+    election: Election,
     guard: LockGuard,
     epoch: FencingToken,
-    name: Arc<str>,
-    key: String,
     record: watch::Sender<String>,
     keeper: RecordKeeper,
 }
@@ -61,7 +61,7 @@ impl Drop for RecordKeeper {
 impl fmt::Debug for Leadership {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Leadership")
-            .field("election", &self.name)
+            .field("election", &self.election.name())
             .field("epoch", &self.epoch)
             .field("validity", &self.guard.validity())
             .finish_non_exhaustive()
@@ -77,15 +77,17 @@ impl Leadership {
     /// [`Error::Unavailable`] when fewer than a majority of nodes took the record; the
     /// lock is released then.
     pub(crate) async fn proclaim_won(
-        ensemble: &Arc<Ensemble>,
-        (name, key): (Arc<str>, String),
+        election: &Election,
         guard: LockGuard,
         epoch: FencingToken,
         value: &str,
     ) -> Result<Leadership> {
+        let ensemble = election.ensemble();
         let record = term::record(guard.token(), epoch, value);
+        let at = (election.key(), guard.token());
+        let announce = (election.channel(), Announced::Elected(epoch.get()));
         let (written, report) =
-            write_term(ensemble, &key, guard.token(), &record, guard.ttl()).await;
+            write_term(ensemble, at, &record, guard.ttl(), Some(announce)).await;
         if written < ensemble.quorum {
             // Released on drop, at once.
             drop(guard);
@@ -97,18 +99,16 @@ impl Leadership {
         let (record, watched) = watch::channel(record);
         let keeper = tokio::spawn(keep_record(
             Arc::clone(ensemble),
-            key.clone(),
+            election.key().to_owned(),
             (guard.token().to_owned(), guard.ttl(), guard.lost_signal()),
             watched,
         ))
         .abort_handle();
         let keeper = RecordKeeper(Some(keeper));
         Ok(Leadership {
-            ensemble: Arc::clone(ensemble),
+            election: election.clone(),
             guard,
             epoch,
-            name,
-            key,
             record,
             keeper,
         })
@@ -116,7 +116,7 @@ impl Leadership {
 
     /// The election's name.
     pub fn election(&self) -> &str {
-        &self.name
+        self.election.name()
     }
 
     /// This term's epoch: a fencing token above every earlier term's of this election.
@@ -156,15 +156,14 @@ impl Leadership {
         }
         let record = term::record(self.guard.token(), self.epoch, &value);
         self.record.send_replace(record.clone());
-        let ensemble = &self.ensemble;
-        let (written, report) = write_term(
-            ensemble,
-            &self.key,
-            self.guard.token(),
-            &record,
-            self.guard.ttl(),
-        )
-        .await;
+        let ensemble = self.election.ensemble();
+        let at = (self.election.key(), self.guard.token());
+        let announce = (
+            self.election.channel(),
+            Announced::Elected(self.epoch.get()),
+        );
+        let ttl = self.guard.ttl();
+        let (written, report) = write_term(ensemble, at, &record, ttl, Some(announce)).await;
         match written >= ensemble.quorum {
             true => Ok(()),
             false if report.count(&crate::report::NodeOutcome::NotHeld) >= ensemble.quorum => {
@@ -177,8 +176,9 @@ impl Leadership {
         }
     }
 
-    /// Resigns: clears the term record, then releases the lock on every node, which wakes
-    /// the next candidate waiting (no TTL to wait out).
+    /// Resigns: releases the lock on every node, which wakes the next candidate waiting
+    /// (no TTL to wait out), then clears the term record and announces the term's end to
+    /// observers.
     ///
     /// # Errors
     ///
@@ -187,18 +187,23 @@ impl Leadership {
     /// # Cancel safety
     ///
     /// Dropping the future releases the lock in the background instead; a record not yet
-    /// cleared expires by itself and names a term no longer held.
+    /// cleared expires by itself and names a term no longer held, which no reader takes
+    /// for a leader.
     pub async fn resign(self) -> Result<NodeReport> {
         let Leadership {
-            ensemble,
+            election,
             guard,
-            key,
+            epoch,
             keeper,
             ..
         } = self;
         drop(keeper);
-        clear_term(&ensemble, &key, guard.token()).await;
-        guard.release().await
+        let token = guard.token().to_owned();
+        // Released first, so that a reader woken by the announcement finds the key gone.
+        let released = guard.release().await;
+        let announce = (election.channel(), Announced::Ended(epoch.get()));
+        clear_term(election.ensemble(), (election.key(), &token), announce).await;
+        released
     }
 
     /// The lock under the term and its epoch, for code that supervises a lock of any kind
@@ -239,6 +244,6 @@ async fn keep_record(
             _ = lost.lost() => return,
         }
         let current = record.borrow().clone();
-        write_term(&ensemble, &key, &lock_value, &current, ttl).await;
+        write_term(&ensemble, (&key, &lock_value), &current, ttl, None).await;
     }
 }

@@ -4,7 +4,10 @@
 //!   campaign;
 //! - [`leadership`]: [`Leadership`], a won term, its record kept and proclaimed;
 //! - [`term`]: the term record on the nodes, and the read of who leads ([`Leader`]);
-//! - [`observe`]: who leads, read at an interval into a watch channel.
+//! - [`observe`]: who leads, read at an interval and on each announcement into a watch
+//!   channel;
+//! - [`announce`]: the announcements of terms proclaimed and resigned, which wake
+//!   observers.
 //!
 //! A term is a fenced lock of the acquisition core on the election's own resource
 //! (`quorum-lock:election:<name>`), waited for in arrival order like any lock and
@@ -13,6 +16,7 @@
 //! of who leads takes a term only from a majority of nodes holding both
 //! ([`rules::election`](crate::rules::election)).
 
+mod announce;
 pub(crate) mod leadership;
 pub(crate) mod observe;
 pub(crate) mod term;
@@ -44,6 +48,8 @@ pub struct Election {
     ensemble: Arc<Ensemble>,
     name: Arc<str>,
     key: String,
+    /// Where its leaders announce their terms (`None` without release notifications).
+    channel: Option<String>,
 }
 
 impl Election {
@@ -53,11 +59,27 @@ impl Election {
     pub(crate) fn new(ensemble: Arc<Ensemble>, name: &str) -> Result<Election> {
         keys::check_user_name("election", name)?;
         let key = term::election_key(&ensemble, name);
+        let channel = announce::channel(&ensemble, name);
         Ok(Election {
             ensemble,
             name: Arc::from(name),
             key,
+            channel,
         })
+    }
+
+    pub(crate) fn ensemble(&self) -> &Arc<Ensemble> {
+        &self.ensemble
+    }
+
+    /// The election's lock key.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The channel its leaders announce their terms on, if they do.
+    pub(crate) fn channel(&self) -> Option<&str> {
+        self.channel.as_deref()
     }
 
     /// The election's name.
@@ -89,6 +111,32 @@ impl Election {
         }
     }
 
+    /// Leads until `f` is done: campaigns with `value`, runs `f` while leading (as
+    /// [`Campaign::run`] does) and, whenever leadership is lost before `f` finished,
+    /// campaigns again and runs `f` anew in the next term (Curator's requeue). Returns
+    /// `f`'s output from the term that saw it to the end.
+    ///
+    /// # Errors
+    ///
+    /// As awaiting a campaign (which waits for ever): [`Error::Config`] for a bad TTL or
+    /// value, [`Error::ShutDown`] after the client shut down.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Campaign::run`].
+    pub async fn lead<F, Fut, T>(&self, value: &str, ttl: Duration, mut f: F) -> Result<T>
+    where
+        F: FnMut(FencingToken, LockContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        loop {
+            match self.campaign(value, ttl).run(&mut f).await {
+                Err(Error::Lost { .. }) => continue,
+                done => return done,
+            }
+        }
+    }
+
     /// Who leads now, as a majority of the nodes say: a term held with its record on a
     /// majority ([`Leader::Elected`]), no term on a majority ([`Leader::Vacant`]), or
     /// neither ([`Leader::Unknown`]). Never one node's word. Writes nothing.
@@ -105,18 +153,21 @@ impl Election {
         term::read_leader(&self.ensemble, &self.key).await
     }
 
-    /// Watches who leads: a [`leader`](Self::leader) read every `every`, its outcome in the
-    /// receiver returned whenever the leader changes (another term or value, no leader,
-    /// or unknown). It starts [`Leader::Unknown`] until the first read; a term older
-    /// than one it reported already is shown as unknown, never as the leader. Reads stop
-    /// once every receiver is dropped. After a leader dies or resigns, the change shows
-    /// within `every` plus one read.
+    /// Watches who leads: a [`leader`](Self::leader) read every `every`, and at once when
+    /// a term is announced proclaimed or resigned (with release notifications on: one
+    /// subscription per node), its outcome in the receiver returned whenever the leader
+    /// changes (another term or value, no leader, or unknown). It starts
+    /// [`Leader::Unknown`] until the first read. An announcement only wakes a read: the
+    /// leader shown is always a majority's. A term whose resignation it heard of, or older
+    /// than one it showed, is shown as unknown, never as the leader. Reads stop once every
+    /// receiver is dropped. A resignation shows within a read of its announcement; a
+    /// leader that died without one, within `every` of its term's end.
     ///
     /// # Errors
     ///
     /// [`Error::Config`] for a zero interval, or outside a tokio runtime.
     pub fn observe(&self, every: Duration) -> Result<tokio::sync::watch::Receiver<Leader>> {
-        observe::observe(&self.ensemble, &self.key, every)
+        observe::observe(self, every)
     }
 }
 
@@ -218,7 +269,9 @@ impl Campaign {
 /// the final attempt failed); [`Error::Unavailable`] when the term was won but a majority
 /// did not take its record (the lock is released); [`Error::Config`] for a TTL that leaves
 /// the leader no time to renew ([`Error::Config`] names the shortest accepted), a value
-/// longer than [`Election::MAX_VALUE`], or a zero attempt cap.
+/// longer than [`Election::MAX_VALUE`], a zero attempt cap, or a client whose epochs
+/// could repeat: the epoch is a fencing token, minted only with restart quarantine on
+/// (the default) or on nodes with `appendfsync always`.
 ///
 /// # Cancel safety
 ///
@@ -255,8 +308,7 @@ async fn campaign(request: Campaign) -> Result<Leadership> {
     let mut won = acquire::acquire_any(ensemble, Candidates::one(plan), budget).await?;
     options.extend_won(&mut won.guard);
     let epoch = (won.guard.fence()).ok_or_else(|| Error::Config("no epoch minted".into()))?;
-    let names = (Arc::clone(&election.name), election.key.clone());
-    Leadership::proclaim_won(ensemble, names, won.guard, epoch, &value).await
+    Leadership::proclaim_won(&election, won.guard, epoch, &value).await
 }
 
 /// Refuses a term too short to be renewed in time (see [`election::shortest_term`]).

@@ -1,27 +1,25 @@
-//! Observing an election: who leads, read from a majority at a bounded interval, as a
-//! [`watch`] channel that changes only when the leader does.
+//! Observing an election: who leads, read from a majority at a bounded interval and at
+//! once on each announcement of a term proclaimed or resigned, as a [`watch`] channel that
+//! changes only when the leader does.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
+use crate::election::Election;
+use crate::election::announce::{self, Announced};
 use crate::election::term::{Leader, read_leader};
-use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::report::NodeReport;
 
-/// Starts reading who leads the election of lock key `key` every `every`, into the
-/// receiver returned; the task ends once every receiver is dropped.
+/// Starts observing `election`: a majority read every `every`, and one as soon as an
+/// announcement arrives, into the receiver returned; the tasks end once every receiver
+/// is dropped.
 ///
 /// # Errors
 ///
 /// [`Error::Config`] for a zero interval, or when called outside a tokio runtime.
-pub(crate) fn observe(
-    ensemble: &Arc<Ensemble>,
-    key: &str,
-    every: Duration,
-) -> Result<watch::Receiver<Leader>> {
+pub(crate) fn observe(election: &Election, every: Duration) -> Result<watch::Receiver<Leader>> {
     if every.is_zero() {
         return Err(Error::Config(
             "an observer's interval must be above zero".into(),
@@ -29,34 +27,68 @@ pub(crate) fn observe(
     }
     let runtime = tokio::runtime::Handle::try_current()
         .map_err(|_| Error::Config("an election is observed from within a tokio runtime".into()))?;
-    let unknown = Leader::Unknown {
-        report: NodeReport::default(),
+    let (sender, receiver) = watch::channel(unknown());
+    let (heard_tx, heard) = mpsc::unbounded_channel();
+    let listening = match election.channel() {
+        Some(channel) => announce::listen(election.ensemble(), channel, &heard_tx),
+        None => Vec::new(),
     };
-    let (sender, receiver) = watch::channel(unknown);
-    runtime.spawn(keep_observing(
-        Arc::clone(ensemble),
-        key.to_owned(),
-        every,
-        sender,
-    ));
+    drop(heard_tx);
+    let election = election.clone();
+    runtime.spawn(async move {
+        keep_observing(&election, every, sender, heard).await;
+        listening.iter().for_each(tokio::task::JoinHandle::abort);
+    });
     Ok(receiver)
 }
 
+fn unknown() -> Leader {
+    Leader::Unknown {
+        report: NodeReport::default(),
+    }
+}
+
+/// What an observer knows of the terms before it reports a reading.
+#[derive(Debug, Default)]
+struct Known {
+    /// The highest epoch reported.
+    reported: u64,
+    /// The highest epoch whose resignation was announced.
+    ended: u64,
+}
+
+impl Known {
+    /// `seen`, unless it is a term the observer knows ended (its resignation announced)
+    /// or older than one it reported: unknown then, never that leader.
+    fn judge(&mut self, seen: Leader) -> Leader {
+        match seen {
+            Leader::Elected(term) if term.epoch.get() <= self.ended => unknown(),
+            Leader::Elected(term) if term.epoch.get() < self.reported => unknown(),
+            Leader::Elected(term) => {
+                self.reported = term.epoch.get();
+                Leader::Elected(term)
+            }
+            other => other,
+        }
+    }
+
+    fn heard(&mut self, announced: Announced) {
+        if let Announced::Ended(epoch) = announced {
+            self.ended = self.ended.max(epoch);
+        }
+    }
+}
+
 async fn keep_observing(
-    ensemble: Arc<Ensemble>,
-    key: String,
+    election: &Election,
     every: Duration,
     sender: watch::Sender<Leader>,
+    mut heard: mpsc::UnboundedReceiver<Announced>,
 ) {
-    let mut highest = 0;
+    let mut known = Known::default();
     loop {
-        let read = read_leader(&ensemble, &key).await;
-        let seen = no_older_term(
-            read.unwrap_or(Leader::Unknown {
-                report: NodeReport::default(),
-            }),
-            &mut highest,
-        );
+        let read = read_leader(election.ensemble(), election.key()).await;
+        let seen = known.judge(read.unwrap_or_else(|_| unknown()));
         sender.send_if_modified(|shown| match is_same_leader(shown, &seen) {
             true => false,
             false => {
@@ -66,29 +98,19 @@ async fn keep_observing(
         });
         tokio::select! {
             () = tokio::time::sleep(every) => {}
+            Some(announced) = heard.recv() => known.heard(announced),
             () = sender.closed() => return,
         }
-    }
-}
-
-/// `seen`, unless it is a term older than the newest one reported already (`highest`),
-/// which a majority read should never return (the nodes lost data): unknown then.
-fn no_older_term(seen: Leader, highest: &mut u64) -> Leader {
-    match seen {
-        Leader::Elected(term) if term.epoch.get() < *highest => Leader::Unknown {
-            report: NodeReport::default(),
-        },
-        Leader::Elected(term) => {
-            *highest = term.epoch.get();
-            Leader::Elected(term)
+        // Announcements that came together make one read.
+        while let Ok(announced) = heard.try_recv() {
+            known.heard(announced);
         }
-        other => other,
     }
 }
 
 /// Whether two readings name the same leader (one term, one value), or both none, or both
 /// unknown: what an observer reports as a change.
-pub(crate) fn is_same_leader(a: &Leader, b: &Leader) -> bool {
+fn is_same_leader(a: &Leader, b: &Leader) -> bool {
     match (a, b) {
         (Leader::Elected(x), Leader::Elected(y)) => {
             (x.epoch, &x.value, &x.holder.token) == (y.epoch, &y.value, &y.holder.token)

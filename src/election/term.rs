@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use redis::Value;
 
+use crate::election::announce::Announced;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
@@ -104,28 +105,53 @@ struct Held {
 /// One node's answer: the term it holds, and the lock key's remaining TTL in ms.
 type NodeRead = (NodeTerm<Held>, u64);
 
+/// Where a term's writes announce themselves: the election's channel (`None`: nowhere)
+/// and the announcement.
+pub(crate) type Announcing<'a> = (Option<&'a str>, Announced);
+
 /// Writes the term record of `lock_value` on every node of `ensemble` that holds the lock
-/// key `key` with that value, expiring one `ttl` after the key. Returns how many nodes
-/// wrote it, and the report.
+/// key `key` with that value, expiring one `ttl` after the key, and announces it where
+/// `announce` says (a rewrite that changes nothing observers see announces nothing).
+/// Returns how many nodes wrote it, and the report.
 pub(crate) async fn write_term(
     ensemble: &Arc<Ensemble>,
-    key: &str,
-    lock_value: &str,
+    (key, lock_value): (&str, &str),
     record: &str,
     ttl: Duration,
+    announce: Option<Announcing<'_>>,
 ) -> (usize, NodeReport) {
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let (channel, message) = announcement(announce);
     let call = term_call(ensemble, &TERM_WRITE, key)
         .arg(lock_value)
         .arg(record)
-        .arg(ttl_ms);
+        .arg(ttl_ms)
+        .arg(channel)
+        .arg(message);
     written_on(ensemble, call, key).await
 }
 
-/// Deletes the term record of `lock_value` on every node of `ensemble` that holds it.
-pub(crate) async fn clear_term(ensemble: &Arc<Ensemble>, key: &str, lock_value: &str) {
-    let call = term_call(ensemble, &TERM_CLEAR, key).arg(lock_value);
+/// Deletes the term record of `lock_value` on every node of `ensemble` that holds it, and
+/// announces the term's end where `announce` says.
+pub(crate) async fn clear_term(
+    ensemble: &Arc<Ensemble>,
+    (key, lock_value): (&str, &str),
+    announce: Announcing<'_>,
+) {
+    let (channel, message) = announcement(Some(announce));
+    let call = (term_call(ensemble, &TERM_CLEAR, key))
+        .arg(lock_value)
+        .arg(channel)
+        .arg(message);
     written_on(ensemble, call, key).await;
+}
+
+/// The channel and message arguments of a term script (empty: no announcement).
+fn announcement(announce: Option<Announcing<'_>>) -> (String, String) {
+    match announce {
+        Some((Some(channel), announced)) => (channel.to_owned(), announced.message()),
+        _ => (String::new(), String::new()),
+    }
 }
 
 /// The term record of a leader.

@@ -306,6 +306,11 @@ pub(crate) fn election_resource(name: &str) -> String {
     internal("", "election", name)
 }
 
+/// The channel election `name`'s leaders announce their terms on.
+pub(crate) fn election_channel(prefix: &str, name: &str) -> String {
+    internal(prefix, "leader", name)
+}
+
 /// The semaphore name in slot lock resource `resource` (see [`permit_resource`]); the whole
 /// resource for any other.
 pub(crate) fn semaphore_of(resource: &str) -> &str {

@@ -14,8 +14,9 @@ use crate::protocol::scripts::Lua;
 /// Writes the term record while the lock key holds the leader's value.
 ///
 /// KEYS[1]: the election's lock key; KEYS[2]: its term record. ARGV[1]: the leader's lock
-/// value; ARGV[2]: the record; ARGV[3]: the term's TTL in ms. Returns 1 after writing, 0
-/// (writing nothing) when the lock key holds anything else.
+/// value; ARGV[2]: the record; ARGV[3]: the term's TTL in ms; ARGV[4]: the channel to
+/// announce the write on (empty: none); ARGV[5]: the announcement. Returns 1 after
+/// writing, 0 (writing nothing) when the lock key holds anything else.
 const TERM_WRITE_SRC: &str = r"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
     return 0
@@ -25,6 +26,9 @@ if left < 0 then
     left = 0
 end
 redis.call('SET', KEYS[2], ARGV[2], 'PX', left + tonumber(ARGV[3]))
+if ARGV[4] ~= '' then
+    redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
 return 1
 ";
 pub(crate) static TERM_WRITE: Lua =
@@ -43,11 +47,17 @@ return {held, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
 ";
 pub(crate) static TERM_READ: Lua = Lua::new(&[Kind::Lock, Kind::Term], TERM_READ_SRC).repeatable();
 
-/// Deletes the term record when it is the one of the lock value given (a resigning leader's).
+/// Deletes the term record when it is the one of the lock value given (a resigning
+/// leader's), and announces the term's end either way: a resignation clears its record
+/// after its release, when the next leader may have written its own already.
 ///
-/// KEYS as [`TERM_WRITE`]. ARGV[1]: the leader's lock value. Returns 1 after deleting, 0
-/// when the record is absent or another term's.
+/// KEYS as [`TERM_WRITE`]. ARGV[1]: the leader's lock value; ARGV[2]: the channel to
+/// announce the resignation on (empty: none); ARGV[3]: the announcement. Returns 1 after
+/// deleting, 0 when the record is absent or another term's.
 const TERM_CLEAR_SRC: &str = r"
+if ARGV[2] ~= '' then
+    redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
 local record = redis.call('GET', KEYS[2])
 if record and string.sub(record, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
     return redis.call('DEL', KEYS[2])
