@@ -329,3 +329,103 @@ async fn a_scoped_term_resigns_when_done_and_is_cancelled_when_lost() {
     let err = ended.expect("the work is cancelled").unwrap().unwrap_err();
     assert!(matches!(err, Error::Lost { .. }), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_that_loses_its_term_leads_again_until_its_work_is_done() {
+    let cluster = Cluster::start(3);
+    let name = unique("requeue");
+    let redlock = client(&cluster.urls());
+    let election = redlock.election(&name).unwrap();
+    let key = format!("quorum-lock:election:{name}");
+    let record = format!("quorum-lock:term:{key}");
+    let conns: Vec<_> = cluster.nodes.iter().map(|n| n.client()).collect();
+    let mut terms = Vec::new();
+    let done = election
+        .lead("a", Duration::from_secs(3), |epoch, _| {
+            terms.push(epoch);
+            let (first, conns, key, record) =
+                (terms.len() == 1, conns.clone(), key.clone(), record.clone());
+            async move {
+                if !first {
+                    return epoch;
+                }
+                // The first term vanishes behind the leader's back once proclaimed.
+                for client in &conns {
+                    let mut conn = client.get_connection().unwrap();
+                    let _: () = redis::cmd("DEL")
+                        .arg(&key)
+                        .arg(&record)
+                        .query(&mut conn)
+                        .unwrap();
+                }
+                std::future::pending().await
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(terms.len(), 2, "one lost term, one to the end: {terms:?}");
+    assert!(terms[1] > terms[0] && done == terms[1], "{terms:?}");
+    assert_eq!(election.leader().await.unwrap(), Leader::Vacant);
+}
+
+/// The next reading `seen` shows, within 10 s.
+async fn next_change(seen: &mut tokio::sync::watch::Receiver<Leader>) -> Leader {
+    let changed = tokio::time::timeout(Duration::from_secs(10), seen.changed()).await;
+    changed.expect("a change within 10 s").unwrap();
+    seen.borrow_and_update().clone()
+}
+
+/// How many clients listen to election `name`'s announcements on `node`.
+fn listeners(node: &common::RedisServer, name: &str) -> i64 {
+    let channel = format!("quorum-lock:leader:{name}");
+    let counts: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(&channel)
+        .query(&mut node.conn())
+        .unwrap();
+    counts.first().map_or(0, |(_, n)| *n)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_hears_a_term_begin_and_end_long_before_its_next_read() {
+    let cluster = Cluster::start(3);
+    let name = unique("observed");
+    let (leader, watcher) = (client(&cluster.urls()), client(&cluster.urls()));
+    let election = watcher.election(&name).unwrap();
+    // Reads a minute apart: what it shows sooner, it heard announced.
+    let mut seen = election.observe(Duration::from_secs(60)).unwrap();
+    assert_eq!(
+        next_change(&mut seen).await,
+        Leader::Vacant,
+        "the first read"
+    );
+    common::eventually(
+        Duration::from_secs(10),
+        "the observer listens on every node",
+        || cluster.nodes.iter().all(|node| listeners(node, &name) == 1),
+    )
+    .await;
+    let leadership = leader
+        .election(&name)
+        .unwrap()
+        .campaign("a", TTL)
+        .await
+        .unwrap();
+    match next_change(&mut seen).await {
+        Leader::Elected(term) => assert_eq!(term.epoch, leadership.epoch()),
+        other => panic!("the new leader, not {other:?}"),
+    }
+    leadership.resign().await.unwrap();
+    assert_eq!(
+        next_change(&mut seen).await,
+        Leader::Vacant,
+        "the resignation heard"
+    );
+    drop(seen);
+    common::eventually(
+        Duration::from_secs(10),
+        "the observer stops listening",
+        || cluster.nodes.iter().all(|node| listeners(node, &name) == 0),
+    )
+    .await;
+}
