@@ -1,6 +1,7 @@
-//! `quorum-lock elect` against real `redis-server` processes: three candidates in three
-//! processes, one leader at a time, a killed leader replaced once its term ends, a
-//! resigning leader replaced at once, and a listener whose lines follow the leaders.
+//! `quorum-lock elect` and `status --watch` against real `redis-server` processes: three
+//! candidates in three processes, one leader at a time, a killed leader replaced once its
+//! term ends, a resigning leader replaced at once, a listener whose lines follow the
+//! leaders, a requeued leader that campaigns again, and a lock watched change by change.
 // The binary exists only with the `cli` feature (on by default).
 #![cfg(feature = "cli")]
 
@@ -140,4 +141,73 @@ fn elect_without_a_program_or_with_too_short_a_term_is_a_usage_error() {
     ))
     .expect(64)
     .stderr_has("--ttl 300ms");
+}
+
+#[test]
+fn a_requeued_leader_campaigns_again_after_losing_its_term() {
+    let (cluster, urls, scratch, name) = setup(TTL, "requeue");
+    let epochs = scratch.sh("epochs");
+    let script = format!("echo \"$QUORUM_LOCK_EPOCH\" >> {epochs}; exec sleep 30");
+    let mut cmd = cli(&urls, ["elect", "--requeue", "--ttl", TTL_ARG, &name, "--"]);
+    cmd.args(["sh", "-c", &script]);
+    let mut leader = start(cmd, &scratch);
+    let terms = || -> Vec<u64> {
+        (fs::read_to_string(scratch.path("epochs")).unwrap_or_default())
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    wait_until(Duration::from_secs(40), "the first term", || {
+        terms().len() == 1
+    });
+    // The term vanishes behind the leader's back: its next renewal finds it gone.
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("DEL")
+            .arg(format!("quorum-lock:election:{name}"))
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    wait_until(Duration::from_secs(40), "a second term", || {
+        terms().len() == 2
+    });
+    let epochs = terms();
+    assert!(epochs[1] > epochs[0], "a higher epoch: {epochs:?}");
+    assert!(leader.is_running(), "still campaigning or leading");
+    leader.signal(Signal::SIGTERM);
+    let done = leader.wait(LIMIT);
+    assert_eq!(done.code(), 128 + Signal::SIGTERM as i32, "{done:#?}");
+    assert!(
+        done.stderr.contains("campaigning again (--requeue)"),
+        "{done:#?}"
+    );
+}
+
+#[test]
+fn status_watch_prints_a_line_per_change_of_holder() {
+    let (_cluster, urls, scratch, resource) = setup(TTL, "watched");
+    let watch = ["status", "--watch", "--interval", "100ms", &resource];
+    let watcher = start(cli(&urls, watch), &scratch);
+    let lines = || fs::read_to_string(&watcher.out).unwrap_or_default();
+    wait_until(Duration::from_secs(20), "a first line", || {
+        lines().contains("free")
+    });
+    let pid_file = scratch.path("holder.pid");
+    let holder = hold_sleeping(&urls, &scratch, &["--ttl", TTL_ARG], &resource, &pid_file);
+    wait_until(Duration::from_secs(20), "the holder's line", || {
+        lines().contains("held by a majority by ")
+    });
+    holder.signal(Signal::SIGTERM);
+    wait_until(Duration::from_secs(20), "free again", || {
+        lines().lines().filter(|l| l.ends_with(": free")).count() == 2
+    });
+    let seen: Vec<String> = lines().lines().map(str::to_owned).collect();
+    assert_eq!(
+        seen.len(),
+        3,
+        "one line per change, none while it counts down: {seen:?}"
+    );
+    assert!(
+        seen[1].starts_with(&format!("{resource}: held by a majority by ")),
+        "{seen:?}"
+    );
 }

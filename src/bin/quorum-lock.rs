@@ -24,6 +24,8 @@ mod show;
 mod supervise;
 #[path = "quorum-lock/tree.rs"]
 mod tree;
+#[path = "quorum-lock/watch.rs"]
+mod watch;
 #[path = "quorum-lock/watchdog.rs"]
 mod watchdog;
 
@@ -242,6 +244,15 @@ struct StatusArgs {
     /// Print one line of JSON instead of a table
     #[arg(long)]
     json: bool,
+
+    /// Keep reading and print a line whenever the holder changes (held, free, split,
+    /// unknown), until interrupted
+    #[arg(long, conflicts_with = "shared")]
+    watch: bool,
+
+    /// With --watch: how often every node is read
+    #[arg(long, value_name = "DURATION", default_value = "1s", requires = "watch", value_parser = duration::parse)]
+    interval: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -535,7 +546,18 @@ async fn dispatch(redlock: &Redlock, command: Result<RunOptions, Command>) -> Re
         Ok(options) => {
             // First thing: from here on no forwarded signal can kill us with the lock held.
             let mut signals = install_signals()?;
-            run::run(redlock, options, &mut signals).await
+            loop {
+                match run::run(redlock, options.clone(), &mut signals).await {
+                    Err(lost) if options.requeue && lost.code == EX_SOFTWARE => {
+                        say_err(&format!("{}; campaigning again (--requeue)", lost.message));
+                    }
+                    done => return done,
+                }
+            }
+        }
+        Err(Command::Status(args)) if args.watch => {
+            let every = (args.interval, args.json);
+            watch::watch(redlock, &args.resource, every, &mut install_signals()?).await
         }
         Err(Command::Status(args)) => status(redlock, &args).await,
         Err(Command::Release(args)) => release(redlock, &args.resource).await,
@@ -571,6 +593,7 @@ fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Fail
         wait: (!args.no_wait).then_some(args.wait),
         fencing: args.fencing,
         value: String::new(),
+        requeue: false,
         kind: match (args.permits, args.shared, args.exclusive) {
             (Some(k), _, _) => HeldKind::Permit(k),
             (None, true, _) => HeldKind::Read,

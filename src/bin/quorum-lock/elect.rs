@@ -17,7 +17,8 @@ above every earlier term's: pass it to storage that refuses older ones) and
 QUORUM_LOCK_LEADER_VALUE set. Candidates lead in the order they started waiting. The term
 is renewed while PROGRAM runs and supervised as `run` supervises a lock: if leadership is
 lost, PROGRAM's tree is stopped (SIGTERM, then SIGKILL) before the term's validity ends,
-and quorum-lock exits 70. Exit statuses as `run`'s (75: not elected within --wait).
+and quorum-lock exits 70, or with --requeue campaigns again and runs PROGRAM anew once
+elected. Exit statuses as `run`'s (75: not elected within --wait).
 
 With --listen, prints who leads NAME, one line per change (a leader with its value and
 epoch, no leader, or unknown when no majority answered), read from a majority every
@@ -48,8 +49,13 @@ pub(crate) struct ElectArgs {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     grace: Option<Duration>,
 
+    /// When leadership is lost while the program runs (exit 70 otherwise), campaign
+    /// again and run the program anew once elected
+    #[arg(long)]
+    requeue: bool,
+
     /// Print who leads, one line per change, instead of campaigning
-    #[arg(long, conflicts_with_all = ["value", "wait", "grace"])]
+    #[arg(long, conflicts_with_all = ["value", "wait", "grace", "requeue"])]
     listen: bool,
 
     /// With --listen: one line of JSON per change
@@ -96,6 +102,7 @@ pub(crate) fn campaign_options(
         fencing: true,
         kind: HeldKind::Leader,
         value: args.value.unwrap_or_else(default_value),
+        requeue: args.requeue,
         plan,
         node_timeout,
         stop_leftovers: false,

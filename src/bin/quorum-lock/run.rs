@@ -25,7 +25,7 @@ use crate::{
 };
 
 /// What `run` was asked to do, validated.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct RunOptions {
     pub(crate) resource: String,
     pub(crate) ttl: Duration,
@@ -36,6 +36,8 @@ pub(crate) struct RunOptions {
     pub(crate) kind: HeldKind,
     /// What a leader proclaims (`elect --value`); empty for the other kinds.
     pub(crate) value: String,
+    /// `elect --requeue`: campaign again after the term was lost while the program ran.
+    pub(crate) requeue: bool,
     /// When to extend, SIGTERM and SIGKILL (grace period included).
     pub(crate) plan: Plan,
     /// The client's per-node timeout: the pause between failed extensions.
