@@ -192,6 +192,39 @@ fn nemesis_semaphore_holds_at_most_k() {
     );
 }
 
+/// Leader election under the faults the mutex meets: four candidates in four processes,
+/// each term's writes fenced by its epoch (restart quarantine on). Never two leaders at
+/// once, epochs strictly increasing, the counter exact, and a leader elected again after
+/// each fault.
+#[test]
+fn nemesis_election_one_leader_at_a_time() {
+    let election = |run: NemesisRun| run.election().workers(4);
+    let mut restarts = nemesis::minority_empty_restarts("election: minority empty restarts");
+    restarts.run_for = nemesis::soak().unwrap_or(Duration::from_secs(7));
+    nemesis_table(
+        "portable: leader election, 4 candidate processes (overlaps: a second leader)",
+        vec![
+            (
+                PLAIN,
+                election(NemesisRun::new(
+                    "election: minority partition (proxy cut)",
+                    Some(minority(vec![FaultGen::AnyCut])),
+                    Expect::SafeAndLive,
+                )),
+            ),
+            (
+                PLAIN,
+                election(NemesisRun::new(
+                    "election: minority pause (SIGSTOP)",
+                    Some(minority(vec![FaultGen::Fixed(Fault::Pause)])),
+                    Expect::SafeAndLive,
+                )),
+            ),
+            (PLAIN, election(restarts)),
+        ],
+    );
+}
+
 /// The read-write lock under the faults the mutex meets: three writers (read-modify-write,
 /// fenced in the restart run) and two readers. Safe with zero overlaps (a writer beside
 /// anyone) and strictly increasing writers' tokens; live.

@@ -315,6 +315,7 @@ pub fn run(
         use_lock: true,
         permits: 0,
         rw: false,
+        election: false,
         seed,
     };
     if run.prewarm {

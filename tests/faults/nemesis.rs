@@ -133,6 +133,9 @@ pub struct NemesisRun {
     /// Workers use a read-write lock: odd-numbered ones write, even-numbered ones read
     /// (see `WorkerSpec::rw`); the checker allows readers together.
     pub rw: bool,
+    /// Workers campaign for an election instead of taking the lock (fencing and
+    /// quarantine on: each term's epoch fences its writes).
+    pub election: bool,
     /// Odd-numbered workers lock fenced, even-numbered ones plain (see
     /// `WorkerSpec::mixed`), and the row reports its live figures ([`recovery`]).
     pub mixed: bool,
@@ -169,6 +172,7 @@ impl NemesisRun {
             max_increments: 10_000,
             permits: 0,
             rw: false,
+            election: false,
             mixed: false,
         }
     }
@@ -178,6 +182,12 @@ impl NemesisRun {
     /// refused after it, and the longest time without a grant ([`recovery`]).
     pub fn mixed(mut self) -> Self {
         self.mixed = true;
+        self.fencing(true).quarantine(true)
+    }
+
+    /// Workers campaign for an election, each term's writes fenced by its epoch.
+    pub fn election(mut self) -> Self {
+        self.election = true;
         self.fencing(true).quarantine(true)
     }
 
@@ -370,6 +380,7 @@ fn run_once(
         use_lock: run.use_lock,
         permits: run.permits,
         rw: run.rw,
+        election: run.election,
         seed,
     };
     if quarantine {

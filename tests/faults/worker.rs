@@ -62,6 +62,9 @@ pub struct WorkerSpec {
     /// write lock (read-modify-write, fenced with `fencing`), even-numbered ones hold its
     /// read lock and only read ([`is_reader`]).
     pub rw: bool,
+    /// Campaign for the election `resource` instead of taking its lock: each term's epoch
+    /// is the token its writes carry (`fencing` on).
+    pub election: bool,
     pub seed: u64,
 }
 
@@ -113,6 +116,7 @@ impl WorkerSpec {
             ("USE_LOCK", u8::from(self.use_lock).to_string()),
             ("PERMITS", self.permits.to_string()),
             ("RW", u8::from(self.rw).to_string()),
+            ("ELECTION", u8::from(self.election).to_string()),
             ("SEED", self.seed.to_string()),
         ]
         .into_iter()
@@ -152,6 +156,7 @@ impl WorkerSpec {
             use_lock: n("USE_LOCK") == 1,
             permits: u32::try_from(n("PERMITS")).expect("PERMITS fits u32"),
             rw: n("RW") == 1,
+            election: n("ELECTION") == 1,
             seed: n("SEED"),
         }
     }
@@ -213,6 +218,20 @@ async fn take_side(
         return Ok((rwlock.read(ttl).wait(wait).await?.into_guard(), None));
     }
     acquire(rwlock.write(ttl).wait(wait), fenced).await
+}
+
+/// A term of the election `name` for worker `id`, as the guard of its lock and its epoch.
+async fn campaign(
+    redlock: &Redlock,
+    name: &str,
+    id: u32,
+    (ttl, wait): (Duration, Duration),
+) -> quorum_lock::Result<(LockGuard, Option<u64>)> {
+    let campaign = redlock
+        .election(name)?
+        .campaign(format!("worker-{id}"), ttl);
+    let (guard, epoch) = campaign.wait(wait).await?.into_parts();
+    Ok((guard, Some(epoch.get())))
 }
 
 /// One of `permits` permits of the semaphore `name`, as the guard of its slot lock.
@@ -405,6 +424,7 @@ async fn run_worker(id: u32, spec: &WorkerSpec, out: PathBuf) {
         let wait = spec.lock_wait.min(left);
         let reader = spec.rw && is_reader(id);
         let acquired = match (spec.permits, spec.rw) {
+            _ if spec.election => campaign(&redlock, &spec.resource, id, (ttl, wait)).await,
             (0, false) => acquire(redlock.lock(&spec.resource, ttl).wait(wait), fenced).await,
             (0, true) => take_side(&redlock, &spec.resource, reader, fenced, (ttl, wait)).await,
             (k, _) => take_permit(&redlock, &spec.resource, k, ttl, wait).await,
