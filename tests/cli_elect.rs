@@ -211,3 +211,24 @@ fn status_watch_prints_a_line_per_change_of_holder() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn a_paused_leaders_program_ends_before_the_next_leader_starts() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "paused");
+    let mut candidates: Vec<Running> = (0..2)
+        .map(|c| candidate(&urls, &scratch, &name, c))
+        .collect();
+    let (first, first_epoch) = leader_number(&scratch, 2, 1);
+    // Frozen past its term: its watchdog stops the program before the term's validity
+    // ends, and the other candidate leads only after that (checked by `leader_number`).
+    candidates[first].signal(Signal::SIGSTOP);
+    let (second, second_epoch) = leader_number(&scratch, 2, 2);
+    assert!(second != first && second_epoch > first_epoch);
+    candidates[first].signal(Signal::SIGCONT);
+    let done = candidates.remove(first).wait(LIMIT);
+    assert_eq!(
+        done.code(),
+        70,
+        "the resumed leader knows it lost: {done:#?}"
+    );
+}
