@@ -75,27 +75,43 @@ fn leader_number(scratch: &Scratch, candidates: usize, count: usize) -> (usize, 
 #[test]
 fn candidates_in_three_processes_lead_one_at_a_time() {
     let (_cluster, urls, scratch, name) = setup(TTL, "elect");
+    three_candidates_take_turns(&urls, &scratch, &name);
+}
+
+#[test]
+fn candidates_lead_one_at_a_time_on_five_nodes() {
+    let started = std::time::Instant::now();
+    let cluster = common::Cluster::start(5);
+    settle(started, TTL);
+    three_candidates_take_turns(&cluster.urls(), &Scratch::new(), &common::unique("elect5"));
+}
+
+/// Three candidates and a listener on `urls`: the first leader killed, the second
+/// stopped, each later leader elected with a higher epoch once the earlier program ended,
+/// and the listener's lines following them.
+fn three_candidates_take_turns(urls: &[String], scratch: &Scratch, name: &str) {
+    let (urls, name) = (urls.to_vec(), name.to_owned());
     let listener = start(
         cli(
             &urls,
             ["elect", "--listen", "--json", "--interval", "100ms", &name],
         ),
-        &scratch,
+        scratch,
     );
     let mut candidates: Vec<Running> = (0..3)
-        .map(|c| candidate(&urls, &scratch, &name, c))
+        .map(|c| candidate(&urls, scratch, &name, c))
         .collect();
-    let (first, first_epoch) = leader_number(&scratch, 3, 1);
+    let (first, first_epoch) = leader_number(scratch, 3, 1);
     // Killed without a word: the next candidate leads once the term has ended.
     candidates[first].signal(Signal::SIGKILL);
-    let (second, second_epoch) = leader_number(&scratch, 3, 2);
+    let (second, second_epoch) = leader_number(scratch, 3, 2);
     assert_ne!(second, first);
     assert!(second_epoch > first_epoch);
     // SIGTERM: the program ends, its term is released, and the last candidate leads.
     candidates[second].signal(Signal::SIGTERM);
     let done = candidates.remove(second).wait(LIMIT);
     assert_eq!(done.code(), 128 + Signal::SIGTERM as i32, "{done:#?}");
-    let (third, third_epoch) = leader_number(&scratch, 3, 3);
+    let (third, third_epoch) = leader_number(scratch, 3, 3);
     assert!(third != first && third != second);
     assert!(third_epoch > second_epoch);
     wait_until(

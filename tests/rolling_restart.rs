@@ -1,5 +1,5 @@
-//! A job under `quorum-lock run` keeps running while every node is restarted empty in
-//! turn, each restart paced by `quorum-lock doctor --ready`, for every lock kind: the gate
+//! A job under `quorum-lock run` (or `elect`) keeps running while every node is restarted
+//! empty in turn, each restart paced by `quorum-lock doctor --ready`, for every lock kind: the gate
 //! answers ready only once every live lock has its copy back on enough nodes that the next
 //! restart leaves it a majority.
 // The binary exists only with the `cli` feature (on by default).
@@ -11,7 +11,7 @@ mod common;
 use std::fs;
 
 use cli_support::*;
-use common::{Cluster, RedisServer, unique};
+use common::{Cluster, RedisServer, unique, wait_until};
 
 /// Every client's TTL ceiling: a restarted node is kept out for about this long.
 const CEILING_ARG: &str = "2s";
@@ -22,8 +22,26 @@ fn has_copy(server: &RedisServer, resource: &str) -> bool {
     !server.keys(&format!("*{resource}*")).is_empty()
 }
 
-/// Five jobs, one per lock kind (a mutex, a fenced mutex, a reader, a writer, a semaphore
-/// permit), each on its own resource with a 2 s TTL, live through three restarts: after
+/// A job under `quorum-lock elect`, running `body` once it leads a fresh election: the
+/// election's name and the running job.
+fn leading(urls: &[String], scratch: &Scratch, body: &str) -> (String, Running) {
+    let name = unique("roll-leader");
+    let pid_file = scratch.path("leader.pid");
+    let script = format!("echo $$ > {}; {body}", pid_file.display());
+    let opts = ["--ttl-ceiling", CEILING_ARG, "--ttl", TTL_ARG, &name, "--"];
+    let mut cmd = cli(urls, ["elect"].into_iter().chain(opts));
+    cmd.args(["sh", "-c", &script]);
+    let job = start(cmd, scratch);
+    wait_until(
+        std::time::Duration::from_secs(40),
+        "the leader's program to start",
+        || fs::read_to_string(&pid_file).is_ok_and(|s| s.ends_with('\n')),
+    );
+    (name, job)
+}
+
+/// Six jobs, one per lock kind (a mutex, a fenced mutex, a reader, a writer, a semaphore
+/// permit, a leader's term), each on its own resource with a 2 s TTL, live through three restarts: after
 /// each, `doctor --ready --wait 60s` exits 0, and by then every node holds every job's
 /// copy (the property of the gate: restarting any one node next leaves each a majority).
 /// Every job then ends with its program's status, 0.
@@ -57,6 +75,7 @@ fn every_kind_of_job_outlives_a_rolling_restart_paced_by_doctor_ready() {
         let job = hold(&urls, &scratch, &opts, &resource, &pid_file, "", &body);
         jobs.push((resource, job));
     }
+    jobs.push(leading(&urls, &scratch, &body));
     for restarted in 0..cluster.nodes.len() {
         cluster.nodes[restarted].restart();
         let gate = [
