@@ -63,6 +63,7 @@ pub use acquire::request::LockRequest;
 pub use client::Redlock;
 pub use client::builder::RedlockBuilder;
 pub use client::fenced::{FencedContext, FencedGuard, FencedRequest};
+pub use election::candidates::Candidate;
 pub use election::leadership::Leadership;
 pub use election::term::{Leader, Term};
 pub use election::{Campaign, Election};

@@ -429,3 +429,59 @@ async fn an_observer_hears_a_term_begin_and_end_long_before_its_next_read() {
     )
     .await;
 }
+
+/// The values of the candidates `election` lists now.
+async fn waiting(election: &quorum_lock::Election) -> Vec<String> {
+    let listed = election.candidates().await.unwrap();
+    listed.into_iter().map(|c| c.value).collect()
+}
+
+/// Waits until `election` lists exactly `want`.
+async fn lists(election: &quorum_lock::Election, want: &[&str]) {
+    let started = std::time::Instant::now();
+    loop {
+        let listed = waiting(election).await;
+        if listed == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "candidates {listed:?}, not {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiting_candidates_are_listed_in_the_order_they_came() {
+    let cluster = Cluster::start(3);
+    let name = unique("queue");
+    let clients: Vec<Redlock> = (0..3).map(|_| client(&cluster.urls())).collect();
+    let observer = client(&cluster.urls()).election(&name).unwrap();
+    let leading = (clients[0].election(&name).unwrap())
+        .campaign("a", TTL)
+        .await
+        .unwrap();
+    lists(&observer, &[]).await;
+    let campaign = |c: usize, value: &'static str| {
+        let election = clients[c].election(&name).unwrap();
+        tokio::spawn(async move { election.campaign(value, TTL).await })
+    };
+    let b = campaign(1, "b");
+    lists(&observer, &["b"]).await;
+    let c = campaign(2, "c");
+    lists(&observer, &["b", "c"]).await;
+    leading.resign().await.unwrap();
+    let b = b.await.unwrap().unwrap();
+    lists(&observer, &["c"]).await;
+    b.resign().await.unwrap();
+    let c = c.await.unwrap().unwrap();
+    lists(&observer, &[]).await;
+    c.resign().await.unwrap();
+    common::eventually(Duration::from_secs(5), "no candidates key left", || {
+        cluster
+            .keys_everywhere("quorum-lock:candidates:*")
+            .is_empty()
+    })
+    .await;
+}

@@ -6,6 +6,7 @@
 //! - [`term`]: the term record on the nodes, and the read of who leads ([`Leader`]);
 //! - [`observe`]: who leads, read at an interval and on each announcement into a watch
 //!   channel;
+//! - [`candidates`]: the waiting candidates, entered while they campaign;
 //! - [`announce`]: the announcements of terms proclaimed and resigned, which wake
 //!   observers.
 //!
@@ -17,6 +18,7 @@
 //! ([`rules::election`](crate::rules::election)).
 
 mod announce;
+pub(crate) mod candidates;
 pub(crate) mod leadership;
 pub(crate) mod observe;
 pub(crate) mod term;
@@ -135,6 +137,23 @@ impl Election {
                 done => return done,
             }
         }
+    }
+
+    /// The candidates waiting to lead, in the order they began to campaign (by their own
+    /// clocks): every campaign keeps an entry on the nodes while it waits, and takes it out
+    /// when it wins or stops (a campaigner that died leaves an entry for at most its TTL).
+    /// The leader is not among them: see [`leader`](Self::leader).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unavailable`] when fewer than a majority of nodes answered;
+    /// [`Error::Permission`] when a node's ACL refused the read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: it writes nothing.
+    pub async fn candidates(&self) -> Result<Vec<candidates::Candidate>> {
+        candidates::read_candidates(&self.ensemble, &self.key).await
     }
 
     /// Who leads now, as a majority of the nodes say: a term held with its record on a
@@ -305,6 +324,8 @@ async fn campaign(request: Campaign) -> Result<Leadership> {
     options.wait.get_or_insert(Duration::MAX);
     options.for_run();
     let budget = options.budget(ensemble)?;
+    // Listed among the candidates while this campaign waits, until it wins or stops.
+    let _entered = candidates::enter(&election, &value, plan.ttl);
     let mut won = acquire::acquire_any(ensemble, Candidates::one(plan), budget).await?;
     options.extend_won(&mut won.guard);
     let epoch = (won.guard.fence()).ok_or_else(|| Error::Config("no epoch minted".into()))?;

@@ -41,6 +41,10 @@ pub(crate) enum Kind {
     /// written beside the election's lock key by its leader (expires after the lock, by
     /// the term's TTL at most).
     Term,
+    /// An election's waiting candidates: a sorted set of entries (since when, an id, the
+    /// value), each scored by its own expiry in the server's milliseconds (expires with
+    /// the last).
+    Candidates,
 }
 
 impl Kind {
@@ -48,7 +52,7 @@ impl Kind {
     /// set, the waiting list a list, every other kind a string.
     pub(crate) fn value_type(self) -> &'static str {
         match self {
-            Kind::Readers => "zset",
+            Kind::Readers | Kind::Candidates => "zset",
             Kind::Waiters => "list",
             Kind::Lock
             | Kind::Fence
@@ -219,6 +223,7 @@ pub(crate) fn derived_name<'a>(
         Kind::Intent => name("intent", resource),
         Kind::PermitCount => name("permits", semaphore_of(resource)),
         Kind::Term => name("term", resource),
+        Kind::Candidates => name("candidates", resource),
         Kind::Name => match lock_of(resource) {
             LockOf::PermitSlot { semaphore, .. } => Name::Whole(concat(&[prefix, semaphore])),
             _ => Name::Parts([lock, "", "", "", "", ""]),
@@ -511,6 +516,7 @@ pub(crate) fn parse_key<'a>(prefix: &str, key: &'a str) -> Option<KnownKey<'a>> 
         "readers" => of(Kind::Readers),
         "intent" => of(Kind::Intent),
         "term" => of(Kind::Term),
+        "candidates" => of(Kind::Candidates),
         "permits" => Some(KnownKey::PermitCount { semaphore: rest }),
         "node" => (GLOBALS.into_iter())
             .find(|g| g.name() == rest)
@@ -622,6 +628,7 @@ mod tests {
             Kind::PermitCount,
             Kind::Name,
             Kind::Term,
+            Kind::Candidates,
         ];
         for kind in kinds {
             // Exhaustive on purpose: a new kind must be added to the list above.
@@ -634,7 +641,8 @@ mod tests {
                 | Kind::Intent
                 | Kind::PermitCount
                 | Kind::Name
-                | Kind::Term => {}
+                | Kind::Term
+                | Kind::Candidates => {}
             }
             assert!(
                 derived(kind, prefix, &lock_key).starts_with(prefix),
@@ -703,6 +711,7 @@ mod tests {
             Kind::Readers,
             Kind::Intent,
             Kind::Term,
+            Kind::Candidates,
         ];
         for prefix in ["", "app:", "a*[b]?\\:"] {
             let locks = [

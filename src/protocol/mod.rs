@@ -40,7 +40,9 @@ mod tests {
             ACQUIRE, EXTEND, FENCE, FENCED_SET, GATE, INSPECT, LEAVE, MARK, RELEASE, RELEASE_ONE,
             UNLOCK,
         };
-        use term_scripts::{TERM_CLEAR, TERM_READ, TERM_WRITE};
+        use term_scripts::{
+            CANDIDATE_ENTER, CANDIDATE_LEAVE, CANDIDATES_READ, TERM_CLEAR, TERM_READ, TERM_WRITE,
+        };
         let every = [
             &ACQUIRE,
             &MARK,
@@ -63,6 +65,9 @@ mod tests {
             &TERM_WRITE,
             &TERM_READ,
             &TERM_CLEAR,
+            &CANDIDATE_ENTER,
+            &CANDIDATE_LEAVE,
+            &CANDIDATES_READ,
         ];
         let loaded: Vec<&str> = every_source().collect();
         assert_eq!(loaded.len(), every.len());

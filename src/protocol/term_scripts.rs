@@ -9,7 +9,7 @@
 //! away by itself.
 
 use crate::protocol::keys::Kind;
-use crate::protocol::scripts::Lua;
+use crate::protocol::scripts::{Lua, lua_server_ms};
 
 /// Writes the term record while the lock key holds the leader's value.
 ///
@@ -67,8 +67,70 @@ return 0
 pub(crate) static TERM_CLEAR: Lua =
     Lua::new(&[Kind::Lock, Kind::Term], TERM_CLEAR_SRC).repeatable();
 
+/// Enters or refreshes a waiting candidate in the election's candidates, a sorted set
+/// scored by each entry's expiry in the server's milliseconds; drops expired entries.
+///
+/// KEYS[1]: the candidates of the election's lock key. ARGV[1]: the entry; ARGV[2]: its
+/// time to live in ms. Returns 1.
+pub(crate) const CANDIDATE_ENTER_SRC: &str = concat!(
+    lua_server_ms!(),
+    r"
+local now = server_ms()
+local ttl = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+end
+return 1
+"
+);
+pub(crate) static CANDIDATE_ENTER: Lua =
+    Lua::new(&[Kind::Candidates], CANDIDATE_ENTER_SRC).repeatable();
+
+/// Takes a candidate's entry out. KEYS as [`CANDIDATE_ENTER`]; ARGV[1]: the entry.
+/// Returns how many entries it removed.
+const CANDIDATE_LEAVE_SRC: &str = r"
+return redis.call('ZREM', KEYS[1], ARGV[1])
+";
+pub(crate) static CANDIDATE_LEAVE: Lua =
+    Lua::new(&[Kind::Candidates], CANDIDATE_LEAVE_SRC).repeatable();
+
+/// The live entries of the candidates. KEYS as [`CANDIDATE_ENTER`]. Returns the entries
+/// whose expiry is after the server's now.
+pub(crate) const CANDIDATES_READ_SRC: &str = concat!(
+    lua_server_ms!(),
+    r"
+return redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. server_ms(), '+inf')
+"
+);
+pub(crate) static CANDIDATES_READ: Lua =
+    Lua::new(&[Kind::Candidates], CANDIDATES_READ_SRC).repeatable();
+
 /// The term scripts' sources, loaded on each new connection with the others.
-pub(crate) const SOURCES: [&str; 3] = [TERM_WRITE_SRC, TERM_READ_SRC, TERM_CLEAR_SRC];
+pub(crate) const SOURCES: [&str; 6] = [
+    TERM_WRITE_SRC,
+    TERM_READ_SRC,
+    TERM_CLEAR_SRC,
+    CANDIDATE_ENTER_SRC,
+    CANDIDATE_LEAVE_SRC,
+    CANDIDATES_READ_SRC,
+];
+
+/// A candidate's entry: when it began to campaign (Unix ms, its clock), an id of its own,
+/// and the value it campaigns with.
+pub(crate) fn candidate_entry(since_ms: u64, id: &str, value: &str) -> String {
+    format!("{since_ms}\n{id}\n{value}")
+}
+
+/// An entry read back: since when (Unix ms) and with which value; `None` for anything not
+/// in the form [`candidate_entry`] writes.
+pub(crate) fn parse_candidate(entry: &str) -> Option<(u64, &str)> {
+    let mut parts = entry.splitn(3, '\n');
+    let since = parts.next()?.parse().ok()?;
+    let _id = parts.next()?;
+    Some((since, parts.next()?))
+}
 
 /// The term record of lock value `lock_value`, epoch `epoch` and proclaimed `value`.
 pub(crate) fn record(lock_value: &str, epoch: u64, value: &str) -> String {
@@ -87,6 +149,18 @@ pub(crate) fn parse_record(record: &str) -> Option<(&str, u64, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_candidate_entry_reads_back() {
+        let entry = candidate_entry(1_700_000_000_000, "ab12", "host:1\nline");
+        assert_eq!(
+            parse_candidate(&entry),
+            Some((1_700_000_000_000, "host:1\nline"))
+        );
+        for broken in ["", "x\nid\nv", "5\nid"] {
+            assert_eq!(parse_candidate(broken), None, "{broken:?}");
+        }
+    }
 
     #[test]
     fn a_record_reads_back_whatever_its_value_holds() {

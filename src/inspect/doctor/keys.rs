@@ -258,6 +258,7 @@ fn describe(key: &KnownKey<'_>) -> String {
                 Kind::Readers => "readers",
                 Kind::Intent => "writer intent",
                 Kind::Term => "term record",
+                Kind::Candidates => "candidates",
                 Kind::Lock | Kind::PermitCount | Kind::Name => "key",
             };
             format!("{what} of {}", describe_lock(lock))
