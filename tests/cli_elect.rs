@@ -248,3 +248,29 @@ fn a_paused_leaders_program_ends_before_the_next_leader_starts() {
         "the resumed leader knows it lost: {done:#?}"
     );
 }
+
+#[test]
+fn elect_candidates_lists_who_waits_in_the_order_they_came() {
+    let (_cluster, urls, scratch, name) = setup(TTL, "queue");
+    let _first = candidate(&urls, &scratch, &name, 0);
+    leader_number(&scratch, 3, 1);
+    let listed = |json: bool| {
+        let mut args = vec!["elect", "--candidates"];
+        args.extend(json.then_some("--json"));
+        args.push(&name);
+        output(cli(&urls, args)).expect(0).stdout.clone()
+    };
+    assert_eq!(listed(false), format!("{name}: no candidate waiting\n"));
+    let _second = candidate(&urls, &scratch, &name, 1);
+    wait_until(Duration::from_secs(20), "the second listed", || {
+        listed(false).contains("candidate-1")
+    });
+    let _third = candidate(&urls, &scratch, &name, 2);
+    wait_until(Duration::from_secs(20), "the third listed", || {
+        listed(false).contains("candidate-2")
+    });
+    let lines: Vec<String> = listed(true).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "the leader is not waiting: {lines:?}");
+    assert!(lines[0].contains("\"value\":\"candidate-1\""), "{lines:?}");
+    assert!(lines[1].contains("\"value\":\"candidate-2\""), "{lines:?}");
+}

@@ -521,7 +521,7 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
     // After the client: its TTL check speaks first of a TTL too short for anything.
     let command = match cli.command {
         Command::Run(args) => Ok(run_options(args, node_timeout)?),
-        Command::Elect(args) if !args.is_listen() => {
+        Command::Elect(args) if args.is_campaign() => {
             Ok(elect::campaign_options(args, node_timeout)?)
         }
         other => Err(other),
@@ -569,7 +569,10 @@ async fn dispatch(redlock: &Redlock, command: Result<RunOptions, Command>) -> Re
             ready::until_ready(redlock, args.wait.unwrap_or_default()).await
         }
         Err(Command::Init) => init::init(redlock).await,
-        Err(Command::Elect(args)) => elect::listen(redlock, &args, &mut install_signals()?).await,
+        Err(Command::Elect(args)) if args.is_listen() => {
+            elect::listen(redlock, &args, &mut install_signals()?).await
+        }
+        Err(Command::Elect(args)) => elect::candidates(redlock, &args).await,
         Err(Command::Run(_)) => Err(Failure::new(EX_SOFTWARE, "run options lost")),
     }
 }

@@ -1,4 +1,5 @@
-//! `quorum-lock elect`: lead an election while a program runs, or listen to who leads.
+//! `quorum-lock elect`: lead an election while a program runs, listen to who leads, or
+//! list who waits.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -22,12 +23,15 @@ elected. Exit statuses as `run`'s (75: not elected within --wait).
 
 With --listen, prints who leads NAME, one line per change (a leader with its value and
 epoch, no leader, or unknown when no majority answered), read from a majority every
---interval, until interrupted; --json prints each as one line of JSON.";
+--interval and at once when a term is announced, until interrupted; --json prints each as
+one line of JSON. With --candidates, prints the candidates waiting to lead, in the order
+they came.";
 
 #[derive(Debug, Args)]
 #[command(
     override_usage = "quorum-lock elect [OPTIONS] NAME -- PROGRAM [ARGS...]\n       \
-                      quorum-lock elect --listen [--json] NAME",
+                      quorum-lock elect --listen [--json] NAME\n       \
+                      quorum-lock elect --candidates [--json] NAME",
     after_help = ELECT_AFTER_HELP
 )]
 pub(crate) struct ElectArgs {
@@ -58,8 +62,13 @@ pub(crate) struct ElectArgs {
     #[arg(long, conflicts_with_all = ["value", "wait", "grace", "requeue"])]
     listen: bool,
 
-    /// With --listen: one line of JSON per change
-    #[arg(long, requires = "listen")]
+    /// Print the candidates waiting to lead, in the order they came, instead of
+    /// campaigning
+    #[arg(long, conflicts_with_all = ["value", "wait", "grace", "requeue", "listen"])]
+    candidates: bool,
+
+    /// With --listen or --candidates: one line of JSON per change or per candidate
+    #[arg(long)]
     json: bool,
 
     /// With --listen: how often a majority is read
@@ -79,6 +88,43 @@ impl ElectArgs {
     pub(crate) fn is_listen(&self) -> bool {
         self.listen
     }
+
+    /// Whether it campaigns (and runs a program), rather than reading.
+    pub(crate) fn is_campaign(&self) -> bool {
+        !self.listen && !self.candidates
+    }
+}
+
+/// `elect --candidates`: the waiting candidates, one line each (or one line of JSON).
+pub(crate) async fn candidates(redlock: &Redlock, args: &ElectArgs) -> Result<u8, Failure> {
+    let election = redlock
+        .election(&args.name)
+        .map_err(|e| Failure::from_error(&e))?;
+    let _ = redlock.connect().await;
+    let waiting = election
+        .candidates()
+        .await
+        .map_err(|e| match e.is_unavailable() {
+            true => Failure::new(crate::EX_UNAVAILABLE, e.to_string()),
+            false => Failure::from_error(&e),
+        })?;
+    let now = std::time::SystemTime::now();
+    let waited = |since| human(now.duration_since(since).unwrap_or_default());
+    if args.json {
+        waiting.iter().for_each(|c| say(&c.to_json()));
+    } else if waiting.is_empty() {
+        say(&format!("{}: no candidate waiting", args.name));
+    } else {
+        for (i, c) in waiting.iter().enumerate() {
+            say(&format!(
+                "{}. {:?}, waiting for {}",
+                i + 1,
+                c.value,
+                waited(c.since)
+            ));
+        }
+    }
+    Ok(0)
 }
 
 /// `elect`'s campaign as the options of a `run` under a term of the election.
