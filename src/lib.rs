@@ -78,6 +78,7 @@ pub use inspect::doctor::{
 };
 pub use inspect::readers::{Reader, RwLockStatus};
 pub use inspect::status::{Holder, KeptOut, KeyState, LockStatus, Verdict};
+pub use inspect::waiters::Waiter;
 pub use protocol::holder::HolderInfo;
 pub use redis;
 pub use report::{NodeOutcome, NodeReport, NodeResult, QuarantineReason};

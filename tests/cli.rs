@@ -1086,6 +1086,24 @@ fn status_and_forced_release_report_what_the_nodes_hold() {
         done.stdout_has(&format!("127.0.0.1:{}", node.port()));
     }
 
+    // A `run` that waits for it is listed: who, since when, on which node.
+    let waiter = start(
+        run_cmd(&urls, &["--wait", "60s"], &resource, &["true"]),
+        &scratch,
+    );
+    let listed = format!("waiting: 1\n  1. {host}:{} (true), listed ", waiter.pid());
+    wait_until(LIMIT, "the waiter listed by status", || {
+        output(cli(&urls, ["status", &resource]))
+            .stdout
+            .contains(&listed)
+    });
+    let json = status_json(&urls, &resource);
+    let entry = format!(
+        "\"pid\":{},\"program\":\"true\",\"listed_at_ms\":",
+        waiter.pid()
+    );
+    assert!(json.contains(&entry), "{json}");
+
     // Forced release deletes it everywhere; the holder then finds its lock gone.
     output(cli(&urls, ["release", "--force", &resource]))
         .expect(0)
@@ -1094,6 +1112,8 @@ fn status_and_forced_release_report_what_the_nodes_hold() {
         .wait(LIMIT)
         .expect(70)
         .stderr_has("no longer holds our token");
+    // The waiter then takes it and runs.
+    waiter.wait(LIMIT).expect(0);
     output(cli(&urls, ["release", "--force", &resource]))
         .expect(0)
         .stdout_has("deleted on 0 of 3 nodes");

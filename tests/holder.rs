@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, SystemTime};
 
 use common::{Cluster, RedisServer, eventually, unique};
-use quorum_lock::{HolderInfo, Redlock, RedlockBuilder, Verdict};
+use quorum_lock::{HolderInfo, Redlock, RedlockBuilder, Verdict, Waiter};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -220,4 +220,82 @@ async fn raw_peers_still_interoperate() {
         },
     )
     .await;
+}
+
+/// The waiters `status` lists for `resource` once there are `n` of them (within 10 s).
+async fn waiters_once(redlock: &Redlock, resource: &str, n: usize) -> Vec<Waiter> {
+    let start = tokio::time::Instant::now();
+    loop {
+        let waiters = redlock.status(resource).await.unwrap().waiters;
+        if waiters.len() == n {
+            return waiters;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{n} waiters expected, listed: {waiters:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Clients waiting for a lock: `status` lists them in the order releases wake them, each
+/// with who it is (host, process, program) and when its node listed it; the release wakes
+/// the first, which leaves the list, and a waiter that gives up leaves it too, so no
+/// waiting list is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_the_waiters_in_order() {
+    let cluster = Cluster::start(3);
+    let urls = cluster.urls();
+    let holder = builder(&urls).build().unwrap();
+    let resource = unique("waiters");
+    let guard = holder.lock(&resource, TTL).await.unwrap();
+    let before = SystemTime::now() - Duration::from_secs(1);
+    // Each waiter its own client, polling every 10 s: only a release's wake-up moves it.
+    let waiting = |program: &str| {
+        let redlock = (builder(&urls).holder_program(program))
+            .retry_delay(Duration::from_secs(10))
+            .max_retry_delay(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let resource = resource.clone();
+        tokio::spawn(async move {
+            redlock
+                .lock(resource, TTL)
+                .wait(Duration::from_secs(60))
+                .await
+        })
+    };
+    let first = waiting("first waiter");
+    waiters_once(&holder, &resource, 1).await;
+    let second = waiting("second waiter");
+    let waiters = waiters_once(&holder, &resource, 2).await;
+    let programs: Vec<_> = waiters
+        .iter()
+        .map(|w| w.client.program.as_deref())
+        .collect();
+    assert_eq!(programs, [Some("first waiter"), Some("second waiter")]);
+    for waiter in &waiters {
+        assert_eq!(waiter.client.host.as_deref(), Some(host_name().as_str()));
+        assert_eq!(waiter.client.pid, Some(std::process::id()));
+        let listed_at = waiter.listed_at.expect("a listing time");
+        assert!(listed_at > before && listed_at < SystemTime::now() + Duration::from_secs(1));
+        assert_eq!(waiter.node, waiters[0].node, "one waiting-list node");
+    }
+    let json = holder.status(&resource).await.unwrap().to_json();
+    assert!(
+        json.contains(r#""program":"first waiter","listed_at_ms":"#),
+        "{json}"
+    );
+
+    guard.release().await.unwrap();
+    let woken = tokio::time::timeout(Duration::from_secs(5), first).await;
+    let woken = woken.expect("woken, not polled").unwrap().unwrap();
+    let left = waiters_once(&holder, &resource, 1).await;
+    assert_eq!(left[0].client.program.as_deref(), Some("second waiter"));
+
+    second.abort();
+    waiters_once(&holder, &resource, 0).await;
+    woken.release().await.unwrap();
+    let stray = cluster.keys_everywhere(&format!("*{resource}*"));
+    assert!(stray.is_empty(), "{stray:?}");
 }

@@ -362,14 +362,21 @@ fn waiting_lists(cluster: &Cluster, resource: &str) -> Vec<(usize, Vec<String>)>
         .collect()
 }
 
-/// The client ids in the waiting list of `resource` on one node.
+/// The client ids in the waiting list of `resource` on one node (each entry is the id,
+/// `@`, then when it was listed).
 fn waiting_list(node: &RedisServer, resource: &str) -> Vec<String> {
-    redis::cmd("LRANGE")
+    let entries: Vec<String> = redis::cmd("LRANGE")
         .arg(format!("quorum-lock:waiters:{resource}"))
         .arg(0)
         .arg(-1)
         .query(&mut node.conn())
-        .unwrap()
+        .unwrap();
+    (entries.into_iter())
+        .map(|entry| match entry.split_once('@') {
+            Some((id, _)) => id.to_owned(),
+            None => panic!("an entry without its listing time: {entry:?}"),
+        })
+        .collect()
 }
 
 /// A task that waits up to a minute for `resource` (TTL 30 s) through `redlock`.
@@ -470,7 +477,10 @@ async fn a_woken_waiter_that_is_overtaken_keeps_its_place() {
     let mut conn = cluster.nodes[wake_node].conn();
     let list = format!("quorum-lock:waiters:{resource}");
     let popped: String = redis::cmd("LPOP").arg(&list).query(&mut conn).unwrap();
-    assert_eq!(popped, id_a);
+    assert_eq!(
+        popped.split_once('@').map(|(id, _)| id),
+        Some(id_a.as_str())
+    );
     let told: i64 = redis::cmd("PUBLISH")
         .arg(format!("quorum-lock:wake:{id_a}"))
         .arg(format!("some-token:{resource}"))

@@ -13,16 +13,16 @@ use crate::election::Election;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::inspect::json::JsonObject;
+use crate::inspect::waiters::read_entries_everywhere;
 use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::holder::unix_ms;
-use crate::protocol::reply;
 use crate::protocol::scripts::Lua;
 use crate::protocol::term_scripts::{
     self, CANDIDATE_ENTER, CANDIDATE_LEAVE, CANDIDATES_READ, candidate_entry,
 };
-use crate::report::{NodeOutcome, NodeReport};
+use crate::report::NodeOutcome;
 
 /// A candidate waiting for its turn to lead, from
 /// [`Election::candidates`](crate::Election::candidates).
@@ -98,7 +98,7 @@ async fn keep_entry(
 /// [`Error::Permission`] when a node's ACL refused the read.
 pub(crate) async fn read_candidates(ensemble: &Arc<Ensemble>, key: &str) -> Result<Vec<Candidate>> {
     let call = candidate_call(ensemble, &CANDIDATES_READ, key);
-    let (report, reads) = every_answer(ensemble, call, key).await;
+    let (report, reads) = read_entries_everywhere(ensemble, call, key).await;
     if report.denials() > 0 {
         return Err(Error::Permission { report });
     }
@@ -109,18 +109,15 @@ pub(crate) async fn read_candidates(ensemble: &Arc<Ensemble>, key: &str) -> Resu
             report,
         });
     }
-    let entries: BTreeSet<(u64, String)> = (reads.into_iter().flatten().flatten())
+    let entries: BTreeSet<(SystemTime, String)> = (reads.into_iter().flatten().flatten())
         .filter_map(|entry| {
-            let (since, value) = term_scripts::parse_candidate(&entry)?;
+            let (since_ms, value) = term_scripts::parse_candidate(&entry)?;
+            let since = SystemTime::UNIX_EPOCH.checked_add(Duration::from_millis(since_ms))?;
             Some((since, value.to_owned()))
         })
         .collect();
-    Ok(entries
-        .into_iter()
-        .map(|(since, value)| Candidate {
-            value,
-            since: SystemTime::UNIX_EPOCH + Duration::from_millis(since),
-        })
+    Ok((entries.into_iter())
+        .map(|(since, value)| Candidate { value, since })
         .collect())
 }
 
@@ -136,22 +133,4 @@ async fn send_everywhere(ensemble: &Arc<Ensemble>, call: Call, key: &str) {
     let mut round = Round::everywhere(seated.round_scope(), call);
     let answered = |_: usize, _: Value| NodeOutcome::Reachable;
     answers::collect(&seated.nodes, &mut round, answered, |_| false, Stop::AtEnd).await;
-}
-
-/// Every node's answer to the read `call` (bounded by the node timeout): the report, and
-/// the entries each node returned (`None`: no answer).
-async fn every_answer(
-    ensemble: &Arc<Ensemble>,
-    call: Call,
-    key: &str,
-) -> (NodeReport, Vec<Option<Vec<String>>>) {
-    let seated = ensemble.seated(std::slice::from_ref(&key.to_owned())).await;
-    let mut round = Round::everywhere(seated.round_scope(), call);
-    let read = |_: usize, answer: Value| match reply::decode::<Vec<String>>(answer) {
-        Ok(entries) => (NodeOutcome::Reachable, Some(entries)),
-        Err(failed) => (failed, None),
-    };
-    let (collected, reads) =
-        answers::collect_reading(&seated.nodes, &mut round, read, |_| false, |_, _, _| false).await;
-    (collected.report(&seated.nodes), reads)
 }

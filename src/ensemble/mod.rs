@@ -182,6 +182,7 @@ impl Ensemble {
                 connect_timeout,
                 config.node_timeout,
                 config.key_prefix.clone(),
+                &config.holder,
             ))
         });
         let seating = Seating::of(clusters);

@@ -4,6 +4,7 @@
 //!   ([`Redlock::status`](crate::client::Redlock::status));
 //! - [`doctor`]: the deployment check
 //!   ([`Redlock::check_deployment`](crate::client::Redlock::check_deployment));
+//! - [`waiters`]: who waits for a lock, for the status;
 //! - [`readers`]: the writer and the readers of a read-write lock
 //!   ([`RwLock::status`](crate::RwLock::status));
 //! - [`spread`] and [`spread_scan`]: the live locks that one more node restart could take
@@ -16,3 +17,4 @@ pub(crate) mod readers;
 pub(crate) mod spread;
 pub(crate) mod spread_scan;
 pub(crate) mod status;
+pub(crate) mod waiters;

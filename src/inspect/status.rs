@@ -10,6 +10,7 @@ use crate::acquire::ballot::{self, Read, Seen};
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::inspect::json::JsonObject;
+use crate::inspect::waiters::{Waiter, read_waiters};
 use crate::net::answers::{self, Collected};
 use crate::net::call::Call;
 use crate::net::fanout::Round;
@@ -94,7 +95,8 @@ impl LockStatus {
     /// The status as one JSON object:
     /// `{"resource","key","quorum","verdict","owner","holder":{"token","host","pid",
     /// "program","since_ms"},"held_for_ms","remaining_ms","nodes":[{"node","reachable",
-    /// "exists","type","ttl_ms","owner","error","kept_out","votes_in_ms"}]}` (`owner` is
+    /// "exists","type","ttl_ms","owner","error","kept_out","votes_in_ms"}],"waiters":[...]}`
+    /// (each waiter as [`Waiter::to_json`]; `owner` is
     /// the whole stored value, `holder` what it says, `null` unless held); unknown
     /// values are `null`, and `kept_out` (a [`QuarantineReason::as_str`]) is `null` for a
     /// node that votes.
@@ -145,6 +147,9 @@ impl LockStatus {
                     .map(|d| d.as_millis() as i128),
             );
             node.end();
+        });
+        o.array("waiters", &self.waiters, |out, w| {
+            out.push_str(&w.to_json())
         });
         o.end();
         out
@@ -199,6 +204,10 @@ pub struct LockStatus {
     /// its own ends no later, and a drift allowance earlier). `None` unless held, or when
     /// a copy has no expiry.
     pub remaining: Option<Duration>,
+    /// The clients waiting for it, in the order releases wake them: each waiting-list
+    /// node's list in its order, nodes in configuration order (see [`Waiter`]). Clients
+    /// with notifications off are not listed.
+    pub waiters: Vec<Waiter>,
 }
 
 /// A node's answer to [`scripts::INSPECT`] as a [`Holder`].
@@ -285,6 +294,7 @@ pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Res
     let held_for = (holder.as_ref())
         .and_then(|h| h.since)
         .map(|since| SystemTime::now().duration_since(since).unwrap_or_default());
+    let waiters = read_waiters(ensemble, &key).await;
     Ok(LockStatus {
         resource: resource.to_owned(),
         key,
@@ -294,6 +304,7 @@ pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Res
         holder,
         held_for,
         remaining,
+        waiters,
     })
 }
 

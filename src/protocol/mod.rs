@@ -38,7 +38,7 @@ mod tests {
         use rw_scripts::{READ_EXTEND, READ_RELEASE, READERS, RW_ACQUIRE};
         use scripts::{
             ACQUIRE, EXTEND, FENCE, FENCED_SET, GATE, INSPECT, LEAVE, MARK, RELEASE, RELEASE_ONE,
-            UNLOCK,
+            UNLOCK, WAITERS_READ,
         };
         use term_scripts::{
             CANDIDATE_ENTER, CANDIDATE_LEAVE, CANDIDATES_READ, TERM_CLEAR, TERM_READ, TERM_WRITE,
@@ -52,6 +52,7 @@ mod tests {
             &RELEASE_ONE,
             &EXTEND,
             &LEAVE,
+            &WAITERS_READ,
             &INSPECT,
             &FENCE,
             &FENCED_SET,

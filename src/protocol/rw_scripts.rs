@@ -85,7 +85,7 @@ end
 local ttl = tonumber(ARGV[2])
 local function hand_on()
     while true do
-        local id = redis.call('LPOP', KEYS[3])
+        local id = pop_waiter(KEYS[3])
         if not id then
             return
         end
@@ -187,7 +187,7 @@ local function wake()
         return 1
     end
     while true do
-        local id = redis.call('LPOP', KEYS[3])
+        local id = pop_waiter(KEYS[3])
         if not id then
             return 1
         end

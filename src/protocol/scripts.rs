@@ -100,21 +100,57 @@ pub(crate) fn flag(on: bool) -> &'static str {
     if on { "1" } else { "0" }
 }
 
-/// Lua source of `enqueue(list, id, front, expire_ms)`, shared by the scripts that keep
-/// waiting lists: puts client `id` in the waiting list `list` unless it is there already,
-/// at the head when `front` is `'1'`, else at the tail, and sets the list's expiry.
+/// Lua source of the waiting-list functions, shared by the scripts that keep waiting
+/// lists. An entry is `<client id>@<listed at>`: the id (which never holds `@`), then when
+/// the node listed it, in its own clock's Unix milliseconds, so that `status` can say who
+/// waits and since when.
+///
+/// - `enqueue(list, id, front, expire_ms)` puts client `id` in `list` unless it is there
+///   already, at the head when `front` is `'1'`, else at the tail, and sets the list's
+///   expiry;
+/// - `unlist(list, id)` takes client `id`'s entry out (returns 1, or 0 when absent);
+/// - `pop_waiter(list)` pops the first entry and returns its client id (false: empty).
 macro_rules! lua_enqueue {
     () => {
         r"
+local function entry_of(list, id)
+    local prefix = id .. '@'
+    for _, entry in ipairs(redis.call('LRANGE', list, 0, -1)) do
+        if string.sub(entry, 1, #prefix) == prefix then
+            return entry
+        end
+    end
+    return false
+end
 local function enqueue(list, id, front, expire_ms)
-    if not redis.call('LPOS', list, id) then
+    if not entry_of(list, id) then
+        local time = redis.call('TIME')
+        local entry = id .. '@' .. (tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
         if front == '1' then
-            redis.call('LPUSH', list, id)
+            redis.call('LPUSH', list, entry)
         else
-            redis.call('RPUSH', list, id)
+            redis.call('RPUSH', list, entry)
         end
     end
     redis.call('PEXPIRE', list, expire_ms)
+end
+local function unlist(list, id)
+    local entry = entry_of(list, id)
+    if entry then
+        return redis.call('LREM', list, 0, entry)
+    end
+    return 0
+end
+local function pop_waiter(list)
+    local entry = redis.call('LPOP', list)
+    if not entry then
+        return false
+    end
+    local at = string.find(entry, '@', 1, true)
+    if at then
+        return string.sub(entry, 1, at - 1)
+    end
+    return entry
 end
 "
     };
@@ -136,7 +172,7 @@ local function keep_listed(list, id, acquired, stay, front, expire_ms)
         return
     end
     if acquired == 1 and stay ~= '1' then
-        redis.call('LREM', list, 0, id)
+        unlist(list, id)
     else
         enqueue(list, id, front, expire_ms)
     end
@@ -264,7 +300,7 @@ local function listed(i)
         if ARGV[4] == '1' then
             queue(i)
         else
-            redis.call('LREM', KEYS[2 * k + i], 0, ARGV[3])
+            unlist(KEYS[2 * k + i], ARGV[3])
         end
     end
 end
@@ -385,7 +421,7 @@ for i = 1, k do
         local list = KEYS[k + i]
         local turn = KEYS[2 * k + i]
         while true do
-            local id = redis.call('LPOP', list)
+            local id = pop_waiter(list)
             if not id then
                 if held then
                     redis.call('DEL', KEYS[i], turn)
@@ -444,13 +480,15 @@ pub(crate) static UNLOCK: Lua = Lua::new(&[Kind::Lock], UNLOCK_SRC).repeatable()
 /// The key is deleted after the list is popped, in the same script (atomic, so nothing sees
 /// the order): waking nobody, one `DEL` takes the key and the turn together, the common
 /// case of an uncontended release, four calls instead of five.
-const RELEASE_ONE_SRC: &str = r"
+const RELEASE_ONE_SRC: &str = concat!(
+    lua_enqueue!(),
+    r"
 local held = redis.call('GET', KEYS[1])
 if held and held ~= ARGV[1] then
     return 0
 end
 while true do
-    local id = redis.call('LPOP', KEYS[2])
+    local id = pop_waiter(KEYS[2])
     if not id then
         if not held then
             return 0
@@ -467,7 +505,8 @@ while true do
         return 2
     end
 end
-";
+"
+);
 pub(crate) static RELEASE_ONE: Lua =
     Lua::new(&[Kind::Lock, Kind::Waiters, Kind::Turn], RELEASE_ONE_SRC).repeatable();
 
@@ -475,14 +514,24 @@ pub(crate) static RELEASE_ONE: Lua =
 ///
 /// KEYS: the waiting lists of the lock keys. ARGV[1]: our client id. Returns the number of
 /// entries removed.
-const LEAVE_SRC: &str = r"
+const LEAVE_SRC: &str = concat!(
+    lua_enqueue!(),
+    r"
 local n = 0
 for i = 1, #KEYS do
-    n = n + redis.call('LREM', KEYS[i], 0, ARGV[1])
+    n = n + unlist(KEYS[i], ARGV[1])
 end
 return n
-";
+"
+);
 pub(crate) static LEAVE: Lua = Lua::new(&[Kind::Waiters], LEAVE_SRC).repeatable();
+
+/// The waiting list of a lock key, for `status`: KEYS[1] the list; returns its entries in
+/// order (`<client id>@<listed at>`, see [`lua_enqueue`]).
+const WAITERS_READ_SRC: &str = r"
+return redis.call('LRANGE', KEYS[1], 0, -1)
+";
+pub(crate) static WAITERS_READ: Lua = Lua::new(&[Kind::Waiters], WAITERS_READ_SRC).repeatable();
 
 /// Asks the waiting-list node whether an attempt may go ahead, before sending it: sent by
 /// a waiter that was not woken (a poll, or a new `lock()` right after this client's own
@@ -629,7 +678,7 @@ pub(crate) static EXTEND: Lua =
     Lua::with_globals(&[Kind::Lock], &[Global::MaxTtl, Global::Marker], EXTEND_SRC).repeatable();
 
 /// Every script's source, loaded with `SCRIPT LOAD` on each new connection.
-pub(crate) const SOURCES: [&str; 11] = [
+pub(crate) const SOURCES: [&str; 12] = [
     ACQUIRE_SRC,
     MARK_SRC,
     GATE_SRC,
@@ -638,6 +687,7 @@ pub(crate) const SOURCES: [&str; 11] = [
     RELEASE_ONE_SRC,
     EXTEND_SRC,
     LEAVE_SRC,
+    WAITERS_READ_SRC,
     INSPECT_SRC,
     FENCE_SRC,
     FENCED_SET_SRC,

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use redis::Value;
 use tokio::sync::{Notify, watch};
@@ -31,6 +31,7 @@ use crate::net::fanout::Round;
 use crate::net::node::Node;
 use crate::net::request;
 use crate::net::subscription::Subscription;
+use crate::protocol::holder;
 use crate::protocol::keys::{self, Space};
 use crate::protocol::{reply, scripts};
 use crate::report::NodeOutcome;
@@ -208,6 +209,19 @@ impl Drop for Registration {
     }
 }
 
+/// A new client's id in waiting lists: random, then, unless `holder` (the client's
+/// description, see [`holder::describe`]) is empty, who the client is and since when, in
+/// the format of a lock value, so that `status` can say who waits.
+fn client_id(holder: &str) -> String {
+    let random = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
+        .simple()
+        .to_string();
+    if holder.is_empty() {
+        return random;
+    }
+    holder::value(&random, holder::unix_ms(SystemTime::now()), holder)
+}
+
 impl Notifier {
     pub(crate) fn new(
         nodes: Vec<Arc<Node>>,
@@ -215,10 +229,9 @@ impl Notifier {
         connect_timeout: Duration,
         node_timeout: Duration,
         prefix: String,
+        holder: &str,
     ) -> Self {
-        let id = uuid::Uuid::from_bytes(rand::random::<[u8; 16]>())
-            .simple()
-            .to_string();
+        let id = client_id(holder);
         Notifier {
             subscribed: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
             running: nodes.iter().map(|_| AtomicBool::new(false)).collect(),
@@ -507,6 +520,7 @@ mod tests {
             Duration::from_millis(10),
             Duration::from_millis(10),
             String::new(),
+            "",
         ));
         let keys: Arc<[String]> = vec!["k:1".to_owned()].into();
         let mut registration = notifier.register(&keys);

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use quorum_lock::{Holder, HolderInfo, KeyState, LockStatus, Reader, Verdict};
+use quorum_lock::{Holder, HolderInfo, KeyState, LockStatus, Reader, Verdict, Waiter};
 
 use crate::duration::human;
 
@@ -164,6 +164,31 @@ pub(crate) fn status_text(status: &LockStatus, quorum: usize) -> String {
     for [node, key, ttl, owner, note] in &rows {
         let line = format!("  {node:<w0$}  {key:<w1$}  {ttl:<w2$}  {owner:<w3$}  {note}");
         let _ = writeln!(out, "{}", line.trim_end());
+    }
+    out.push_str(&waiters_text(&status.waiters));
+    out
+}
+
+/// The clients waiting for a lock, in the order releases wake them, one line each: who,
+/// since when (the listing node's clock against this machine's), on which node's list.
+/// Empty when nobody waits.
+fn waiters_text(waiters: &[Waiter]) -> String {
+    if waiters.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("waiting: {}\n", waiters.len());
+    for (i, waiter) in waiters.iter().enumerate() {
+        let who = match waiter.client.is_described() {
+            true => holder_text(&waiter.client, None),
+            false => format!("client {}", prefix(&waiter.client.token)),
+        };
+        let _ = write!(out, "  {}. {who}", i + 1);
+        if let Some(waited) =
+            (waiter.listed_at).and_then(|at| std::time::SystemTime::now().duration_since(at).ok())
+        {
+            let _ = write!(out, ", listed {} ago", human(waited));
+        }
+        let _ = writeln!(out, " on {}", waiter.node);
     }
     out
 }
