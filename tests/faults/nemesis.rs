@@ -622,8 +622,33 @@ fn run_once(
             format!(" [{}]", labels.join(", "))
         }
     );
+    if run.election {
+        row.notes.push_str(&handover_note(&history.holds));
+    }
     row.secs = began.elapsed().as_secs_f64();
     row
+}
+
+/// ` handover p50=..ms max=..ms n=..`: from one term's release to the next term's start,
+/// over the terms whose successor was already campaigning when it ended (a term released
+/// with nobody waiting hands nothing over).
+fn handover_note(holds: &[Hold]) -> String {
+    let mut terms: Vec<&Hold> = holds.iter().collect();
+    terms.sort_unstable_by_key(|h| h.acquired);
+    let mut handovers: Vec<u64> = (terms.windows(2))
+        .filter(|w| w[1].start < w[0].released && w[1].acquired >= w[0].released)
+        .map(|w| w[1].acquired - w[0].released)
+        .collect();
+    handovers.sort_unstable();
+    let ms = |ns: Option<&u64>| {
+        ns.map_or_else(|| "-".to_owned(), |ns| format!("{:.1}", *ns as f64 / 1e6))
+    };
+    format!(
+        " handover p50={}ms max={}ms n={}",
+        ms(handovers.get(handovers.len() / 2)),
+        ms(handovers.last()),
+        handovers.len()
+    )
 }
 
 /// The live figures of a run with plain and fenced workers: per fault window, from the
