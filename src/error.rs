@@ -266,6 +266,9 @@ pub enum LostReason {
     /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)), which
     /// released the lock.
     ShutDown,
+    /// The guard was detached into a ticket ([`LockGuard::detach`](crate::LockGuard::detach)):
+    /// the lock is still held, by whoever adopts the ticket, no longer through this guard.
+    Detached,
 }
 
 impl fmt::Display for LostReason {
@@ -275,6 +278,7 @@ impl fmt::Display for LostReason {
             LostReason::NotHeld => "a majority no longer holds our token",
             LostReason::Released => "released by its holder",
             LostReason::ShutDown => "released because the client was shut down",
+            LostReason::Detached => "handed on as a ticket",
         })
     }
 }

@@ -72,6 +72,7 @@ pub use fencing::FencingToken;
 pub use held::extend::AutoExtend;
 pub use held::guard::LockGuard;
 pub use held::lease::{LockContext, LostSignal};
+pub use held::ticket::LockTicket;
 pub use inspect::doctor::{
     ClockOffset, ClusterShard, DeploymentReport, Finding, FindingKind, KeyCensus, NodeInfo,
     SentinelAnswer, ServerKind, Severity,

@@ -39,6 +39,7 @@ use crate::error::Error;
 use crate::error::Result;
 use crate::held::guard::LockGuard;
 use crate::held::lease::LockContext;
+use crate::held::ticket::LockTicket;
 use crate::inspect::doctor::{self, DeploymentReport};
 use crate::inspect::spread_scan;
 use crate::inspect::status::{self, LockStatus};
@@ -417,6 +418,30 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         self.lock(resource, ttl).run(f).await
+    }
+
+    /// Takes over the lock a [`LockTicket`] hands on ([`LockGuard::detach`], here or in
+    /// another process of the same nodes and key prefix): one extension round sets the
+    /// ticket's TTL again on every node that still holds its token, and a majority in time
+    /// makes the guard, which extends, signals loss and releases as any other (auto-extension
+    /// is off until [`LockGuard::auto_extend`]). Its report shows no votes: no node was
+    /// asked to grant it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotHeld`] when the ticket's validity has ended (nothing is sent) or a
+    /// majority does not hold its token (it expired, was taken over or released, or the
+    /// ticket was forged): nothing is released or woken, and another holder's keys are
+    /// never touched; [`Error::Unavailable`] or [`Error::ValiditySpent`] when too few nodes
+    /// answered in time (the ticket may still be adopted while it is valid);
+    /// [`Error::ShutDown`] after [`shutdown`](Self::shutdown).
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future may leave the new TTL on some nodes; the lock is then the
+    /// ticket's still, and another adoption may take it.
+    pub async fn adopt(&self, ticket: &LockTicket) -> Result<LockGuard> {
+        crate::held::adopt::adopt_ticket(&self.inner, ticket).await
     }
 
     /// Reads the lock of `resource` on every node (type, value and remaining TTL, in one

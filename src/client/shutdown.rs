@@ -18,9 +18,9 @@ pub(crate) async fn shut_down(ensemble: &Arc<Ensemble>) -> usize {
     // the clean-up of an abandoned one is sent; all before the connections close.
     ensemble.attempts_settled().await;
     let held = ensemble.take_held();
-    let releases = held.iter().map(|lock| {
-        let holding = Holding::adopt(lock.shut_down());
-        async move { holding.release_everywhere().await }
+    let releases = held.iter().filter_map(|lock| {
+        let holding = Holding::adopt(lock.shut_down()?);
+        Some(async move { holding.release_everywhere().await })
     });
     let released = join_all(releases).await.len();
     ensemble.stop();

@@ -130,7 +130,7 @@ mod tests {
     struct Lock;
 
     impl Held for Lock {
-        fn shut_down(&self) -> ShutDownLock {
+        fn shut_down(&self) -> Option<ShutDownLock> {
             unimplemented!("these tests only list the locks held")
         }
     }

@@ -102,8 +102,8 @@ struct Registry {
 /// A lock held by this client, as shutdown sees it (implemented by the lease).
 pub(crate) trait Held: Send + Sync + std::fmt::Debug {
     /// Marks the lock lost because the client shuts down, stops its extender, and returns
-    /// what its release needs.
-    fn shut_down(&self) -> ShutDownLock;
+    /// what its release needs; `None` for a lock handed on as a ticket.
+    fn shut_down(&self) -> Option<ShutDownLock>;
 }
 
 /// What the release of a lock the client's shutdown takes over needs.

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
 use tokio::task::JoinHandle;
@@ -20,6 +20,7 @@ use crate::fencing::FencingToken;
 use crate::held::extend::{self, AutoExtend};
 use crate::held::lease::{Lease, LockContext, LostSignal};
 use crate::held::release::Holding;
+use crate::held::ticket::LockTicket;
 use crate::metrics;
 use crate::net::answers;
 use crate::report::{NodeOutcome, NodeReport};
@@ -262,6 +263,50 @@ impl LockGuard {
             self.lease.mark_lost(LostReason::Expired);
         }
         self.holding.release(expired).await
+    }
+
+    /// Hands the lock on as a [`LockTicket`] without releasing it: this guard stops
+    /// extending it and answers for it no more (its lost signal fires with
+    /// [`LostReason::Detached`], and the client's shutdown leaves it alone); whoever adopts
+    /// the ticket ([`Redlock::adopt`](crate::Redlock::adopt)), in this process or another,
+    /// holds it from then on. Unless adopted and extended, the lock expires with its TTL.
+    /// The ticket's fencing token is this guard's, if it had one.
+    ///
+    /// The ticket is a capability: see [`LockTicket`] on keeping it out of logs.
+    pub fn detach(mut self) -> LockTicket {
+        let valid_until = SystemTime::now() + self.validity();
+        let ticket = LockTicket {
+            resources: self.lease.resources.to_vec(),
+            token: self.lease.token.to_string(),
+            access: self.holding.access(),
+            fence: self.fencing_token,
+            valid_until,
+            ttl: self.ttl(),
+        };
+        self.abandon_as(LostReason::Detached);
+        ticket
+    }
+
+    /// Gives the lock up without a release: a refused adoption, whose token is not ours to
+    /// remove from the nodes that may still hold it.
+    pub(crate) fn abandon(mut self) {
+        self.abandon_as(LostReason::NotHeld);
+    }
+
+    /// Stops extending, disarms the release and marks the lock lost for `reason`.
+    fn abandon_as(&mut self, reason: LostReason) {
+        self.stop_extender();
+        self.holding.disarm();
+        self.lease.mark_lost(reason);
+    }
+
+    /// This guard after an adoption: its keys held by this client in the local queue, as an
+    /// acquisition's are (a reader's excepted: readers share).
+    pub(crate) fn holding_locally(mut self) -> Self {
+        if !self.holding.access().is_shared() {
+            self.holding.hold_locally();
+        }
+        self
     }
 
     fn stop_extender(&mut self) {

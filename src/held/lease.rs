@@ -135,9 +135,12 @@ impl Lease {
             match reason {
                 LostReason::Expired => metrics::lost("expired"),
                 LostReason::NotHeld => metrics::lost("not_held"),
-                LostReason::Released | LostReason::ShutDown => {}
+                LostReason::Released | LostReason::ShutDown | LostReason::Detached => {}
             }
-            if !matches!(reason, LostReason::Released | LostReason::ShutDown) {
+            if !matches!(
+                reason,
+                LostReason::Released | LostReason::ShutDown | LostReason::Detached
+            ) {
                 tracing::warn!(resources = ?self.resources, %reason, "lock lost");
             }
         }
@@ -464,7 +467,11 @@ impl Drop for Lease {
 }
 
 impl Held for Lease {
-    fn shut_down(&self) -> ShutDownLock {
+    fn shut_down(&self) -> Option<ShutDownLock> {
+        if self.state().lost == Some(LostReason::Detached) {
+            // Handed on as a ticket: whoever adopts it answers for its release.
+            return None;
+        }
         if let Some(extender) = self
             .extender
             .lock()
@@ -474,13 +481,13 @@ impl Held for Lease {
             extender.abort();
         }
         self.mark_lost(LostReason::ShutDown);
-        ShutDownLock {
+        Some(ShutDownLock {
             ensemble: Arc::clone(&self.ensemble),
             keys: Arc::clone(&self.keys),
             token: Arc::clone(&self.token),
             gate: Arc::clone(&self.gate),
             access: self.access,
-        }
+        })
     }
 }
 

@@ -109,6 +109,12 @@ impl Holding {
         collected.report(&self.ensemble.nodes)
     }
 
+    /// Gives up the duty to remove the token without sending anything: the lock is handed
+    /// on (a ticket), or was never ours to remove (a refused adoption).
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+
     /// Marks the keys as held by this client (see [`LocalQueue`](crate::wait::queue)).
     pub(crate) fn hold_locally(&mut self) {
         self.local = Some(self.ensemble.queue.hold(&self.keys));

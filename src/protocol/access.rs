@@ -72,6 +72,33 @@ impl Access {
         }
     }
 
+    /// The kind's tag in a lock ticket's text: `m`, `r`, `w`, or `p` and the permit count.
+    pub(crate) fn ticket_tag(self) -> String {
+        match self {
+            Access::Mutex => "m".to_owned(),
+            Access::Read => "r".to_owned(),
+            Access::Write => "w".to_owned(),
+            Access::Permit(count) => format!("p{count}"),
+        }
+    }
+
+    /// The kind a ticket's tag names (see [`ticket_tag`](Self::ticket_tag)); `None` for
+    /// any other text.
+    pub(crate) fn from_ticket_tag(tag: &str) -> Option<Access> {
+        match tag {
+            "m" => Some(Access::Mutex),
+            "r" => Some(Access::Read),
+            "w" => Some(Access::Write),
+            _ => {
+                let count = tag.strip_prefix('p')?;
+                if !count.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                Some(Access::Permit(count.parse().ok().filter(|&k| k > 0)?))
+            }
+        }
+    }
+
     /// Whether one key's extension may be the native `SET IFEQ` instead of the script: the
     /// lock key is the whole hold (a mutex, a writer).
     pub(crate) fn extends_natively(self) -> bool {

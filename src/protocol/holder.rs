@@ -170,7 +170,7 @@ fn cut(s: &str) -> &str {
     s.char_indices().nth(MAX_FIELD).map_or(s, |(i, _)| &s[..i])
 }
 
-fn escape_into(out: &mut String, s: &str) {
+pub(crate) fn escape_into(out: &mut String, s: &str) {
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-') {
             out.push(char::from(b));
@@ -181,7 +181,7 @@ fn escape_into(out: &mut String, s: &str) {
 }
 
 /// The text of an escaped field; `None` for a broken escape.
-fn unescape(s: &str) -> Option<String> {
+pub(crate) fn unescape(s: &str) -> Option<String> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
