@@ -1033,6 +1033,88 @@ fn sigterm_reaches_the_program_and_the_lock_is_released() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Lock tickets
+
+/// The ticket `run --detach` printed, from its stdout.
+fn ticket_of(done: &Done) -> String {
+    let line = done.stdout.trim();
+    assert!(
+        line.starts_with("qlt1:") && !line.contains('\n'),
+        "{done:#?}"
+    );
+    line.to_owned()
+}
+
+/// A lock handed from one process to others: `run --detach` exits with it held and prints
+/// a ticket; `run --ticket -` (read from stdin) runs a program under it with its fencing
+/// token and releases it; `release --ticket` releases another; a used ticket is refused
+/// (70), a malformed one is a usage error that does not repeat it (64).
+#[test]
+fn tickets_hand_a_held_lock_to_another_process() {
+    let (_cluster, urls, scratch, resource) = setup(TTL, "ticket");
+    let detached = output(cli(
+        &urls,
+        ["run", "--detach", "--fencing", "--ttl", "20s", &resource],
+    ));
+    let ticket = ticket_of(detached.expect(0));
+    assert!(
+        verdict(&urls, &resource) == "held",
+        "held after the detaching process exited"
+    );
+    let json = status_json(&urls, &resource);
+    assert!(json.contains(r#""program":"quorum-lock","#), "{json}");
+
+    // Adopted from stdin by a process that runs a program under it.
+    let ticket_file = scratch.path("ticket");
+    fs::write(&ticket_file, format!("{ticket}\n")).unwrap();
+    let seen = scratch.path("seen");
+    let program = format!(
+        "echo \"$QUORUM_LOCK_RESOURCE $QUORUM_LOCK_FENCING_TOKEN\" > {}",
+        seen.display()
+    );
+    let mut adopt = cli(&urls, ["run", "--ticket", "-", "--", "sh", "-c", &program]);
+    adopt.stdin(fs::File::open(&ticket_file).unwrap());
+    output(adopt).expect(0);
+    let fence = ticket.split(':').nth(4).unwrap().to_owned();
+    assert_eq!(
+        fs::read_to_string(&seen).unwrap().trim(),
+        format!("{resource} {fence}")
+    );
+    assert_eq!(
+        verdict(&urls, &resource),
+        "free",
+        "released after the program"
+    );
+
+    // A used ticket is refused; the lock stays free.
+    output(cli(&urls, ["release", "--ticket", &ticket]))
+        .expect(70)
+        .stderr_has("no longer held");
+    assert_eq!(verdict(&urls, &resource), "free");
+
+    // `release --ticket` releases a detached lock.
+    let second = ticket_of(output(cli(&urls, ["run", "--detach", &resource])).expect(0));
+    output(cli(&urls, ["release", "--ticket", &second]))
+        .expect(0)
+        .stdout_has("released");
+    assert_eq!(verdict(&urls, &resource), "free");
+
+    // Malformed tickets and a program with --detach are usage errors.
+    let forged = format!("{}x", &second[..second.len() / 2]);
+    output(cli(&urls, ["release", "--ticket", &forged]))
+        .expect(64)
+        .stderr_has("not a lock ticket");
+    assert!(
+        !output(cli(&urls, ["release", "--ticket", &forged]))
+            .stderr
+            .contains(&forged)
+    );
+    output(run_cmd(&urls, &["--detach"], &resource, &["true"]))
+        .expect(64)
+        .stderr_has("runs no program");
+}
+
+// ---------------------------------------------------------------------------------------
 // status, release --force, doctor
 
 #[test]

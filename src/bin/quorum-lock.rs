@@ -22,6 +22,8 @@ mod schedule;
 mod show;
 #[path = "quorum-lock/supervise.rs"]
 mod supervise;
+#[path = "quorum-lock/ticket.rs"]
+mod ticket;
 #[path = "quorum-lock/tree.rs"]
 mod tree;
 #[path = "quorum-lock/watch.rs"]
@@ -221,9 +223,20 @@ struct RunArgs {
     #[arg(long)]
     stop_leftovers: bool,
 
+    /// Acquire RESOURCE, print a ticket for it on stdout and exit with the lock held (for
+    /// --ttl, unless a `run --ticket` adopts it); no PROGRAM. The ticket is a secret: whoever
+    /// has it may extend and release the lock
+    #[arg(long, conflicts_with_all = ["ticket", "no_extend"])]
+    detach: bool,
+
+    /// Run PROGRAM under the lock TICKET hands on (printed by `run --detach`), instead of
+    /// acquiring RESOURCE; `-` reads it from stdin (argv is visible to other local users)
+    #[arg(long, value_name = "TICKET", conflicts_with_all = ["permits", "shared", "exclusive", "fencing", "resource"])]
+    ticket: Option<String>,
+
     /// Name of the lock
-    #[arg(value_name = "RESOURCE")]
-    resource: String,
+    #[arg(value_name = "RESOURCE", required_unless_present = "ticket")]
+    resource: Option<String>,
 
     /// The program to run and its arguments, after `--`
     #[arg(last = true, value_name = "PROGRAM")]
@@ -261,9 +274,14 @@ struct ReleaseArgs {
     #[arg(long)]
     force: bool,
 
+    /// Release the lock TICKET hands on (printed by `run --detach`) if it still holds,
+    /// instead of RESOURCE's whoever holds it; `-` reads it from stdin
+    #[arg(long, value_name = "TICKET", conflicts_with_all = ["force", "resource"])]
+    ticket: Option<String>,
+
     /// Name of the lock
-    #[arg(value_name = "RESOURCE")]
-    resource: String,
+    #[arg(value_name = "RESOURCE", required_unless_present = "ticket")]
+    resource: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -461,10 +479,10 @@ fn replica_acks_of(command: &Command, node_timeout: Duration) -> Option<(u32, Du
 /// The resource a command names, if any.
 fn resource_of(command: &Command) -> Option<&String> {
     match command {
-        Command::Run(a) => Some(&a.resource),
+        Command::Run(a) => a.resource.as_ref(),
         Command::Elect(a) => Some(&a.name),
         Command::Status(a) => Some(&a.resource),
-        Command::Release(a) => Some(&a.resource),
+        Command::Release(a) => a.resource.as_ref(),
         Command::Doctor(_) | Command::Repair(_) | Command::Init => None,
     }
 }
@@ -476,11 +494,11 @@ fn execute(cli: Cli) -> Result<u8, Failure> {
     }
     if let Command::Release(args) = &cli.command
         && !args.force
+        && let Some(resource) = &args.resource
     {
         return Err(Failure::usage(format!(
             "release deletes the lock whoever holds it, and its holder may still be running: \
-             pass --force to confirm (quorum-lock release --force {})",
-            args.resource
+             pass --force to confirm (quorum-lock release --force {resource})"
         )));
     }
     let (ttl, fence_floor) = match &cli.command {
@@ -560,7 +578,12 @@ async fn dispatch(redlock: &Redlock, command: Result<RunOptions, Command>) -> Re
             watch::watch(redlock, &args.resource, every, &mut install_signals()?).await
         }
         Err(Command::Status(args)) => status(redlock, &args).await,
-        Err(Command::Release(args)) => release(redlock, &args.resource).await,
+        Err(Command::Release(ReleaseArgs {
+            ticket: Some(text), ..
+        })) => ticket::release_by_ticket(redlock, &ticket::read_ticket(&text)?).await,
+        Err(Command::Release(args)) => {
+            release(redlock, args.resource.as_deref().unwrap_or_default()).await
+        }
         Err(Command::Doctor(args)) if args.ready => {
             ready::until_ready(redlock, args.wait.unwrap_or_default()).await
         }
@@ -580,18 +603,38 @@ async fn dispatch(redlock: &Redlock, command: Result<RunOptions, Command>) -> Re
 /// Validates `run`'s arguments, the grace period among them (see [`schedule::Plan`]).
 fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Failure> {
     let mut program = args.program.into_iter();
-    let Some(name) = program.next() else {
-        return Err(Failure::usage(
-            "run: missing `-- PROGRAM [ARGS...]` after RESOURCE",
-        ));
-    };
-    if name.is_empty() {
-        return Err(Failure::usage("run: the program name is empty"));
+    let name = program.next();
+    match (&name, args.detach) {
+        (None, false) => {
+            return Err(Failure::usage(
+                "run: missing `-- PROGRAM [ARGS...]` after RESOURCE",
+            ));
+        }
+        (Some(_), true) => {
+            return Err(Failure::usage(
+                "run --detach runs no program: it prints a ticket for `run --ticket`",
+            ));
+        }
+        (Some(name), false) if name.is_empty() => {
+            return Err(Failure::usage("run: the program name is empty"));
+        }
+        _ => {}
     }
+    let ticket = args
+        .ticket
+        .as_deref()
+        .map(ticket::read_ticket)
+        .transpose()?;
+    let resource = match &ticket {
+        Some(ticket) => ticket.resource().to_owned(),
+        None => args.resource.unwrap_or_default(),
+    };
     let plan = schedule::Plan::new(args.ttl, args.grace, !args.no_extend, node_timeout)
         .map_err(|e| Failure::usage(format!("run: {e}")))?;
     Ok(RunOptions {
-        resource: args.resource,
+        resource,
+        detach: args.detach,
+        ticket,
         ttl: args.ttl,
         wait: (!args.no_wait).then_some(args.wait),
         fencing: args.fencing,
@@ -606,7 +649,7 @@ fn run_options(args: RunArgs, node_timeout: Duration) -> Result<RunOptions, Fail
         plan,
         node_timeout,
         stop_leftovers: args.stop_leftovers,
-        program: name,
+        program: name.unwrap_or_default(),
         args: program.collect(),
     })
 }

@@ -143,6 +143,8 @@ pub(crate) fn campaign_options(
         .map_err(|e| Failure::new(crate::EX_USAGE, format!("elect: {e}")))?;
     Ok(RunOptions {
         resource: args.name,
+        detach: false,
+        ticket: None,
         ttl: args.ttl,
         wait: Some(args.wait.unwrap_or(Duration::MAX)),
         fencing: true,

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use nix::sys::signal::Signal;
 use nix::unistd::{Pid, getpgrp, getpid};
-use quorum_lock::{Error, FencingToken, LockGuard, Redlock};
+use quorum_lock::{Error, FencingToken, LockGuard, LockTicket, Redlock};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
@@ -18,6 +18,7 @@ use crate::lag::LagMeter;
 use crate::progress;
 use crate::schedule::{KILL_MARGIN, Plan};
 use crate::supervise::{self, Started};
+use crate::ticket;
 use crate::tree::{self, ProcessTree, Target};
 use crate::watchdog::Watchdog;
 use crate::{
@@ -28,6 +29,10 @@ use crate::{
 #[derive(Debug, Clone)]
 pub(crate) struct RunOptions {
     pub(crate) resource: String,
+    /// `--detach`: print a ticket for the lock and exit with it held; no program.
+    pub(crate) detach: bool,
+    /// `--ticket`: adopt the lock this ticket hands on instead of acquiring `resource`.
+    pub(crate) ticket: Option<LockTicket>,
     pub(crate) ttl: Duration,
     /// `None`: `--no-wait`, one attempt.
     pub(crate) wait: Option<Duration>,
@@ -240,6 +245,9 @@ pub(crate) async fn run(
 ) -> Result<u8, Failure> {
     let mut lateness = LagMeter::new(Instant::now());
     let (guard, fence) = acquire(redlock, &opts, signals, &mut lateness).await?;
+    if opts.detach {
+        return Ok(ticket::print_ticket(guard.detach()));
+    }
     let validity = guard.validity();
     let margin = lateness.margin(KILL_MARGIN, Instant::now());
     if validity <= opts.plan.grace.saturating_add(margin) {
@@ -339,6 +347,10 @@ async fn acquire(
         // timeout, so that the attempts' short per-node timeout is not spent connecting.
         // Unreachable nodes are left to the attempts (and their retries) to report.
         let _ = redlock.connect().await;
+        if let Some(ticket) = &opts.ticket {
+            let guard = redlock.adopt(ticket).await?;
+            return Ok((guard, ticket.fencing_token()));
+        }
         // Connecting counts against the wait; `--no-wait` is one attempt (one pass over
         // the permits).
         let wait = opts.wait.map(|w| w.saturating_sub(started.elapsed()));
@@ -377,6 +389,7 @@ async fn acquire(
             acquired = &mut acquire => {
                 let e: Error = match acquired {
                     Ok(held) => return Ok(held),
+                    Err(e) if opts.ticket.is_some() => return Err(ticket::adopt_failure(&e)),
                     Err(e) => e,
                 };
                 let named = e.is_contended()
