@@ -224,7 +224,7 @@ impl Won<'_> {
     ) -> LockGuard {
         let (ensemble, plan) = (self.attempt.ensemble, self.attempt.plan);
         if let Some(marks) = self.marks {
-            marks.detach(ensemble);
+            marks.settle_in_background(ensemble);
         }
         if !plan.access.is_shared() {
             // Readers share: a reader of this client is no reason for another to wait.

@@ -177,7 +177,7 @@ impl Marks {
     }
 
     /// Leaves the acknowledgements to the background collector.
-    pub(super) fn detach(self, ensemble: &Ensemble) {
+    pub(super) fn settle_in_background(self, ensemble: &Ensemble) {
         ensemble.background.spawn(self.settle());
     }
 }

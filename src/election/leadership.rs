@@ -40,12 +40,12 @@ pub struct Leadership {
 }
 
 /// The task that keeps the term record: stopped when its handle is dropped, unless
-/// detached (it then stops when the term ends).
+/// told to keep it until the term ends.
 #[derive(Debug)]
 struct RecordKeeper(Option<AbortHandle>);
 
 impl RecordKeeper {
-    fn detach(mut self) {
+    fn keep_until_term_ends(mut self) {
         self.0 = None;
     }
 }
@@ -216,7 +216,7 @@ impl Leadership {
             keeper,
             ..
         } = self;
-        keeper.detach();
+        keeper.keep_until_term_ends();
         (guard, epoch)
     }
 }
