@@ -32,6 +32,9 @@
 //!     6 masters; uncontended lock + unlock against a plain member and the floors
 //! 13. leader election, N = 3: campaign + resign against a fenced lock + release, the
 //!     handover after a resignation and after a leader's death, an idle observer's traffic
+//! 14. the blocking API (`--features blocking`; skipped without it), N = 3: lock + release
+//!     from a plain thread against the async API from one task, p50 side by side, and the
+//!     threads and RSS that building one blocking client adds
 //!
 //! Floors: "1 round trip" is one `SET k v NX PX` to one node; "2 rounds" is `SET NX PX` to
 //! all N nodes concurrently, then the compare-and-delete (`EVALSHA`) to all N concurrently
@@ -94,15 +97,15 @@ fn main() {
     let mut selected = Vec::new();
     for arg in std::env::args().skip(1).filter(|a| !a.starts_with('-')) {
         match arg.parse::<u32>() {
-            Ok(n @ 1..=13) => selected.push(n),
+            Ok(n @ 1..=14) => selected.push(n),
             _ => {
-                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-13)");
+                eprintln!("usage: cargo bench --bench compare [-- SCENARIO...]  (SCENARIO: 1-14)");
                 std::process::exit(2);
             }
         }
     }
     if selected.is_empty() {
-        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13];
+        selected = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
     }
     let cfg = Cfg {
         quick: std::env::var("QUICK").is_ok_and(|v| !v.is_empty() && v != "0"),
@@ -136,7 +139,10 @@ fn main() {
                 10 => scenarios::fairness::run(cfg).await,
                 11 => scenarios::sentinel::run(cfg).await,
                 12 => scenarios::cluster_member::run(cfg).await,
-                _ => scenarios::election::run(cfg).await,
+                13 => scenarios::election::run(cfg).await,
+                // Blocks this thread while its own thread measures: a blocking client
+                // refuses calls from inside the runtime.
+                _ => scenarios::blocking_overhead::run(cfg),
             }
             println!(
                 "(scenario {s} took {:.1} s; load average now {})\n",

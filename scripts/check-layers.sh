@@ -15,7 +15,9 @@
 # 7. the lock kinds differ in one table (src/protocol/access.rs): no other file names a
 #    kind but the kinds' own homes (src/rwlock/, src/semaphore/), which choose theirs;
 # 8. the semaphore waits only through the acquisition core: src/semaphore/ imports
-#    nothing from src/wait/.
+#    nothing from src/wait/;
+# 9. src/blocking/ is the top layer, above src/client/: it may import anything, and no
+#    other module imports it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
@@ -42,6 +44,9 @@ check "a lock kind named outside src/protocol/access.rs and the kinds' homes" \
         | grep -vE '^src/(protocol/access\.rs|rwlock/|semaphore/)' || true)"
 check "a lock kind reaching the waiting protocol around the acquisition core" \
     "$(grep -rnE "crate::wait\b|wait::" src/semaphore --include=*.rs || true)"
+check "the blocking layer imported from below (src/blocking/ is the top layer)" \
+    "$(grep -rnE "crate::blocking\b|blocking::" src --include=*.rs \
+        | grep -vE '^src/(blocking/|bin/)' | grep -v '^src/lib.rs:.*pub mod blocking;' || true)"
 check "import cycles between modules of src/" "$(python3 scripts/import-cycles.py src)"
 check "functions over 80 lines or files over 800, tests apart" \
     "$(python3 scripts/import-cycles.py --long 80 src || true)"

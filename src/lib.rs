@@ -6,6 +6,8 @@
 // interface the rest of the crate uses (DESIGN.md, section 10, maps the folders). No module
 // imports one above it (scripts/check-layers.sh).
 //
+//   blocking/  the blocking API (feature `blocking`): a runtime thread per client,
+//              thin wrappers of the async handles; nothing imports it
 //   client/    the public handle: Redlock, its builder, lock requests, shutdown
 //   rwlock/    the read-write lock: a writer's lock key, readers each with an expiry
 //   semaphore/ the counting semaphore: K slot locks, each a quorum mutex
@@ -24,6 +26,8 @@
 //   error, report, metrics: the error, per-node outcomes, the metrics emitted
 // The CLI is the binary src/bin/quorum-lock.rs with its modules in src/bin/quorum-lock/.
 mod acquire;
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod client;
 mod election;
 mod ensemble;

@@ -1,0 +1,172 @@
+//! Leader election for a blocking caller: [`Election`], [`Campaign`] and [`Leadership`],
+//! over the async [`crate::Election`].
+
+use std::fmt;
+use std::future::IntoFuture;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::blocking::core::ClientCore;
+use crate::blocking::guard::{AsyncGuard, LockGuard};
+#[cfg(doc)]
+use crate::blocking::request::LockRequest;
+use crate::election::term::Leader;
+#[cfg(doc)]
+use crate::error::Error;
+use crate::error::Result;
+use crate::fencing::FencingToken;
+use crate::held::extend::AutoExtend;
+use crate::report::NodeReport;
+
+impl AsyncGuard for crate::Leadership {
+    fn lock_guard(&self) -> &crate::LockGuard {
+        self
+    }
+
+    fn into_lock_guard(self: Box<Self>) -> crate::LockGuard {
+        (*self).into_parts().0
+    }
+
+    fn release_kind(self: Box<Self>) -> BoxFuture<'static, Result<NodeReport>> {
+        Box::pin((*self).resign())
+    }
+}
+
+/// The leader election of one name among every client of these nodes, as
+/// [`crate::Election`]: one leader at a time, each term with an epoch above every earlier
+/// one's.
+#[derive(Debug, Clone)]
+pub struct Election {
+    core: Arc<ClientCore>,
+    election: crate::Election,
+}
+
+impl Election {
+    pub(crate) fn new(core: Arc<ClientCore>, election: crate::Election) -> Self {
+        Election { core, election }
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.election.name()
+    }
+
+    /// Campaigns to lead with `value` (what observers read: an address, an id), the term
+    /// a lock of `ttl`, once [`Campaign::acquire`] is called; as
+    /// [`crate::Election::campaign`].
+    pub fn campaign(&self, value: impl Into<String>, ttl: Duration) -> Campaign {
+        Campaign {
+            core: Arc::clone(&self.core),
+            campaign: self.election.campaign(value, ttl),
+        }
+    }
+
+    /// Who leads, as a majority of the nodes say, as [`crate::Election::leader`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Election::leader`]; also [`Error::Config`] when called from inside an
+    /// async runtime and [`Error::ShutDown`] after the client's shutdown.
+    pub fn leader(&self) -> Result<Leader> {
+        let election = self.election.clone();
+        self.core
+            .runtime
+            .call(async move { election.leader().await })?
+    }
+}
+
+/// A pending [`Election::campaign`]: adjust it, then [`acquire`](Self::acquire) the
+/// leadership.
+#[derive(Debug)]
+#[must_use = "a campaign does nothing until `acquire()` is called"]
+pub struct Campaign {
+    core: Arc<ClientCore>,
+    campaign: crate::Campaign,
+}
+
+impl Campaign {
+    /// How long to wait for the leadership, as [`crate::Campaign::wait`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.campaign = self.campaign.wait(wait);
+        self
+    }
+
+    /// As [`LockRequest::max_attempts`].
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.campaign = self.campaign.max_attempts(attempts);
+        self
+    }
+
+    /// As [`crate::Campaign::auto_extend`].
+    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
+        self.campaign = self.campaign.auto_extend(policy);
+        self
+    }
+
+    /// Waits to be elected, as awaiting a [`crate::Campaign`].
+    ///
+    /// # Errors
+    ///
+    /// As awaiting a [`crate::Campaign`]; also [`Error::Config`] when called from inside
+    /// an async runtime and [`Error::ShutDown`] after the client's shutdown.
+    pub fn acquire(self) -> Result<Leadership> {
+        let won = self.core.runtime.call(self.campaign.into_future())??;
+        let epoch = won.epoch();
+        Ok(Leadership {
+            guard: LockGuard::new(&self.core, Box::new(won)),
+            epoch,
+        })
+    }
+}
+
+/// A term won by [`Campaign::acquire`]: this candidate leads until the term is lost, it
+/// [`resign`](Self::resign)s, or it is dropped (which resigns in the background). The
+/// lock under it is reachable through `Deref`.
+#[must_use = "dropping the leadership resigns at once"]
+pub struct Leadership {
+    guard: LockGuard,
+    epoch: FencingToken,
+}
+
+impl fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Leadership")
+            .field("epoch", &self.epoch)
+            .field("guard", &self.guard)
+            .finish()
+    }
+}
+
+impl Leadership {
+    /// This term's epoch: a fencing token above every earlier term's of this election.
+    pub fn epoch(&self) -> FencingToken {
+        self.epoch
+    }
+
+    /// Resigns, as [`crate::Leadership::resign`]: releases the lock, which wakes the next
+    /// candidate, and clears the term record.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::release`].
+    pub fn resign(self) -> Result<NodeReport> {
+        self.guard.release()
+    }
+}
+
+impl Deref for Leadership {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+impl DerefMut for Leadership {
+    fn deref_mut(&mut self) -> &mut LockGuard {
+        &mut self.guard
+    }
+}
