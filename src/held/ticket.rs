@@ -172,7 +172,7 @@ mod tests {
             ticket("m", &["a b", "c:d", "é"], None),
             ticket("w", &["schema"], Some(1 << 53)),
             ticket("r", &["schema"], None),
-            ticket("p4", &["quorum-lock:permit:jobs:4:2"], None),
+            ticket("p4", &["jobs-slot-2"], None),
         ];
         for t in cases {
             let text = t.to_text();
