@@ -201,3 +201,31 @@ async fn a_permit_ticket_keeps_its_slot() {
         .expect("the permit is free");
     permit.release().await.unwrap();
 }
+
+/// A reader of a read-write lock travels as a ticket: adopted, it still keeps writers out,
+/// and its release lets one in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_ticket_keeps_writers_out() {
+    let cluster = Cluster::start(3);
+    let (dispatcher, worker) = (client(&cluster.urls()), client(&cluster.urls()));
+    let name = unique("ticket-reader");
+    let reading = dispatcher.rwlock(&name).unwrap().read(TTL).await.unwrap();
+    let text = reading.into_guard().detach().to_text();
+    assert!(text.starts_with("qlt1:r:"), "{}", &text[..7]);
+    let adopted = worker
+        .adopt(&LockTicket::parse(&text).unwrap())
+        .await
+        .unwrap();
+    let schema = worker.rwlock(&name).unwrap();
+    assert!(
+        schema.try_write(TTL).await.unwrap().is_none(),
+        "a reader holds"
+    );
+    adopted.release().await.unwrap();
+    let writing = schema
+        .try_write(TTL)
+        .await
+        .unwrap()
+        .expect("no reader left");
+    writing.release().await.unwrap();
+}
