@@ -359,3 +359,36 @@ fn a_detached_lock_is_adopted_by_another_client() {
         .release()
         .unwrap();
 }
+
+/// The example `blocking_quickstart`, a plain `fn main` with no runtime of its own, run as
+/// a user runs it against these nodes: every step it prints, and the exact count of its
+/// four threads' increments under the lock. `cargo test` builds examples beside the test
+/// binaries (`target/<profile>/examples/`).
+#[test]
+fn the_quickstart_example_runs_in_a_plain_main() {
+    let test_binary = std::env::current_exe().unwrap();
+    let profile_dir = test_binary.parent().and_then(|deps| deps.parent()).unwrap();
+    let example = profile_dir.join("examples").join("blocking_quickstart");
+    assert!(
+        example.exists(),
+        "{} not built: `cargo test --all-features` builds it; a filtered run needs \
+         `cargo build --example blocking_quickstart --features blocking` first",
+        example.display()
+    );
+    // Fresh nodes of its own: the example runs with restart quarantine on (the default),
+    // beside which the other cases' clients, with it off, leave no node markers.
+    let fresh = Cluster::start(3);
+    let output = std::process::Command::new(&example)
+        .env("QUORUM_LOCK_NODES", fresh.urls().join(","))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    for line in [
+        "locked blocking-demo for ",
+        "ran 5 steps under the lock",
+        "counter: 40",
+    ] {
+        assert!(stdout.contains(line), "{line:?} in {stdout}");
+    }
+}
