@@ -6,23 +6,21 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use redis::Value;
 use tokio::sync::oneshot;
 
 use crate::election::Election;
+use crate::election::term::written_on;
 use crate::ensemble::Ensemble;
 use crate::error::{Error, Result};
 use crate::inspect::json::JsonObject;
 use crate::inspect::waiters::read_entries_everywhere;
-use crate::net::answers::{self, Stop};
 use crate::net::call::Call;
-use crate::net::fanout::Round;
 use crate::protocol::holder::unix_ms;
 use crate::protocol::scripts::Lua;
 use crate::protocol::term_scripts::{
     self, CANDIDATE_ENTER, CANDIDATE_LEAVE, CANDIDATES_READ, candidate_entry,
 };
-use crate::report::NodeOutcome;
+use crate::rules::election as election_rules;
 
 /// A candidate waiting for its turn to lead, from
 /// [`Election::candidates`](crate::Election::candidates).
@@ -79,14 +77,14 @@ async fn keep_entry(
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     loop {
         let call = candidate_call(&ensemble, &CANDIDATE_ENTER, &key).arg(&entry);
-        send_everywhere(&ensemble, call.arg(ttl_ms), &key).await;
+        written_on(&ensemble, call.arg(ttl_ms), &key).await;
         tokio::select! {
-            () = tokio::time::sleep(ttl / 3) => {}
+            () = tokio::time::sleep(election_rules::refresh_period(ttl)) => {}
             _ = &mut stopped => break,
         }
     }
     let call = candidate_call(&ensemble, &CANDIDATE_LEAVE, &key).arg(&entry);
-    send_everywhere(&ensemble, call, &key).await;
+    written_on(&ensemble, call, &key).await;
 }
 
 /// The waiting candidates of the election of lock key `key`, in the order they began:
@@ -124,13 +122,4 @@ pub(crate) async fn read_candidates(ensemble: &Arc<Ensemble>, key: &str) -> Resu
 /// `lua` for the candidates of the election's lock key `key`.
 fn candidate_call(ensemble: &Ensemble, lua: &'static Lua, key: &str) -> Call {
     Call::script(lua, ensemble.config.space(), &[key.to_owned()])
-}
-
-/// Sends `call` to every node the key `key` is seated on, and waits for their answers
-/// (bounded by the node timeout): what they said changes nothing for the caller.
-async fn send_everywhere(ensemble: &Arc<Ensemble>, call: Call, key: &str) {
-    let seated = ensemble.seated(std::slice::from_ref(&key.to_owned())).await;
-    let mut round = Round::everywhere(seated.round_scope(), call);
-    let answered = |_: usize, _: Value| NodeOutcome::Reachable;
-    answers::collect(&seated.nodes, &mut round, answered, |_| false, Stop::AtEnd).await;
 }

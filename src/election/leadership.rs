@@ -19,7 +19,7 @@ use crate::fencing::FencingToken;
 use crate::held::guard::LockGuard;
 use crate::held::lease::LostSignal;
 use crate::report::NodeReport;
-use crate::rules::safety;
+use crate::rules::election as election_rules;
 
 /// A term won by [`Election::campaign`](crate::Election::campaign): this candidate leads
 /// until the term is lost (its [`lost_signal`](LockGuard::lost_signal) fires, as a
@@ -237,7 +237,7 @@ async fn keep_record(
     (lock_value, ttl, lost): (String, Duration, LostSignal),
     record: watch::Receiver<String>,
 ) {
-    let period = (ttl / 3).max(safety::drift_allowance(Duration::ZERO, 0.0));
+    let period = election_rules::refresh_period(ttl);
     loop {
         tokio::select! {
             () = tokio::time::sleep(period) => {}

@@ -170,7 +170,11 @@ fn term_call(ensemble: &Ensemble, lua: &'static Lua, key: &str) -> Call {
 
 /// Runs `call` on every node the key `key` is seated on and counts the nodes that
 /// answered 1.
-async fn written_on(ensemble: &Arc<Ensemble>, call: Call, key: &str) -> (usize, NodeReport) {
+pub(crate) async fn written_on(
+    ensemble: &Arc<Ensemble>,
+    call: Call,
+    key: &str,
+) -> (usize, NodeReport) {
     let seated = ensemble.seated(std::slice::from_ref(&key.to_owned())).await;
     let mut round = Round::everywhere(seated.round_scope(), call);
     let collected = answers::collect(

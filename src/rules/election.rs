@@ -78,6 +78,13 @@ pub fn shortest_term(node_timeout: Duration, drift_allowance: Duration) -> Durat
         .saturating_add(drift_allowance)
 }
 
+/// How often a leader rewrites its term record and a waiting candidate refreshes its
+/// entry, both living one `ttl`: every third of it (at least the drift allowance's 2 ms,
+/// so that a tiny TTL never spins).
+pub fn refresh_period(ttl: Duration) -> Duration {
+    (ttl / 3).max(safety::drift_allowance(Duration::ZERO, 0.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
