@@ -1,7 +1,8 @@
 //! Scenario 14: the blocking API against the async one, N = 3: lock + release from a
 //! plain thread through a blocking client, and from one task through an async client, in
 //! interleaved rounds; and what building one blocking client adds (its runtime thread,
-//! RSS), read from `/proc/self/status`. It exists only with the `blocking` feature.
+//! RSS), read from `/proc/self/status`; and what adopting a lock ticket costs against the
+//! acquisition it replaces. It exists only with the `blocking` feature.
 
 use std::time::{Duration, Instant};
 
@@ -63,6 +64,51 @@ fn blocking_cycles(rl: &blocking::Redlock, res: &str, cycles: usize) -> Vec<Dura
         .collect()
 }
 
+/// `cycles` timed (acquisition, adoption) pairs of the async client, as one task: each
+/// cycle locks, detaches the guard into a ticket, adopts it and releases.
+fn ticket_cycles(
+    rt: &tokio::runtime::Handle,
+    rl: &quorum_lock::Redlock,
+    res: &str,
+    cycles: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let (rl, res) = (rl.clone(), res.to_owned());
+    let task = rt.spawn(async move {
+        let (mut locks, mut adoptions) = (Vec::new(), Vec::new());
+        for _ in 0..cycles {
+            let start = Instant::now();
+            let ticket = rl.lock(&res, TTL).await.expect("lock").detach();
+            locks.push(start.elapsed());
+            let start = Instant::now();
+            let adopted = rl.adopt(&ticket).await.expect("adopt");
+            adoptions.push(start.elapsed());
+            adopted.release().await.expect("release");
+        }
+        (locks, adoptions)
+    });
+    rt.block_on(task).expect("ticket cycles")
+}
+
+/// The table of [`ticket_cycles`]: adoption against acquisition, p50 and p99.
+fn tickets_table(rt: &tokio::runtime::Handle, rl: &quorum_lock::Redlock, iters: usize) -> Table {
+    let (locks, adoptions) = ticket_cycles(rt, rl, &unique("s14-ticket"), iters);
+    let (sl, sa) = (summarize(locks), summarize(adoptions));
+    let mut t = Table::new(
+        format!(
+            "Scenario 14: adopting a lock ticket, N = 3 ({iters} cycles of lock, detach, adopt, release)"
+        ),
+        &[("p50", Unit::Time), ("p99", Unit::Time)],
+    );
+    const LOCK: &str = "lock (acquire)";
+    t.row(LOCK, vec![Cell::time(sl.p50), Cell::time(sl.p99)]);
+    t.row(
+        "adopt (one extension round)",
+        vec![Cell::time(sa.p50), Cell::time(sa.p99)],
+    );
+    t.ratios(&[(0, LOCK, "p50/lock"), (1, LOCK, "p99/lock")]);
+    t
+}
+
 pub fn run(cfg: Cfg) {
     let rt = tokio::runtime::Handle::current();
     // A thread outside the runtime's context, as a blocking caller's is.
@@ -117,6 +163,8 @@ fn measure(cfg: Cfg, rt: &tokio::runtime::Handle) {
     ));
     t.note("async: one task on the bench's multi-thread runtime; blocking: a plain thread, each call a task on the client's runtime thread and a wait for its answer");
     print!("{}", t.render());
+    println!();
+    print!("{}", tickets_table(rt, &async_rl, iters).render());
     println!();
     blocking_rl.shutdown().expect("blocking shutdown");
     rt.block_on(async_rl.shutdown());
