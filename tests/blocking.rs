@@ -392,3 +392,39 @@ fn the_quickstart_example_runs_in_a_plain_main() {
         assert!(stdout.contains(line), "{line:?} in {stdout}");
     }
 }
+
+/// Scoped runs of the other kinds: under a read lock (a writer is kept out meanwhile) and
+/// under a permit (the count holds meanwhile); each returns the closure's value and
+/// releases, so a writer and every permit are free again after.
+#[test]
+fn scoped_runs_under_a_read_lock_and_a_permit() {
+    let (a, b) = (client(), client());
+    let name = unique("blocking-scoped-kinds");
+    let (rw_a, rw_b) = (a.rwlock(&name).unwrap(), b.rwlock(&name).unwrap());
+    let read = rw_a.read(TTL).run(|ctx| {
+        assert!(ctx.is_held());
+        rw_b.try_write(TTL).unwrap().is_none()
+    });
+    assert!(read.unwrap(), "the writer was kept out");
+    rw_b.try_write(TTL)
+        .unwrap()
+        .expect("free after the run")
+        .release()
+        .unwrap();
+
+    let permits = unique("blocking-scoped-permits");
+    let (sem_a, sem_b) = (
+        a.semaphore(&permits, 1).unwrap(),
+        b.semaphore(&permits, 1).unwrap(),
+    );
+    let under = sem_a
+        .acquire(TTL)
+        .run(|_| sem_b.try_acquire(TTL).unwrap().is_none());
+    assert!(under.unwrap(), "the one permit was held");
+    sem_b
+        .try_acquire(TTL)
+        .unwrap()
+        .expect("free after the run")
+        .release()
+        .unwrap();
+}

@@ -9,9 +9,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::blocking::context::RunContext;
 use crate::blocking::core::ClientCore;
 use crate::blocking::guard::{AsyncGuard, LockGuard};
 use crate::blocking::request::LockRequest;
+use crate::blocking::scoped::run_on_this_thread;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -133,6 +135,26 @@ impl ReadRequest {
     pub fn acquire(self) -> Result<ReadGuard> {
         let guard = self.core.runtime.call(self.request.into_future())??;
         Ok(ReadGuard::new(&self.core, guard))
+    }
+
+    /// Acquires the read lock, runs `f` on the calling thread under it, auto-extended, and
+    /// releases it, as [`LockRequest::run`] does with the write side.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the read lock was released.
+    pub fn run<F, T>(mut self, f: F) -> Result<T>
+    where
+        F: FnOnce(RunContext) -> T,
+    {
+        self.request = self.request.for_run();
+        let ReadGuard { guard } = self.acquire()?;
+        let context = guard.context();
+        run_on_this_thread(guard, || f(context))
     }
 }
 

@@ -83,7 +83,7 @@ impl FencedRequest {
 
 /// Runs `work` on this thread under `guard`, then releases it; [`Error::Lost`] when the
 /// lock was lost before `work` ended.
-fn run_on_this_thread<T>(guard: LockGuard, work: impl FnOnce() -> T) -> Result<T> {
+pub(crate) fn run_on_this_thread<T>(guard: LockGuard, work: impl FnOnce() -> T) -> Result<T> {
     let output = std::panic::catch_unwind(AssertUnwindSafe(work));
     // Read before the release, which marks the lock lost as released.
     let lost = guard.lost_reason();

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::blocking::context::RunContext;
 use crate::blocking::core::ClientCore;
 use crate::blocking::guard::{AsyncGuard, LockGuard};
 #[cfg(doc)]
 use crate::blocking::request::LockRequest;
+use crate::blocking::scoped::run_on_this_thread;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
@@ -111,6 +113,26 @@ impl PermitRequest {
     pub fn acquire(self) -> Result<Permit> {
         let permit = self.core.runtime.call(self.request.into_future())??;
         Ok(Permit::new(&self.core, permit))
+    }
+
+    /// Acquires a permit, runs `f` on the calling thread under it, auto-extended, and
+    /// releases it, as [`LockRequest::run`] does with a lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`LockRequest::run`].
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the permit was released.
+    pub fn run<F, T>(mut self, f: F) -> Result<T>
+    where
+        F: FnOnce(RunContext) -> T,
+    {
+        self.request = self.request.for_run();
+        let Permit { guard, .. } = self.acquire()?;
+        let context = guard.context();
+        run_on_this_thread(guard, || f(context))
     }
 }
 

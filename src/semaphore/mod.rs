@@ -164,6 +164,12 @@ impl PermitRequest {
         self
     }
 
+    /// The request of a scoped run: auto-extended, unlimited unless a policy was set.
+    pub(crate) fn for_run(mut self) -> Self {
+        self.options.for_run();
+        self
+    }
+
     /// Keeps the permit extended in the background while it is held (see [`AutoExtend`]).
     pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
         self.options.auto_extend = Some(policy);
