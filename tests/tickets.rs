@@ -57,6 +57,12 @@ async fn a_ticket_moves_a_held_lock_to_another_client() {
     let (token, signal) = (guard.token().to_owned(), guard.lost_signal());
     // A context of the guard keeps its lease alive past the detach.
     let context = guard.context();
+    // Logs of the guard and its context show the token's first digits, never the whole
+    // value a forged ticket would need.
+    for shown in [format!("{guard:?}"), format!("{context:?}")] {
+        assert!(!shown.contains(&token[..32]), "{shown}");
+        assert!(shown.contains(&token[..8]), "{shown}");
+    }
     let text = guard.detach().to_text();
     assert_eq!(signal.lost().await, LostReason::Detached);
     // The dispatcher's shutdown leaves a detached lock alone.

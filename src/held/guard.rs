@@ -18,7 +18,7 @@ use crate::error::LostReason;
 use crate::error::Result;
 use crate::fencing::FencingToken;
 use crate::held::extend::{self, AutoExtend};
-use crate::held::lease::{Lease, LockContext, LostSignal};
+use crate::held::lease::{Lease, LockContext, LostSignal, token_prefix};
 use crate::held::release::Holding;
 use crate::held::ticket::LockTicket;
 use crate::metrics;
@@ -46,9 +46,11 @@ pub struct LockGuard {
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The token's first digits only, as `status` shows them: with the whole value,
+        // anyone reading a log could adopt the lock with a forged ticket.
         f.debug_struct("LockGuard")
             .field("resources", &self.lease.resources)
-            .field("token", &self.lease.token)
+            .field("token", &token_prefix(&self.lease.token))
             .field("validity", &self.validity())
             .field("auto_extend", &self.extender.is_some())
             .finish()

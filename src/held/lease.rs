@@ -1,6 +1,7 @@
 //! What a held lock shares with its extender and with the code running under it: the
 //! validity deadline, extension on a quorum, and the lost-lock signal.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,6 @@ impl Status {
 }
 
 /// A lock's identity and state, shared by its guard, its extender and any [`LockContext`].
-#[derive(Debug)]
 pub(crate) struct Lease {
     pub(crate) ensemble: Arc<Ensemble>,
     pub(crate) keys: Arc<[String]>,
@@ -81,6 +81,26 @@ pub(crate) struct Lease {
     /// an extension up to it needs no record raise and may go native.
     acquired_ttl: Duration,
     status: Arc<Status>,
+}
+
+impl fmt::Debug for Lease {
+    /// Without the token, which is a capability (see [`LockTicket`](crate::LockTicket)),
+    /// but for its first digits.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lease")
+            .field("resources", &self.resources)
+            .field("token", &token_prefix(&self.token))
+            .field("access", &self.access)
+            .field("state", &self.state())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The first eight characters of a lock's stored value and `…`: enough to tell locks apart
+/// (as `status` shows owners), too little to act as the lock's holder.
+pub(crate) fn token_prefix(token: &str) -> String {
+    let end = token.char_indices().nth(8).map_or(token.len(), |(i, _)| i);
+    format!("{}…", &token[..end])
 }
 
 impl Lease {
