@@ -167,6 +167,14 @@ async fn stale_forged_and_taken_over_tickets_are_refused() {
         let err = redlock.adopt(&ticket).await.unwrap_err();
         assert!(matches!(err, Error::NotHeld { .. }), "{what}: {err:?}");
     }
+    // A validity end and a TTL at the edge of what the text holds: refused, never a panic.
+    let far = u64::MAX.to_string();
+    let extreme = LockTicket::parse(&with_field(&with_field(&forged_token, 2, &far), 3, &far));
+    let err = redlock.adopt(&extreme.unwrap()).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotHeld { .. } | Error::Config(_)),
+        "{err:?}"
+    );
     for (node, (value, pttl)) in cluster.nodes.iter().zip(before) {
         let (now_value, now_pttl) = stored(node, &resource);
         assert_eq!(now_value, value, "the holder's value");

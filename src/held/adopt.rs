@@ -14,6 +14,7 @@ use crate::held::ticket::LockTicket;
 use crate::net::answers;
 use crate::protocol::keys;
 use crate::report::NodeOutcome;
+use crate::rules::deadline;
 
 /// The body of [`Redlock::adopt`](crate::Redlock::adopt): one extension round, the
 /// guard's own, sets the ticket's TTL again on every node that holds its token; a majority
@@ -48,7 +49,7 @@ pub(crate) async fn adopt_ticket(
         holding,
         resources,
         ticket.ttl,
-        Instant::now() + left,
+        deadline::after(Instant::now(), left),
         votes,
         ticket.fence,
     );

@@ -276,7 +276,8 @@ impl LockGuard {
     ///
     /// The ticket is a capability: see [`LockTicket`] on keeping it out of logs.
     pub fn detach(mut self) -> LockTicket {
-        let valid_until = SystemTime::now() + self.validity();
+        let now = SystemTime::now();
+        let valid_until = now.checked_add(self.validity()).unwrap_or(now);
         let ticket = LockTicket {
             resources: self.lease.resources.to_vec(),
             token: self.lease.token.to_string(),
