@@ -13,12 +13,12 @@ use crate::blocking::core::ClientCore;
 use crate::blocking::guard::{AsyncGuard, LockGuard};
 #[cfg(doc)]
 use crate::blocking::request::LockRequest;
+use crate::blocking::request::forward_request_options;
 use crate::election::term::Leader;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::fencing::FencingToken;
-use crate::held::extend::AutoExtend;
 use crate::report::NodeReport;
 
 impl AsyncGuard for crate::Leadership {
@@ -88,23 +88,7 @@ pub struct Campaign {
 }
 
 impl Campaign {
-    /// How long to wait for the leadership, as [`crate::Campaign::wait`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.campaign = self.campaign.wait(wait);
-        self
-    }
-
-    /// As [`LockRequest::max_attempts`].
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.campaign = self.campaign.max_attempts(attempts);
-        self
-    }
-
-    /// As [`crate::Campaign::auto_extend`].
-    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.campaign = self.campaign.auto_extend(policy);
-        self
-    }
+    forward_request_options!(campaign);
 
     /// Waits to be elected, as awaiting a [`crate::Campaign`].
     ///

@@ -5,16 +5,15 @@ use std::fmt;
 use std::future::IntoFuture;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::blocking::core::ClientCore;
 use crate::blocking::guard::LockGuard;
 use crate::blocking::request::LockRequest;
+use crate::blocking::request::forward_request_options;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
 use crate::fencing::FencingToken;
-use crate::held::extend::AutoExtend;
 use crate::report::NodeReport;
 
 impl LockRequest {
@@ -38,23 +37,7 @@ pub struct FencedRequest {
 }
 
 impl FencedRequest {
-    /// As [`LockRequest::wait`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.request = self.request.wait(wait);
-        self
-    }
-
-    /// As [`LockRequest::max_attempts`].
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.request = self.request.max_attempts(attempts);
-        self
-    }
-
-    /// As [`LockRequest::auto_extend`].
-    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.request = self.request.auto_extend(policy);
-        self
-    }
+    forward_request_options!(request);
 
     /// Acquires the lock and its fencing token, as [`LockRequest::acquire`].
     ///

@@ -4,14 +4,12 @@
 
 use std::future::IntoFuture;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::blocking::core::ClientCore;
 use crate::blocking::guard::LockGuard;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::held::extend::AutoExtend;
 
 /// A pending [`Redlock::lock`](crate::blocking::Redlock::lock) or
 /// [`Redlock::lock_many`](crate::blocking::Redlock::lock_many) call: adjust it, then
@@ -23,29 +21,41 @@ pub struct LockRequest {
     pub(crate) request: crate::LockRequest,
 }
 
+/// The setters every blocking request forwards to the async request in its field
+/// `$inner`: `wait`, `max_attempts` and `auto_extend`, each as the async request's.
+macro_rules! forward_request_options {
+    ($inner:ident) => {
+        /// How long to keep retrying, overriding the client's wait budget (as
+        /// [`crate::LockRequest::wait`]; an election's campaign waits for ever unless
+        /// told): zero makes a single attempt.
+        pub fn wait(mut self, wait: std::time::Duration) -> Self {
+            self.$inner = self.$inner.wait(wait);
+            self
+        }
+
+        /// Caps the attempts (at least 1), as [`crate::LockRequest::max_attempts`].
+        pub fn max_attempts(mut self, attempts: u32) -> Self {
+            self.$inner = self.$inner.max_attempts(attempts);
+            self
+        }
+
+        /// Keeps the lock extended in the background once acquired (see
+        /// [`AutoExtend`](crate::AutoExtend)): the client's runtime thread extends it while
+        /// the caller's thread works.
+        pub fn auto_extend(mut self, policy: crate::AutoExtend) -> Self {
+            self.$inner = self.$inner.auto_extend(policy);
+            self
+        }
+    };
+}
+pub(crate) use forward_request_options;
+
 impl LockRequest {
     pub(crate) fn new(core: Arc<ClientCore>, request: crate::LockRequest) -> Self {
         LockRequest { core, request }
     }
 
-    /// How long to keep retrying, as [`crate::LockRequest::wait`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.request = self.request.wait(wait);
-        self
-    }
-
-    /// Caps the attempts of this call, as [`crate::LockRequest::max_attempts`].
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.request = self.request.max_attempts(attempts);
-        self
-    }
-
-    /// Keeps the lock extended in the background once acquired (see [`AutoExtend`]): the
-    /// client's runtime thread extends it while the caller's thread works.
-    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.request = self.request.auto_extend(policy);
-        self
-    }
+    forward_request_options!(request);
 
     /// Acquires the lock: attempts retried with jittered backoff (and woken by releases)
     /// until the wait budget or the attempt cap runs out, the calling thread blocked

@@ -13,11 +13,11 @@ use crate::blocking::context::RunContext;
 use crate::blocking::core::ClientCore;
 use crate::blocking::guard::{AsyncGuard, LockGuard};
 use crate::blocking::request::LockRequest;
+use crate::blocking::request::forward_request_options;
 use crate::blocking::scoped::run_on_this_thread;
 #[cfg(doc)]
 use crate::error::Error;
 use crate::error::Result;
-use crate::held::extend::AutoExtend;
 use crate::report::NodeReport;
 
 impl AsyncGuard for crate::ReadGuard {
@@ -109,23 +109,7 @@ pub struct ReadRequest {
 }
 
 impl ReadRequest {
-    /// As [`LockRequest::wait`].
-    pub fn wait(mut self, wait: Duration) -> Self {
-        self.request = self.request.wait(wait);
-        self
-    }
-
-    /// As [`LockRequest::max_attempts`].
-    pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.request = self.request.max_attempts(attempts);
-        self
-    }
-
-    /// As [`LockRequest::auto_extend`].
-    pub fn auto_extend(mut self, policy: AutoExtend) -> Self {
-        self.request = self.request.auto_extend(policy);
-        self
-    }
+    forward_request_options!(request);
 
     /// Acquires the read lock, as [`LockRequest::acquire`].
     ///
