@@ -1211,6 +1211,13 @@ async fn a_woken_waiter_outruns_the_release_and_still_acquires() {
         .lock(&resource, Duration::from_secs(30))
         .await
         .unwrap();
+    // A majority was enough to hold; the scenario needs the lock's copy on every node, and
+    // the holder's 5 s node timeout lets a late one land.
+    let token = (cluster.nodes.iter()).find_map(|node| value(node, &resource));
+    eventually(Duration::from_secs(5), "the lock on every node", || {
+        (cluster.nodes.iter()).all(|node| value(node, &resource) == token)
+    })
+    .await;
     let minute = Duration::from_secs(60);
     let waiting = with_timeout(&cluster.urls(), Duration::from_secs(1), minute);
     let task = waiter_for(waiting, &resource, minute);
