@@ -233,7 +233,6 @@ async fn a_woken_client_that_outruns_the_release_still_gets_the_permit() {
     }
     // The late nodes still hold the token: the waiter passes before the release reached them.
     assert_eq!([value(1), value(2)], [Some(token.clone()), Some(token)]);
-    drop(value);
     tokio::time::sleep(NODE_TIMEOUT / 4).await;
     late.iter().for_each(|p| p.set_link(Link::Up));
     let _ = release.await;
@@ -294,6 +293,74 @@ async fn status_shows_who_holds_which_permit() {
     permit.release().await.unwrap();
     let slots = semaphore.status().await.unwrap();
     assert!(slots.iter().all(|s| s.verdict.as_str() == "free"));
+}
+
+/// The slots of a semaphore share its one waiting list: `status` lists the same waiters
+/// under every slot, and reads the list once (one `LRANGE` per node, whatever the count).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_reads_the_shared_waiting_list_once() {
+    const PERMITS: u32 = 3;
+    let cluster = Cluster::start(3);
+    let name = unique("listed-once");
+    let redlock = client(&cluster.urls());
+    let semaphore = redlock.semaphore(&name, PERMITS).unwrap();
+    let mut held = Vec::new();
+    for _ in 0..PERMITS {
+        held.push(semaphore.acquire(TTL).await.unwrap());
+    }
+    // It polls only every 30 s: no command of its own while `status` reads.
+    let quiet = (builder(&cluster.urls()).retry_delay(Duration::from_secs(30)))
+        .max_retry_delay(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let waiter = quiet.semaphore(&name, PERMITS).unwrap();
+    let waiting =
+        tokio::spawn(async move { waiter.acquire(TTL).wait(Duration::from_secs(20)).await });
+    let list = format!("quorum-lock:waiters:quorum-lock:permit:{name}");
+    let mut node0 = cluster.nodes[0].conn();
+    common::eventually(Duration::from_secs(5), "the waiter is listed", || {
+        redis::cmd("LLEN").arg(&list).query::<u64>(&mut node0) == Ok(1)
+    })
+    .await;
+    for node in &cluster.nodes {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    let slots = semaphore.status().await.unwrap();
+    let lranges: Vec<u64> = (cluster.nodes.iter())
+        .map(|node| command_calls(node, "lrange"))
+        .collect();
+    // Node 0 keeps the list, where the waiter's own scripts may still be at work; the
+    // other nodes see the status's reads only.
+    assert_eq!(lranges[1..], [1, 1]);
+    assert!(lranges[0] >= 1);
+    assert_eq!(slots.len(), PERMITS as usize);
+    for slot in &slots {
+        let waiters: Vec<_> = slot.waiters.iter().map(|w| w.client.clone()).collect();
+        assert_eq!(waiters, vec![slots[0].waiters[0].client.clone()]);
+    }
+    held.pop().unwrap().release().await.unwrap();
+    let permit = waiting.await.unwrap().unwrap();
+    permit.release().await.unwrap();
+    for permit in held {
+        permit.release().await.unwrap();
+    }
+    assert_eq!(slot_keys(&cluster), vec![]);
+}
+
+/// `calls` of `cmdstat_<command>` in the node's `INFO commandstats` (0 when never called).
+fn command_calls(node: &common::RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut node.conn())
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    (info.lines())
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[tokio::test]

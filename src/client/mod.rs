@@ -444,8 +444,8 @@ impl Redlock {
         crate::held::adopt::adopt_ticket(&self.inner, ticket).await
     }
 
-    /// Reads the lock of `resource` on every node (type, value and remaining TTL, in one
-    /// round trip each) and judges the set. Writes nothing.
+    /// Reads the lock of `resource` on every node (type, value and remaining TTL) and the
+    /// clients waiting for it, both in one round trip, and judges the set. Writes nothing.
     ///
     /// # Errors
     ///

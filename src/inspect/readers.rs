@@ -8,13 +8,14 @@ use hashbrown::HashMap;
 use redis::Value;
 
 use crate::ensemble::Ensemble;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::inspect::json::JsonObject;
 use crate::inspect::status::{self, LockStatus};
 use crate::net::answers;
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::holder::HolderInfo;
+use crate::protocol::keys;
 use crate::protocol::reply;
 use crate::protocol::rw_scripts;
 use crate::report::NodeOutcome;
@@ -64,14 +65,31 @@ impl RwLockStatus {
     }
 }
 
-/// Reads the writer and the readers of read-write lock resource `resource` on every node.
+/// Reads the writer and the readers of read-write lock resource `resource` on every node,
+/// the two reads at once.
 pub(crate) async fn read_rw_status(
     ensemble: &Arc<Ensemble>,
     resource: &str,
 ) -> Result<RwLockStatus> {
-    let writer = status::writer_side(status::read_status(ensemble, resource).await?);
+    if resource.is_empty() {
+        return Err(Error::Config("empty resource name".into()));
+    }
+    let key = keys::lock(ensemble.config.space(), resource);
+    let (writer, readers) = tokio::join!(
+        status::read_status(ensemble, resource),
+        read_readers(ensemble, key)
+    );
+    Ok(RwLockStatus {
+        writer: status::writer_side(writer?),
+        readers: readers?,
+    })
+}
+
+/// The live readers of the read-write lock whose lock key is `key`, as every node lists
+/// them.
+async fn read_readers(ensemble: &Arc<Ensemble>, key: String) -> Result<Vec<Reader>> {
     let space = ensemble.config.space();
-    let keys = [writer.key.clone()];
+    let keys = [key];
     let ensemble = &ensemble.seated(&keys).await;
     let call = Call::script(&rw_scripts::READERS, space, &keys);
     let mut round = Round::everywhere(ensemble.round_scope(), call);
@@ -88,10 +106,7 @@ pub(crate) async fn read_rw_status(
         },
     )
     .await?;
-    Ok(RwLockStatus {
-        writer,
-        readers: merged(listed),
-    })
+    Ok(merged(listed))
 }
 
 /// The readers script's reply: each live reader's value and milliseconds left.

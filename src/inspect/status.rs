@@ -269,13 +269,30 @@ pub(crate) fn verdict(holders: &[Option<&Holder>], quorum: usize) -> Verdict {
 /// Reads the lock of `resource` on every node and judges the set: the body of
 /// [`Redlock::status`](crate::Redlock::status).
 pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Result<LockStatus> {
+    read_status_listing(ensemble, resource, true).await
+}
+
+/// [`read_status`], with the lock's waiting clients read in the same round trip when
+/// `list_waiters`, else left empty (a semaphore's slots share one waiting list, which
+/// one of them reads).
+pub(crate) async fn read_status_listing(
+    ensemble: &Arc<Ensemble>,
+    resource: &str,
+    list_waiters: bool,
+) -> Result<LockStatus> {
     if resource.is_empty() {
         return Err(Error::Config("empty resource name".into()));
     }
     crate::acquire::heal::start_healer(ensemble);
     let key = keys::lock(ensemble.config.space(), resource);
     let ensemble = &ensemble.seated(std::slice::from_ref(&key)).await;
-    let (collected, reads) = inspect_everywhere(ensemble, &key).await;
+    let waiting = async {
+        match list_waiters {
+            true => read_waiters(ensemble, &key).await,
+            false => Vec::new(),
+        }
+    };
+    let ((collected, reads), waiters) = tokio::join!(inspect_everywhere(ensemble, &key), waiting);
     let report = collected.report(&ensemble.nodes);
     if report.denials() > 0 {
         return Err(Error::Permission { report });
@@ -294,7 +311,6 @@ pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Res
     let held_for = (holder.as_ref())
         .and_then(|h| h.since)
         .map(|since| SystemTime::now().duration_since(since).unwrap_or_default());
-    let waiters = read_waiters(ensemble, &key).await;
     Ok(LockStatus {
         resource: resource.to_owned(),
         key,

@@ -133,11 +133,17 @@ impl Semaphore {
     ///
     /// Cancel safe: it writes nothing.
     pub async fn status(&self) -> Result<Vec<LockStatus>> {
+        // Every slot's waiters are the semaphore's: its one list is read with slot 0.
         let slots = (0..self.permits).map(|slot| {
             let resource = keys::permit_resource(&self.name, slot);
-            async move { status::read_status(&self.ensemble, &resource).await }
+            async move { status::read_status_listing(&self.ensemble, &resource, slot == 0).await }
         });
-        futures::future::try_join_all(slots).await
+        let mut statuses = futures::future::try_join_all(slots).await?;
+        if let Some((first, rest)) = statuses.split_first_mut() {
+            rest.iter_mut()
+                .for_each(|status| status.waiters.clone_from(&first.waiters));
+        }
+        Ok(statuses)
     }
 }
 
