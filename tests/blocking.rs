@@ -324,6 +324,46 @@ fn a_leader_is_elected_and_resigns() {
     next.resign().unwrap();
 }
 
+/// A scoped term runs the leader's work on the calling thread with the epoch as its fencing
+/// token, while a waiting candidate is listed; once the work is done it resigns, and the
+/// waiting candidate leads next with a higher epoch.
+#[test]
+fn a_scoped_term_runs_the_work_and_resigns() {
+    let fresh = Cluster::start(3);
+    let (a, b) = (fencing_client(&fresh), fencing_client(&fresh));
+    let name = unique("blocking-scoped-term");
+    let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
+    let (epoch, next) = ea
+        .campaign("a", TTL)
+        .run(|ctx| {
+            let epoch = ctx.fencing_token();
+            match eb.leader().unwrap() {
+                quorum_lock::Leader::Elected(t) => {
+                    assert_eq!((t.value, t.epoch), ("a".into(), epoch))
+                }
+                other => panic!("expected a leader, got {other:?}"),
+            }
+            let campaign = eb.campaign("b", TTL).wait(Duration::from_secs(10));
+            let next = std::thread::spawn(move || campaign.acquire());
+            wait_until(Duration::from_secs(5), "b among the candidates", || {
+                !ea.candidates().unwrap().is_empty()
+            });
+            let values: Vec<String> = ea
+                .candidates()
+                .unwrap()
+                .into_iter()
+                .map(|c| c.value)
+                .collect();
+            assert_eq!(values, ["b"]);
+            assert!(ctx.is_held());
+            (epoch, next)
+        })
+        .unwrap();
+    let next = next.join().unwrap().expect("b leads after the scoped term");
+    assert!(next.epoch() > epoch);
+    next.resign().unwrap();
+}
+
 /// A lock detached by one blocking client travels as the ticket's text and is adopted by
 /// another, which holds it (the first cannot take it) and releases it.
 #[test]

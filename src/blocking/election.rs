@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
+use crate::blocking::context::FencedRunContext;
 use crate::blocking::core::ClientCore;
 use crate::blocking::guard::{AsyncGuard, LockGuard};
 #[cfg(doc)]
 use crate::blocking::request::LockRequest;
 use crate::blocking::request::forward_request_options;
+use crate::blocking::scoped::run_on_this_thread;
+use crate::election::candidates::Candidate;
 use crate::election::term::Leader;
 #[cfg(doc)]
 use crate::error::Error;
@@ -76,6 +79,20 @@ impl Election {
             .runtime
             .call(async move { election.leader().await })?
     }
+
+    /// The candidates waiting for the term, in the order they will lead, as
+    /// [`crate::Election::candidates`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Election::candidates`]; also [`Error::Config`] when called from inside
+    /// an async runtime and [`Error::ShutDown`] after the client's shutdown.
+    pub fn candidates(&self) -> Result<Vec<Candidate>> {
+        let election = self.election.clone();
+        self.core
+            .runtime
+            .call(async move { election.candidates().await })?
+    }
 }
 
 /// A pending [`Election::campaign`]: adjust it, then [`acquire`](Self::acquire) the
@@ -103,6 +120,46 @@ impl Campaign {
             guard: LockGuard::new(&self.core, Box::new(won)),
             epoch,
         })
+    }
+
+    /// Waits for the term, runs `f` on the calling thread while leading and resigns when
+    /// `f` is done (also when it panics), returning its output; as
+    /// [`crate::Campaign::run`], except that `f` cannot be cancelled: it receives a
+    /// [`FencedRunContext`] (its [`fencing_token`](FencedRunContext::fencing_token) is the
+    /// epoch) and must check [`is_held`](crate::blocking::RunContext::is_held) before each
+    /// step that needs the leadership. When the term was lost while `f` ran, its output
+    /// is dropped and the call returns [`Error::Lost`].
+    ///
+    /// ```no_run
+    /// # fn demo(redlock: quorum_lock::blocking::Redlock) -> quorum_lock::Result<()> {
+    /// use std::time::Duration;
+    /// let election = redlock.election("scheduler")?;
+    /// election
+    ///     .campaign("10.0.0.7:8080", Duration::from_secs(10))
+    ///     .run(|ctx| {
+    ///         while ctx.is_held() {
+    ///             // ... one step of the leader's work, its writes fenced by
+    ///             // ctx.fencing_token() ...
+    ///             # break;
+    ///         }
+    ///     })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`acquire`](Self::acquire), or [`Error::Lost`].
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is resumed after the resignation.
+    pub fn run<F, T>(self, f: F) -> Result<T>
+    where
+        F: FnOnce(FencedRunContext) -> T,
+    {
+        let Leadership { guard, epoch } = self.acquire()?;
+        let context = FencedRunContext::new(guard.context(), epoch);
+        run_on_this_thread(guard, || f(context))
     }
 }
 
