@@ -558,11 +558,20 @@ fn docker_tier() {
     };
     let mut rows: Vec<Row> = Vec::new();
     let mut skipped: Vec<String> = Vec::new();
+    // The rows under `every_row` inject faults the portable tier injects too (a paused or
+    // restarted server process, the user-space proxy): they run with QL_FAULTS_DOCKER_ALL=1.
+    let every_row = std::env::var("QL_FAULTS_DOCKER_ALL").is_ok_and(|v| v == "1");
+    if !every_row {
+        skipped.push(
+            "rows of faults the portable tier also injects skipped (QL_FAULTS_DOCKER_ALL=1 runs them)"
+                .to_owned(),
+        );
+    }
 
     // First, on the fresh ensemble: nodes without persistence restarted empty (`docker
     // kill` / `docker start`), restart quarantine and fencing on, workers with 1 s and 3 s
-    // TTLs. The rolling run follows on the nodes the first run restarted: tokens carry a
-    // clock component, so fencing stays live and ordered through both runs.
+    // TTLs. The rolling run (every row) follows on the nodes the first run restarted: tokens
+    // carry a clock component, so fencing stays live and ordered through both runs.
     rows.push(nemesis::run(
         &mut ens,
         &store,
@@ -570,51 +579,52 @@ fn docker_tier() {
         &nemesis::minority_empty_restarts("docker kill+start minority (empty, quarantine)"),
         next_seed(),
     ));
-    rows.push(nemesis::run(
-        &mut ens,
-        &store,
-        WORKER_TEST,
-        &nemesis::rolling_empty_restart("docker rolling kill+start, every node (empty)"),
-        next_seed(),
-    ));
-
-    rows.push(nemesis::run(
-        &mut ens,
-        &store,
-        WORKER_TEST,
-        &NemesisRun::new(
-            "docker pause minority",
-            Some(minority(FaultGen::Fixed(Fault::Pause))),
-            Expect::SafeAndLive,
-        ),
-        next_seed(),
-    ));
-    rows.push(nemesis::run(
-        &mut ens,
-        &store,
-        WORKER_TEST,
-        &NemesisRun::new(
-            "semaphore (2 permits): docker pause minority",
-            Some(minority(FaultGen::Fixed(Fault::Pause))),
-            Expect::SafeAndLive,
-        )
-        .permits(2)
-        .workers(5),
-        next_seed(),
-    ));
-    rows.push(nemesis::run(
-        &mut ens,
-        &store,
-        WORKER_TEST,
-        &NemesisRun::new(
-            "read-write lock (3 writers, 2 readers): docker pause minority",
-            Some(minority(FaultGen::Fixed(Fault::Pause))),
-            Expect::SafeAndLive,
-        )
-        .read_write()
-        .workers(5),
-        next_seed(),
-    ));
+    if every_row {
+        rows.push(nemesis::run(
+            &mut ens,
+            &store,
+            WORKER_TEST,
+            &nemesis::rolling_empty_restart("docker rolling kill+start, every node (empty)"),
+            next_seed(),
+        ));
+        rows.push(nemesis::run(
+            &mut ens,
+            &store,
+            WORKER_TEST,
+            &NemesisRun::new(
+                "docker pause minority",
+                Some(minority(FaultGen::Fixed(Fault::Pause))),
+                Expect::SafeAndLive,
+            ),
+            next_seed(),
+        ));
+        rows.push(nemesis::run(
+            &mut ens,
+            &store,
+            WORKER_TEST,
+            &NemesisRun::new(
+                "semaphore (2 permits): docker pause minority",
+                Some(minority(FaultGen::Fixed(Fault::Pause))),
+                Expect::SafeAndLive,
+            )
+            .permits(2)
+            .workers(5),
+            next_seed(),
+        ));
+        rows.push(nemesis::run(
+            &mut ens,
+            &store,
+            WORKER_TEST,
+            &NemesisRun::new(
+                "read-write lock (3 writers, 2 readers): docker pause minority",
+                Some(minority(FaultGen::Fixed(Fault::Pause))),
+                Expect::SafeAndLive,
+            )
+            .read_write()
+            .workers(5),
+            next_seed(),
+        ));
+    }
     rows.push(nemesis::run(
         &mut ens,
         &store,
@@ -643,42 +653,44 @@ fn docker_tier() {
         )),
         Err(e) => skipped.push(format!("packet drops skipped: {e}")),
     }
-    ens.use_proxies(true);
-    rows.push(nemesis::run(
-        &mut ens,
-        &store,
-        WORKER_TEST,
-        &NemesisRun::new(
-            "latency above timeout (proxy)",
-            Some(minority(FaultGen::Delay {
-                lo: nemesis::NODE_TIMEOUT + Duration::from_millis(100),
-                hi: nemesis::NODE_TIMEOUT * 3,
-            })),
-            Expect::SafeAndLive,
-        )
-        .fencing(true),
-        next_seed(),
-    ));
-    ens.use_proxies(false);
-    rows.push(nemesis::run(
-        &mut ens,
-        &store,
-        WORKER_TEST,
-        &NemesisRun::new(
-            "docker pause majority",
-            Some(Plan {
-                faults: vec![FaultGen::Fixed(Fault::Pause)],
-                nodes: (3, 3),
-                hold: (Duration::from_millis(1000), Duration::from_millis(1500)),
-                gap: (Duration::from_millis(500), Duration::from_millis(800)),
-                max_windows: 2,
-                order: Order::Random,
-                readmit: false,
-            }),
-            Expect::SafeAndBlocked,
-        ),
-        next_seed(),
-    ));
+    if every_row {
+        ens.use_proxies(true);
+        rows.push(nemesis::run(
+            &mut ens,
+            &store,
+            WORKER_TEST,
+            &NemesisRun::new(
+                "latency above timeout (proxy)",
+                Some(minority(FaultGen::Delay {
+                    lo: nemesis::NODE_TIMEOUT + Duration::from_millis(100),
+                    hi: nemesis::NODE_TIMEOUT * 3,
+                })),
+                Expect::SafeAndLive,
+            )
+            .fencing(true),
+            next_seed(),
+        ));
+        ens.use_proxies(false);
+        rows.push(nemesis::run(
+            &mut ens,
+            &store,
+            WORKER_TEST,
+            &NemesisRun::new(
+                "docker pause majority",
+                Some(Plan {
+                    faults: vec![FaultGen::Fixed(Fault::Pause)],
+                    nodes: (3, 3),
+                    hold: (Duration::from_millis(1000), Duration::from_millis(1500)),
+                    gap: (Duration::from_millis(500), Duration::from_millis(800)),
+                    max_windows: 2,
+                    order: Order::Random,
+                    readmit: false,
+                }),
+                Expect::SafeAndBlocked,
+            ),
+            next_seed(),
+        ));
+    }
     let case = |name: &str, hit: Hit, b_quarantine: bool, b_acquires: bool, want| BareMajority {
         name: name.to_owned(),
         hit,
@@ -687,36 +699,38 @@ fn docker_tier() {
         b_acquires,
         want,
     };
-    rows.push(scenarios::bare_majority(
-        &rt,
-        &mut ens,
-        &store,
-        &case("(a) n3 paused", Hit::Pause, false, false, Verdict::Safe),
-    ));
-    rows.push(scenarios::bare_majority(
-        &rt,
-        &mut ens,
-        &store,
-        &case(
-            "(c) n3 killed+started empty, no quarantine",
-            Hit::KillRestart,
-            false,
-            true,
-            Verdict::Unsafe,
-        ),
-    ));
-    rows.push(scenarios::bare_majority(
-        &rt,
-        &mut ens,
-        &store,
-        &case(
-            "(c) n3 killed+started empty, quarantine",
-            Hit::KillRestart,
-            true,
-            false,
-            Verdict::Safe,
-        ),
-    ));
+    if every_row {
+        rows.push(scenarios::bare_majority(
+            &rt,
+            &mut ens,
+            &store,
+            &case("(a) n3 paused", Hit::Pause, false, false, Verdict::Safe),
+        ));
+        rows.push(scenarios::bare_majority(
+            &rt,
+            &mut ens,
+            &store,
+            &case(
+                "(c) n3 killed+started empty, no quarantine",
+                Hit::KillRestart,
+                false,
+                true,
+                Verdict::Unsafe,
+            ),
+        ));
+        rows.push(scenarios::bare_majority(
+            &rt,
+            &mut ens,
+            &store,
+            &case(
+                "(c) n3 killed+started empty, quarantine",
+                Hit::KillRestart,
+                true,
+                false,
+                Verdict::Safe,
+            ),
+        ));
+    }
 
     match &ens.clocks {
         Ok(()) => {
