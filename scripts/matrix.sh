@@ -36,8 +36,9 @@ declare -A TARGET_ARGS=(
 )
 # Targets that run on the mixed row only: their tests reach every build there (node i runs
 # build i mod 5), and what they add to the per-build targets is process and fault
-# handling, which does not depend on the build. Each of them costs a minute or more a row.
-MIXED_ONLY=(faults cli)
+# handling (faults, cli: a minute or more a row), the metrics the client emits, or the
+# test harness itself, none of which depends on the build.
+MIXED_ONLY=(faults cli metrics harness_selftest)
 # Targets that skip the mixed row: a Sentinel group or a Cluster whose servers run different
 # builds is no deployment anyone runs, and each build has a row of its own for them.
 PER_BUILD_ONLY=(sentinel cluster)
