@@ -8,14 +8,13 @@ use hashbrown::HashMap;
 use redis::Value;
 
 use crate::ensemble::Ensemble;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::inspect::json::JsonObject;
 use crate::inspect::status::{self, LockStatus};
 use crate::net::answers;
 use crate::net::call::Call;
 use crate::net::fanout::Round;
 use crate::protocol::holder::HolderInfo;
-use crate::protocol::keys;
 use crate::protocol::reply;
 use crate::protocol::rw_scripts;
 use crate::report::NodeOutcome;
@@ -71,10 +70,7 @@ pub(crate) async fn read_rw_status(
     ensemble: &Arc<Ensemble>,
     resource: &str,
 ) -> Result<RwLockStatus> {
-    if resource.is_empty() {
-        return Err(Error::Config("empty resource name".into()));
-    }
-    let key = keys::lock(ensemble.config.space(), resource);
+    let key = status::status_key(ensemble, resource)?;
     let (writer, readers) = tokio::join!(
         status::read_status(ensemble, resource),
         read_readers(ensemble, key)

@@ -272,6 +272,14 @@ pub(crate) async fn read_status(ensemble: &Arc<Ensemble>, resource: &str) -> Res
     read_status_listing(ensemble, resource, true).await
 }
 
+/// The lock key a status of `resource` reads; [`Error::Config`] for an empty name.
+pub(crate) fn status_key(ensemble: &Ensemble, resource: &str) -> Result<String> {
+    match resource.is_empty() {
+        true => Err(Error::Config("empty resource name".into())),
+        false => Ok(keys::lock(ensemble.config.space(), resource)),
+    }
+}
+
 /// [`read_status`], with the lock's waiting clients read in the same round trip when
 /// `list_waiters`, else left empty (a semaphore's slots share one waiting list, which
 /// one of them reads).
@@ -280,11 +288,8 @@ pub(crate) async fn read_status_listing(
     resource: &str,
     list_waiters: bool,
 ) -> Result<LockStatus> {
-    if resource.is_empty() {
-        return Err(Error::Config("empty resource name".into()));
-    }
+    let key = status_key(ensemble, resource)?;
     crate::acquire::heal::start_healer(ensemble);
-    let key = keys::lock(ensemble.config.space(), resource);
     let ensemble = &ensemble.seated(std::slice::from_ref(&key)).await;
     let waiting = async {
         match list_waiters {
