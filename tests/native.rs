@@ -81,7 +81,7 @@ async fn warm_up(redlock: &Redlock, servers: &[&RedisServer]) {
     }
     // Every node answers a PING after everything sent before it on the same connection.
     connected(redlock).await;
-    servers.iter().for_each(|s| reset_stats(s));
+    servers.iter().for_each(|s| s.reset_command_stats());
 }
 
 /// Waits until every node of `redlock` is connected.
@@ -103,26 +103,6 @@ async fn connected(redlock: &Redlock) {
             "not all nodes connected: {report}"
         );
     }
-}
-
-/// `calls` of `cmdstat_<command>` in `INFO commandstats` (0 when never called).
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .expect("INFO commandstats");
-    let prefix = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().expect("a number of calls"))
-}
-
-fn reset_stats(server: &RedisServer) {
-    let () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut server.conn())
-        .expect("CONFIG RESETSTAT");
 }
 
 fn set(server: &RedisServer, key: &str, value: &str) {
@@ -172,10 +152,10 @@ fn outcomes(report: &NodeReport) -> Vec<NodeOutcome> {
 async fn await_calls(server: &RedisServer, command: &str, want: u64) {
     let what = format!("{want} {command} calls on port {}", server.port());
     eventually(Duration::from_secs(5), &what, || {
-        calls(server, command) >= want
+        server.command_calls(command) >= want
     })
     .await;
-    assert_eq!(calls(server, command), want, "{command}");
+    assert_eq!(server.command_calls(command), want, "{command}");
 }
 
 /// Waits until `server` counts at least `lo` calls of `command`, then checks it is at most
@@ -184,10 +164,10 @@ async fn await_calls(server: &RedisServer, command: &str, want: u64) {
 async fn await_between(server: &RedisServer, command: &str, lo: u64, hi: u64) {
     let what = format!("{lo} {command} calls on port {}", server.port());
     eventually(Duration::from_secs(5), &what, || {
-        calls(server, command) >= lo
+        server.command_calls(command) >= lo
     })
     .await;
-    let n = calls(server, command);
+    let n = server.command_calls(command);
     assert!(n <= hi, "{command}: {n} calls, at most {hi} expected");
 }
 
@@ -313,23 +293,23 @@ async fn valkey_releases_and_extends_natively_with_the_scripts_outcomes() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| start(&valkey)).collect();
     let servers: Vec<&RedisServer> = nodes.iter().collect();
 
-    servers.iter().for_each(|s| reset_stats(s));
+    servers.iter().for_each(|s| s.reset_command_stats());
     let native = five_cases(&servers, true).await;
     assert_eq!(native, expected());
     for s in &servers {
         await_calls(s, "delifeq", 5).await;
         // No release or extension by script: at most the five acquisitions' scripts.
         await_between(s, "evalsha", 0, 5).await;
-        assert_eq!(calls(s, "eval"), 0);
+        assert_eq!(s.command_calls("eval"), 0);
     }
 
-    servers.iter().for_each(|s| reset_stats(s));
+    servers.iter().for_each(|s| s.reset_command_stats());
     let lua = five_cases(&servers, false).await;
     assert_eq!(lua, native, "the scripts end every case the same way");
     for s in &servers {
         // Five releases and two extensions by script (and at most five acquisitions).
         await_between(s, "evalsha", 7, 12).await;
-        assert_eq!(calls(s, "delifeq"), 0, "native commands off");
+        assert_eq!(s.command_calls("delifeq"), 0, "native commands off");
     }
 }
 
@@ -339,7 +319,7 @@ async fn a_mixed_ensemble_uses_each_nodes_own_path() {
     let redis = common::redis_server_bin();
     let nodes = [start(&valkey), start(&redis), start(&valkey)];
     let servers: Vec<&RedisServer> = nodes.iter().collect();
-    servers.iter().for_each(|s| reset_stats(s));
+    servers.iter().for_each(|s| s.reset_command_stats());
     let redlock = client(&servers, true, false).await;
 
     let r = unique("native-mixed");
@@ -367,7 +347,7 @@ async fn a_mixed_ensemble_uses_each_nodes_own_path() {
         if i == 1 {
             // Redis 7.0: the scripts.
             await_between(s, "evalsha", 2, 3).await;
-            assert_eq!(calls(s, "delifeq"), 0);
+            assert_eq!(s.command_calls("delifeq"), 0);
         } else {
             // Valkey: native (a script only for the acquisition, if any).
             await_calls(s, "delifeq", 1).await;
@@ -383,7 +363,7 @@ async fn scripts_stay_where_a_native_command_would_not_do_the_same() {
     let servers: Vec<&RedisServer> = nodes.iter().collect();
 
     // Several keys: extend and release are all or nothing, by script.
-    servers.iter().for_each(|s| reset_stats(s));
+    servers.iter().for_each(|s| s.reset_command_stats());
     let plain = client(&servers, true, false).await;
     let (a, b) = (unique("native-many-a"), unique("native-many-b"));
     let guard = plain.lock_many([&a, &b], TTL).await.expect("lock_many");
@@ -392,14 +372,14 @@ async fn scripts_stay_where_a_native_command_would_not_do_the_same() {
     for s in &servers {
         // The acquire script, the extend script and the release script.
         await_calls(s, "evalsha", 3).await;
-        assert_eq!(calls(s, "delifeq"), 0);
+        assert_eq!(s.command_calls("delifeq"), 0);
         assert!(get(s, &a).is_none() && get(s, &b).is_none());
     }
 
     // Notifications on: a release may wake a waiter, which only the script does, and only
     // on the node that keeps the waiting lists (node 0 for a client that never waited);
     // the other nodes are released natively, as a one-key extension is everywhere.
-    servers.iter().for_each(|s| reset_stats(s));
+    servers.iter().for_each(|s| s.reset_command_stats());
     let waking = client(&servers, true, true).await;
     let r = unique("native-waking");
     let guard = waking.lock(&r, TTL).await.expect("lock");
@@ -414,11 +394,11 @@ async fn scripts_stay_where_a_native_command_would_not_do_the_same() {
             // list and the turn.
             await_calls(s, "lpop", 1).await;
             await_between(s, "evalsha", 1, 2).await;
-            assert_eq!(calls(s, "delifeq"), 0);
+            assert_eq!(s.command_calls("delifeq"), 0);
         } else {
             await_calls(s, "delifeq", 1).await;
             await_between(s, "evalsha", 0, 1).await;
-            assert_eq!(calls(s, "lpop"), 0);
+            assert_eq!(s.command_calls("lpop"), 0);
         }
         assert!(get(s, &r).is_none());
     }
@@ -435,7 +415,7 @@ async fn an_acl_without_delifeq_gets_the_script() {
             ])
             .query(&mut node.conn())
             .expect("ACL SETUSER");
-        reset_stats(node);
+        node.reset_command_stats();
     }
     let redlock = Redlock::builder()
         .restart_quarantine(false)
@@ -462,9 +442,9 @@ async fn an_acl_without_delifeq_gets_the_script() {
         // A release returns once a majority confirmed: the last node's may still be on its
         // way (its NOPERM, then the script), so wait for the key to be gone as well.
         eventually(Duration::from_secs(5), &what, || {
-            calls(node, "evalsha") >= 1 && get(node, &r).is_none()
+            node.command_calls("evalsha") >= 1 && get(node, &r).is_none()
         })
         .await;
-        assert_eq!(calls(node, "delifeq"), 0, "refused, never run");
+        assert_eq!(node.command_calls("delifeq"), 0, "refused, never run");
     }
 }

@@ -29,6 +29,25 @@ async fn the_only_permit(redlock: &quorum_lock::Redlock, name: &str) -> quorum_l
         .unwrap()
 }
 
+/// A client that polls only every 30 s: in a test's time only a release's wake-up gets
+/// it a permit it waits for, and it sends no command of its own meanwhile.
+fn slow_polling(urls: &[String]) -> quorum_lock::Redlock {
+    (builder(urls).retry_delay(Duration::from_secs(30)))
+        .max_retry_delay(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// Waits until one client is listed in semaphore `name`'s waiting list on node 0.
+async fn until_one_waits(cluster: &Cluster, name: &str) {
+    let list = format!("quorum-lock:waiters:quorum-lock:permit:{name}");
+    let mut node0 = cluster.nodes[0].conn();
+    common::eventually(Duration::from_secs(5), "the waiter is listed", || {
+        redis::cmd("LLEN").arg(&list).query::<u64>(&mut node0) == Ok(1)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_k_holders_across_clients_with_exact_counts() {
     const PERMITS: u32 = 2;
@@ -140,24 +159,13 @@ async fn a_permit_given_back_wakes_a_client_waiting_in_another_process() {
     let cluster = Cluster::start(3);
     // Two clients share nothing but the nodes, as two processes. Polling alone would
     // take at least 15 s to try again: only the release's wake-up is in time.
-    let slow_poll = || {
-        (builder(&cluster.urls()).retry_delay(Duration::from_secs(30)))
-            .max_retry_delay(Duration::from_secs(30))
-            .build()
-            .unwrap()
-    };
-    let (holder, waiter) = (slow_poll(), slow_poll());
+    let (holder, waiter) = (slow_polling(&cluster.urls()), slow_polling(&cluster.urls()));
     let name = unique("across");
     let held = the_only_permit(&holder, &name).await;
     let semaphore = waiter.semaphore(&name, 1).unwrap();
     let waiting =
         tokio::spawn(async move { semaphore.acquire(TTL).wait(Duration::from_secs(10)).await });
-    let mut node0 = cluster.nodes[0].conn();
-    let list = format!("quorum-lock:waiters:quorum-lock:permit:{name}");
-    common::eventually(Duration::from_secs(5), "the waiter is listed", || {
-        redis::cmd("LLEN").arg(&list).query::<u64>(&mut node0) == Ok(1)
-    })
-    .await;
+    until_one_waits(&cluster, &name).await;
     held.release().await.unwrap();
     let permit = waiting
         .await
@@ -178,13 +186,7 @@ async fn a_permit_given_back_wakes_a_client_waiting_in_another_process() {
 async fn a_woken_client_that_outruns_the_release_still_gets_the_permit() {
     let cluster = Cluster::start(3);
     let (late, urls) = cluster.proxied([1, 2]);
-    let slow_poll = |urls: &[String]| {
-        (builder(urls).retry_delay(Duration::from_secs(30)))
-            .max_retry_delay(Duration::from_secs(30))
-            .build()
-            .unwrap()
-    };
-    let (holder, waiter) = (slow_poll(&urls), slow_poll(&cluster.urls()));
+    let (holder, waiter) = (slow_polling(&urls), slow_polling(&cluster.urls()));
     let name = unique("outrun");
     let slot = format!("quorum-lock:permit:{name}:0");
     let mut conns: Vec<_> = cluster.nodes.iter().map(|n| n.conn()).collect();
@@ -212,12 +214,7 @@ async fn a_woken_client_that_outruns_the_release_still_gets_the_permit() {
     let semaphore = waiter.semaphore(&name, 1).unwrap();
     let waiting =
         tokio::spawn(async move { semaphore.acquire(TTL).wait(Duration::from_secs(20)).await });
-    let list = format!("quorum-lock:waiters:quorum-lock:permit:{name}");
-    let mut node0 = cluster.nodes[0].conn();
-    common::eventually(Duration::from_secs(5), "the waiter is listed", || {
-        redis::cmd("LLEN").arg(&list).query::<u64>(&mut node0) == Ok(1)
-    })
-    .await;
+    until_one_waits(&cluster, &name).await;
     // The release reaches node 0 (which wakes the waiter) at once, the others late.
     late.iter().for_each(|p| p.set_link(Link::Blackhole));
     let release = tokio::spawn(held.release());
@@ -308,29 +305,20 @@ async fn status_reads_the_shared_waiting_list_once() {
     for _ in 0..PERMITS {
         held.push(semaphore.acquire(TTL).await.unwrap());
     }
-    // It polls only every 30 s: no command of its own while `status` reads.
-    let quiet = (builder(&cluster.urls()).retry_delay(Duration::from_secs(30)))
-        .max_retry_delay(Duration::from_secs(30))
-        .build()
+    // No command of its own while `status` reads.
+    let waiter = slow_polling(&cluster.urls())
+        .semaphore(&name, PERMITS)
         .unwrap();
-    let waiter = quiet.semaphore(&name, PERMITS).unwrap();
     let waiting =
         tokio::spawn(async move { waiter.acquire(TTL).wait(Duration::from_secs(20)).await });
-    let list = format!("quorum-lock:waiters:quorum-lock:permit:{name}");
-    let mut node0 = cluster.nodes[0].conn();
-    common::eventually(Duration::from_secs(5), "the waiter is listed", || {
-        redis::cmd("LLEN").arg(&list).query::<u64>(&mut node0) == Ok(1)
-    })
-    .await;
-    for node in &cluster.nodes {
-        let () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(&mut node.conn())
-            .unwrap();
-    }
+    until_one_waits(&cluster, &name).await;
+    cluster
+        .nodes
+        .iter()
+        .for_each(|node| node.reset_command_stats());
     let slots = semaphore.status().await.unwrap();
     let lranges: Vec<u64> = (cluster.nodes.iter())
-        .map(|node| command_calls(node, "lrange"))
+        .map(|node| node.command_calls("lrange"))
         .collect();
     // Node 0 keeps the list, where the waiter's own scripts may still be at work; the
     // other nodes see the status's reads only.
@@ -348,19 +336,6 @@ async fn status_reads_the_shared_waiting_list_once() {
         permit.release().await.unwrap();
     }
     assert_eq!(slot_keys(&cluster), vec![]);
-}
-
-/// `calls` of `cmdstat_<command>` in the node's `INFO commandstats` (0 when never called).
-fn command_calls(node: &common::RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut node.conn())
-        .unwrap();
-    let prefix = format!("cmdstat_{command}:calls=");
-    (info.lines())
-        .find_map(|l| l.strip_prefix(&prefix))
-        .and_then(|rest| rest.split(',').next())
-        .map_or(0, |n| n.parse().unwrap())
 }
 
 #[tokio::test]

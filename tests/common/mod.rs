@@ -485,6 +485,28 @@ impl RedisServer {
         conn
     }
 
+    /// `calls` of `cmdstat_<command>` in the server's `INFO commandstats` (0 when never
+    /// called since the start or [`reset_command_stats`](Self::reset_command_stats)).
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().expect("a number of calls"))
+    }
+
+    /// `CONFIG RESETSTAT`: the command counts start again from zero.
+    pub fn reset_command_stats(&self) {
+        let () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut self.conn())
+            .expect("CONFIG RESETSTAT");
+    }
+
     /// A `redis::Client` for this server (trusting the test CA for TLS).
     pub fn client(&self) -> redis::Client {
         if self.opts.tls {
