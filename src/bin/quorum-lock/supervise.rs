@@ -48,8 +48,9 @@ enum Why {
     /// the last failure.
     AtRisk(String),
     /// `quorum-lock`'s own timers ran so late (a starved host) that the margin needed to
-    /// stop the tree in time took the rest of the validity; the worst lateness.
-    Starved(Duration),
+    /// stop the tree in time took the rest of the validity; the worst lateness, and the
+    /// last extension failure if extensions were failing too.
+    Starved(Duration, Option<String>),
     /// With `--stop-leftovers`: the program exited and left processes behind.
     Leftovers,
 }
@@ -230,11 +231,12 @@ impl Supervision<'_> {
         let plan = self.opts.plan;
         // Due only because the margin grew with the measured lateness.
         let early = plan.term_at(self.guard.deadline(), now, KILL_MARGIN) > now;
-        match self.keeping.last_error.clone() {
-            _ if early && worst >= STARVED => Why::Starved(worst),
+        let last_error = self.keeping.last_error.clone();
+        match last_error {
+            _ if early && worst >= STARVED => Why::Starved(worst, last_error),
             _ if !plan.extends() => Why::TimeLimit,
             Some(e) => Why::AtRisk(e),
-            None if worst >= STARVED => Why::Starved(worst),
+            None if worst >= STARVED => Why::Starved(worst, None),
             None => Why::AtRisk("no extension completed in time".into()),
         }
     }
@@ -443,10 +445,14 @@ fn finish(
                  left",
                 human(opts.plan.stop_budget())
             ),
-            Why::Starved(worst) => format!(
+            Why::Starved(worst, failing) => format!(
                 "had too little validity left to stop the program safely: quorum-lock's \
-                 timers ran up to {} late on this busy host",
-                human(*worst)
+                 timers ran up to {} late on this busy host{}",
+                human(*worst),
+                failing
+                    .as_ref()
+                    .map(|e| format!(", and it could not be extended (last attempt: {e})"))
+                    .unwrap_or_default()
             ),
             Why::Leftovers => String::new(),
         };
