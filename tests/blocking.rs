@@ -324,6 +324,65 @@ fn a_leader_is_elected_and_resigns() {
     next.resign().unwrap();
 }
 
+/// Waits (up to 10 s, on the observer's changes) for a view that `wanted` accepts.
+fn until_shown(
+    observer: &mut blocking::Observer,
+    what: &str,
+    wanted: impl Fn(&quorum_lock::Leader) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = observer.leader();
+    while !wanted(&seen) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "observer never showed {what}; last: {seen:?}"
+        );
+        seen = observer.wait_change(left).unwrap().unwrap_or(seen);
+    }
+}
+
+fn shows_value(leader: &quorum_lock::Leader, value: &str) -> bool {
+    matches!(leader, quorum_lock::Leader::Elected(t) if t.value == value)
+}
+
+/// A blocking observer follows the term: the leader's value, a proclaimed one, then no
+/// leader after the resignation. A term whose keys are gone proclaims nothing.
+#[test]
+fn observers_follow_a_proclaiming_leader_until_it_resigns() {
+    let fresh = Cluster::start(3);
+    let (a, b) = (fencing_client(&fresh), fencing_client(&fresh));
+    let name = unique("blocking-observed");
+    let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
+    let mut observer = eb.observe(Duration::from_millis(100)).unwrap();
+    let mut term = ea.campaign("a", TTL).acquire().unwrap();
+    until_shown(&mut observer, "a", |l| shows_value(l, "a"));
+    term.proclaim("a, moved").unwrap();
+    assert_eq!(term.value(), "a, moved");
+    until_shown(&mut observer, "a, moved", |l| shows_value(l, "a, moved"));
+    assert!(shows_value(&eb.leader().unwrap(), "a, moved"));
+    term.resign().unwrap();
+    until_shown(&mut observer, "no leader", |l| {
+        matches!(l, quorum_lock::Leader::Vacant)
+    });
+    // No stale leader shown after that, over a few more reads.
+    let later = observer.wait_change(Duration::from_millis(300)).unwrap();
+    assert!(
+        matches!(later, None | Some(quorum_lock::Leader::Vacant)),
+        "{later:?}"
+    );
+
+    let mut taken = ea.campaign("c", TTL).acquire().unwrap();
+    for node in &fresh.nodes {
+        let _: () = redis::cmd("FLUSHALL").query(&mut node.conn()).unwrap();
+    }
+    match taken.proclaim("c, moved") {
+        Err(Error::NotHeld { .. }) => {}
+        other => panic!("a proclaim without the keys was {other:?}"),
+    }
+    assert_eq!(fresh.keys_everywhere("*"), []);
+}
+
 /// A scoped term runs the leader's work on the calling thread with the epoch as its fencing
 /// token, while a waiting candidate is listed; once the work is done it resigns, and the
 /// waiting candidate leads next with a higher epoch.

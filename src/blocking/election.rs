@@ -12,15 +12,14 @@ use futures::future::BoxFuture;
 use crate::blocking::context::FencedRunContext;
 use crate::blocking::core::ClientCore;
 use crate::blocking::guard::{AsyncGuard, LockGuard};
+use crate::blocking::observer::Observer;
 #[cfg(doc)]
 use crate::blocking::request::LockRequest;
 use crate::blocking::request::forward_request_options;
 use crate::blocking::scoped::run_on_this_thread;
 use crate::election::candidates::Candidate;
 use crate::election::term::Leader;
-#[cfg(doc)]
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fencing::FencingToken;
 use crate::report::NodeReport;
 
@@ -35,6 +34,10 @@ impl AsyncGuard for crate::Leadership {
 
     fn release_kind(self: Box<Self>) -> BoxFuture<'static, Result<NodeReport>> {
         Box::pin((*self).resign())
+    }
+
+    fn leadership(&self) -> Option<&crate::Leadership> {
+        Some(self)
     }
 }
 
@@ -78,6 +81,22 @@ impl Election {
         self.core
             .runtime
             .call(async move { election.leader().await })?
+    }
+
+    /// Watches who leads, as [`crate::Election::observe`]: a majority read every `every`
+    /// and on each announcement, never one node's word.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for a zero interval, or when called from inside an async runtime;
+    /// [`Error::ShutDown`] after the client's shutdown.
+    pub fn observe(&self, every: Duration) -> Result<Observer> {
+        let election = self.election.clone();
+        let views = self
+            .core
+            .runtime
+            .call(async move { election.observe(every) })??;
+        Ok(Observer::new(Arc::clone(&self.core), views))
     }
 
     /// The candidates waiting for the term, in the order they will lead, as
@@ -185,6 +204,37 @@ impl Leadership {
     /// This term's epoch: a fencing token above every earlier term's of this election.
     pub fn epoch(&self) -> FencingToken {
         self.epoch
+    }
+
+    /// The value this leader proclaims now.
+    pub fn value(&self) -> String {
+        (self.guard.held())
+            .and_then(AsyncGuard::leadership)
+            .map(crate::Leadership::value)
+            .unwrap_or_default()
+    }
+
+    /// Changes the value observers read for this term, while it lasts, as
+    /// [`crate::Leadership::proclaim`].
+    ///
+    /// # Errors
+    ///
+    /// As [`crate::Leadership::proclaim`]; also [`Error::Config`] when called from inside
+    /// an async runtime (nothing is changed) and [`Error::ShutDown`] after the client's
+    /// shutdown.
+    pub fn proclaim(&mut self, value: impl Into<String>) -> Result<()> {
+        let value = value.into();
+        self.guard.lend_held(move |held| {
+            Box::pin(async move {
+                let proclaimed = match held.leadership() {
+                    Some(term) => term.proclaim(value).await,
+                    None => Err(Error::NotHeld {
+                        report: NodeReport::default(),
+                    }),
+                };
+                (held, proclaimed)
+            })
+        })?
     }
 
     /// Resigns, as [`crate::Leadership::resign`]: releases the lock, which wakes the next

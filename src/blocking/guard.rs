@@ -28,6 +28,11 @@ pub(crate) trait AsyncGuard: Send + Sync + 'static {
 
     /// The lock under it, to hand on as a ticket.
     fn into_lock_guard(self: Box<Self>) -> crate::LockGuard;
+
+    /// The term, when it is a leader's.
+    fn leadership(&self) -> Option<&crate::Leadership> {
+        None
+    }
 }
 
 impl AsyncGuard for crate::LockGuard {
@@ -135,18 +140,38 @@ impl LockGuard {
     /// async runtime (nothing is done) and [`Error::ShutDown`] after the client's
     /// [`shutdown`](crate::blocking::Redlock::shutdown).
     pub fn extend(&mut self, ttl: Duration) -> Result<Duration> {
+        self.lend_held(move |held| {
+            Box::pin(async move {
+                let extended = held.lock_guard().extend(ttl).await;
+                (held, extended)
+            })
+        })?
+    }
+
+    /// Lends the async guard to the runtime thread for `work`, which gives it back with
+    /// its outcome; if the runtime is gone, the guard was dropped there (and shutdown had
+    /// released it).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when called from inside an async runtime (nothing is done);
+    /// [`Error::ShutDown`] after the client's shutdown.
+    pub(crate) fn lend_held<T: Send + 'static>(
+        &mut self,
+        work: impl FnOnce(Box<dyn AsyncGuard>) -> BoxFuture<'static, (Box<dyn AsyncGuard>, T)>,
+    ) -> Result<T> {
         refuse_inside_runtime()?;
         let Some(held) = self.held.take() else {
             return Err(crate::error::Error::ShutDown);
         };
-        // The async guard goes to the runtime thread and comes back with the outcome; if
-        // the runtime is gone, it was dropped there (and shutdown had released it).
-        let (held, extended) = (self.context.core().runtime).call(async move {
-            let extended = held.lock_guard().extend(ttl).await;
-            (held, extended)
-        })?;
+        let (held, output) = (self.context.core().runtime).call(work(held))?;
         self.held.put(held);
-        extended
+        Ok(output)
+    }
+
+    /// The async guard, while it is here (not lent out, not released).
+    pub(crate) fn held(&self) -> Option<&dyn AsyncGuard> {
+        self.held.get().map(|held| &**held)
     }
 
     /// Hands the lock on as a [`LockTicket`] without releasing it, as

@@ -57,7 +57,7 @@
 // thread); `client` the client; `builder` its builder; `request` lock requests; `fenced`
 // fenced ones; `scoped` closures run under a lock; `context` what a closure or a guard
 // reads of its lock; `guard` the held lock of any kind; `rwlock`, `semaphore`,
-// `election` the other kinds. The top
+// `election` the other kinds; `observer` an election's leader as it changes. The top
 // layer: it may use anything in the crate, and nothing uses it (scripts/check-layers.sh).
 
 pub(crate) mod builder;
@@ -67,6 +67,7 @@ pub(crate) mod core;
 pub(crate) mod election;
 pub(crate) mod fenced;
 pub(crate) mod guard;
+pub(crate) mod observer;
 pub(crate) mod request;
 pub(crate) mod runtime;
 pub(crate) mod rwlock;
@@ -79,6 +80,7 @@ pub use context::{FencedRunContext, RunContext};
 pub use election::{Campaign, Election, Leadership};
 pub use fenced::{FencedGuard, FencedRequest};
 pub use guard::LockGuard;
+pub use observer::Observer;
 pub use request::LockRequest;
 pub use rwlock::{ReadGuard, ReadRequest, RwLock};
 pub use semaphore::{Permit, PermitRequest, Semaphore};

@@ -185,6 +185,11 @@ impl<T: Send + 'static> RuntimeOwned<T> {
         self.value.take()
     }
 
+    /// The value, unless taken out.
+    pub(crate) fn get(&self) -> Option<&T> {
+        self.value.as_ref()
+    }
+
     /// Puts back a value taken out.
     pub(crate) fn put(&mut self, value: T) {
         self.value = Some(value);
