@@ -99,13 +99,9 @@ fn a_child_ignoring_sigterm_is_dead_before_a_lost_lock_is_released() {
     cluster.nodes[0].resume();
     cluster.nodes[1].resume();
     assert!(ended, "worker {worker} outlived quorum-lock: {done:#?}");
-    // The stop is due when the extensions failed for too long, or earlier when the host
-    // was so busy that the kill margin grew past what was left.
+    // A busy host adds its timers' lateness to the message; the cause stays the same.
     done.expect(70)
-        .stderr_has_one_of(&[
-            "could not be extended in time",
-            "had too little validity left to stop the program safely",
-        ])
+        .stderr_has("could not be extended in time")
         .stderr_has("then SIGKILL ");
     no_heartbeat_after_the_rival_started(start_rival(&urls, &dir, &resource), &dir);
 }

@@ -90,16 +90,6 @@ impl Done {
         self
     }
 
-    /// Asserts stderr holds at least one of `texts` (causes a busy host may swap).
-    #[track_caller]
-    pub fn stderr_has_one_of(&self, texts: &[&str]) -> &Self {
-        assert!(
-            texts.iter().any(|text| self.stderr.contains(text)),
-            "stderr lacks all of {texts:?}: {self:#?}"
-        );
-        self
-    }
-
     #[track_caller]
     pub fn stdout_has(&self, text: &str) -> &Self {
         assert!(

@@ -44,15 +44,45 @@ enum Why {
     /// With `--no-extend`: the program ran so long that the rest of the validity was only
     /// enough to stop it.
     TimeLimit,
-    /// Extensions kept failing until only enough validity was left to stop the program;
-    /// the last failure.
-    AtRisk(String),
-    /// `quorum-lock`'s own timers ran so late (a starved host) that the margin needed to
-    /// stop the tree in time took the rest of the validity; the worst lateness, and the
-    /// last extension failure if extensions were failing too.
-    Starved(Duration, Option<String>),
+    /// Extensions kept failing (or none completed) until only enough validity was left to
+    /// stop the program; the last failure, and the worst lateness of `quorum-lock`'s own
+    /// timers when it was enough to call the host busy.
+    AtRisk(String, Option<Duration>),
+    /// With no extension due, `quorum-lock`'s own timers ran so late (a starved host) that
+    /// the margin needed to stop the tree in time took the rest of the validity; the worst
+    /// lateness.
+    Starved(Duration),
     /// With `--stop-leftovers`: the program exited and left processes behind.
     Leftovers,
+}
+
+/// What is known when SIGTERM's time has come, to name the cause.
+#[derive(Debug, Clone, Copy)]
+struct TermDue {
+    /// The worst lateness of the supervisor's timers lately.
+    worst_lateness: Duration,
+    /// Due only because the kill margin grew with that lateness.
+    early: bool,
+    /// An extension was due and has not moved the deadline: it failed or still waits.
+    extension_overdue: bool,
+    /// The lock is extended (no `--no-extend`).
+    extends: bool,
+}
+
+impl TermDue {
+    /// The cause, given the last extension failure. A starved host is the cause only
+    /// when no extension was due; otherwise the extensions are, the lateness added.
+    fn why(self, last_error: Option<String>) -> Why {
+        let busy = (self.worst_lateness >= STARVED).then_some(self.worst_lateness);
+        match last_error {
+            _ if busy.is_some() && self.early && !self.extension_overdue => {
+                Why::Starved(self.worst_lateness)
+            }
+            _ if !self.extends => Why::TimeLimit,
+            Some(e) => Why::AtRisk(e, busy),
+            None => Why::AtRisk("no extension completed in time".into(), busy),
+        }
+    }
 }
 
 /// A moment, and the lock's validity end as known then.
@@ -229,16 +259,14 @@ impl Supervision<'_> {
     fn why_term_is_due(&self, now: Instant) -> Why {
         let worst = self.lateness.worst(now);
         let plan = self.opts.plan;
-        // Due only because the margin grew with the measured lateness.
-        let early = plan.term_at(self.guard.deadline(), now, KILL_MARGIN) > now;
-        let last_error = self.keeping.last_error.clone();
-        match last_error {
-            _ if early && worst >= STARVED => Why::Starved(worst, last_error),
-            _ if !plan.extends() => Why::TimeLimit,
-            Some(e) => Why::AtRisk(e),
-            None if worst >= STARVED => Why::Starved(worst, None),
-            None => Why::AtRisk("no extension completed in time".into()),
-        }
+        let deadline = self.guard.deadline();
+        let due = TermDue {
+            worst_lateness: worst,
+            early: plan.term_at(deadline, now, KILL_MARGIN) > now,
+            extension_overdue: plan.extend_at(deadline, now).is_some_and(|at| at <= now),
+            extends: plan.extends(),
+        };
+        due.why(self.keeping.last_error.clone())
     }
 
     /// Records an extension's outcome.
@@ -440,19 +468,20 @@ fn finish(
                 "was about to expire: the program outlived --ttl {} with --no-extend",
                 display(opts.ttl)
             ),
-            Why::AtRisk(error) => format!(
+            Why::AtRisk(error, busy) => format!(
                 "could not be extended in time (last attempt: {error}), with {} of validity \
-                 left",
-                human(opts.plan.stop_budget())
+                 left{}",
+                human(opts.plan.stop_budget()),
+                busy.map(|worst| format!(
+                    " (quorum-lock's timers also ran up to {} late on this busy host)",
+                    human(worst)
+                ))
+                .unwrap_or_default()
             ),
-            Why::Starved(worst, failing) => format!(
+            Why::Starved(worst) => format!(
                 "had too little validity left to stop the program safely: quorum-lock's \
-                 timers ran up to {} late on this busy host{}",
-                human(*worst),
-                failing
-                    .as_ref()
-                    .map(|e| format!(", and it could not be extended (last attempt: {e})"))
-                    .unwrap_or_default()
+                 timers ran up to {} late on this busy host",
+                human(*worst)
             ),
             Why::Leftovers => String::new(),
         };
@@ -527,4 +556,58 @@ async fn sleep_until(at: Option<Instant>) {
 pub(crate) fn unwatched(tree: &ProcessTree, what: &str, e: &io::Error) -> Failure {
     tree.signal_all(Signal::SIGKILL);
     Failure::new(EX_OSERR, format!("cannot watch the program ({what}): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    fn due(lateness: u64, early: bool, extension_overdue: bool, extends: bool) -> TermDue {
+        TermDue {
+            worst_lateness: MS(lateness),
+            early,
+            extension_overdue,
+            extends,
+        }
+    }
+
+    #[test]
+    fn failing_extensions_are_the_cause_even_on_a_busy_host() {
+        let failed = Some("timed out".to_owned());
+        match due(60, true, true, true).why(failed) {
+            Why::AtRisk(e, Some(late)) => assert_eq!((e.as_str(), late), ("timed out", MS(60))),
+            other => panic!("{other:?}"),
+        }
+        match due(60, true, true, true).why(None) {
+            Why::AtRisk(e, Some(_)) => assert_eq!(e, "no extension completed in time"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            due(10, false, true, true).why(None),
+            Why::AtRisk(_, None)
+        ));
+    }
+
+    #[test]
+    fn a_busy_host_is_the_cause_when_no_extension_was_due() {
+        assert!(matches!(
+            due(60, true, false, true).why(None),
+            Why::Starved(late) if late == MS(60)
+        ));
+        assert!(matches!(
+            due(60, true, false, false).why(None),
+            Why::Starved(_)
+        ));
+        // Lateness below the threshold, or a stop due anyway, is not starvation.
+        assert!(matches!(
+            due(10, true, false, false).why(None),
+            Why::TimeLimit
+        ));
+        assert!(matches!(
+            due(60, false, false, false).why(None),
+            Why::TimeLimit
+        ));
+    }
 }
