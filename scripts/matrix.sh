@@ -18,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock election metrics faults cli doctor harness_selftest sentinel cluster})
+source scripts/test-binaries.sh
 # Per target, arguments for its test binary. The lock kinds' fault rows run once, in the
 # main suite: the matrix checks their scripts on every build through the semaphore and
 # rwlock targets (the election's through the election target), and the mutex's fault rows
@@ -25,15 +26,10 @@ TARGETS=(${QUORUM_LOCK_MATRIX_TARGETS:-core waiting safety semaphore rwlock elec
 # row: with a majority down nothing is granted whatever the build, and its control run
 # tests the checker, not the server. So do the Sentinel and Cluster failover rows: the
 # sentinel and cluster targets fail members over on every build.
-# The Sentinel, Cluster and CLI tests mostly wait (for failovers, gossip, processes):
-# four at a time halve their rows (37 s to 19 s for cluster, 40 s to 19 s for sentinel,
-# 59 s to 32 s for cli, on 2 cores).
 declare -A TARGET_ARGS=(
     [faults]="--skip nemesis_semaphore_holds_at_most_k --skip nemesis_rwlock_writers_exclude_everyone --skip nemesis_election_one_leader_at_a_time --skip nemesis_majority_faults_block_and_stay_safe --skip nemesis_sentinel_members_fail_over --skip nemesis_cluster_members_fail_over"
-    [sentinel]="--test-threads 4"
-    [cluster]="--test-threads 4"
-    [cli]="--test-threads 4"
 )
+for t in "${!THREADS_ARGS[@]}"; do TARGET_ARGS[$t]="${THREADS_ARGS[$t]}"; done
 # Targets that run on the mixed row only: their tests reach every build there (node i runs
 # build i mod 5), and what they add to the per-build targets is process and fault
 # handling (faults, cli: a minute or more a row), the metrics the client emits, or the
@@ -59,13 +55,7 @@ while read -r name path; do
 done < <(bash scripts/servers.sh)
 
 echo "matrix: building the test binaries once" >&2
-declare -A EXE=()
-while IFS= read -r line; do
-    name="$(sed -n 's/.*"target":{[^}]*"name":"\([^"]*\)".*/\1/p' <<<"$line")"
-    exe="$(sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' <<<"$line")"
-    [[ -n "$name" && -n "$exe" ]] && EXE[$name]="$exe"
-done < <(nice cargo test --all-features --no-run --message-format=json 2>/dev/null |
-    grep '"reason":"compiler-artifact"' | grep '"kind":\["test"\]')
+find_test_binaries
 for t in "${TARGETS[@]}"; do
     [[ -n "${EXE[$t]:-}" ]] || { echo "matrix.sh: no test binary for target $t" >&2; exit 2; }
 done
