@@ -299,12 +299,19 @@ fn shutdown_releases_what_is_held_and_stops_the_client() {
     drop(guard);
 }
 
-#[test]
-fn a_leader_is_elected_and_resigns() {
+/// Two candidates, each through a fencing client of its own, for a new election on nodes
+/// of its own (returned: they stop when dropped).
+fn two_candidates(prefix: &str) -> (Cluster, blocking::Election, blocking::Election) {
     let fresh = Cluster::start(3);
     let (a, b) = (fencing_client(&fresh), fencing_client(&fresh));
-    let name = unique("blocking-election");
-    let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
+    let name = unique(prefix);
+    let elections = (a.election(&name).unwrap(), b.election(&name).unwrap());
+    (fresh, elections.0, elections.1)
+}
+
+#[test]
+fn a_leader_is_elected_and_resigns() {
+    let (_fresh, ea, eb) = two_candidates("blocking-election");
     let term = ea.campaign("a", TTL).acquire().unwrap();
     match eb.leader().unwrap() {
         quorum_lock::Leader::Elected(t) => {
@@ -350,10 +357,7 @@ fn shows_value(leader: &quorum_lock::Leader, value: &str) -> bool {
 /// leader after the resignation. A term whose keys are gone proclaims nothing.
 #[test]
 fn observers_follow_a_proclaiming_leader_until_it_resigns() {
-    let fresh = Cluster::start(3);
-    let (a, b) = (fencing_client(&fresh), fencing_client(&fresh));
-    let name = unique("blocking-observed");
-    let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
+    let (fresh, ea, eb) = two_candidates("blocking-observed");
     let mut observer = eb.observe(Duration::from_millis(100)).unwrap();
     let mut term = ea.campaign("a", TTL).acquire().unwrap();
     until_shown(&mut observer, "a", |l| shows_value(l, "a"));
@@ -388,10 +392,7 @@ fn observers_follow_a_proclaiming_leader_until_it_resigns() {
 /// waiting candidate leads next with a higher epoch.
 #[test]
 fn a_scoped_term_runs_the_work_and_resigns() {
-    let fresh = Cluster::start(3);
-    let (a, b) = (fencing_client(&fresh), fencing_client(&fresh));
-    let name = unique("blocking-scoped-term");
-    let (ea, eb) = (a.election(&name).unwrap(), b.election(&name).unwrap());
+    let (_fresh, ea, eb) = two_candidates("blocking-scoped-term");
     let (epoch, next) = ea
         .campaign("a", TTL)
         .run(|ctx| {
