@@ -1101,11 +1101,47 @@ async fn a_waiter_moves_to_the_list_that_releases_pop() {
     second.release().await.unwrap();
 }
 
+/// Takes a lock of a fresh name (from `prefix`) with `take` until its keys, `keys_of(name)`,
+/// are all on every node: a majority is enough to hold, and a node whose `SET` timed out
+/// under load never gets its copy; such a try is dropped (released in the background) and
+/// another name taken, at most 10 times. Returns the name and the holder's guard.
+async fn held_on_every_node<G, Taken>(
+    cluster: &Cluster,
+    prefix: &str,
+    keys_of: impl Fn(&str) -> Vec<String>,
+    mut take: impl FnMut(String) -> Taken,
+) -> (String, G)
+where
+    Taken: std::future::Future<Output = G>,
+{
+    for _ in 0..10 {
+        let resource = unique(prefix);
+        let held = take(resource.clone()).await;
+        let keys = keys_of(&resource);
+        let everywhere = || {
+            (cluster.nodes.iter()).all(|node| {
+                let exists = redis::cmd("EXISTS").arg(&keys).clone();
+                exists.query::<usize>(&mut node.conn()).unwrap() == keys.len()
+            })
+        };
+        // A grant may still land after its majority answered: give it two seconds.
+        let start = Instant::now();
+        let mut on_every_node = everywhere();
+        while !on_every_node && start.elapsed() < Duration::from_secs(2) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            on_every_node = everywhere();
+        }
+        if on_every_node {
+            return (resource, held);
+        }
+    }
+    panic!("no lock of {prefix} on every node in 10 tries");
+}
+
 /// Queues on node 0 a waiter for `resource` that polls only every minute, deletes `lost`
-/// there (the holder's copy, once every one of those keys has arrived: a grant may land
-/// after its majority answered), runs `release`, and checks that the waiter is woken
-/// within 5 s and leaves the list (once node 0 applied its acquisition): only the wake-up
-/// makes it fast.
+/// there (the holder's copy, on every node: see [`held_on_every_node`]), runs `release`,
+/// and checks that the waiter is woken within 5 s and leaves the list (once node 0 applied
+/// its acquisition): only the wake-up makes it fast.
 async fn woken_where_the_copy_is_missing(
     cluster: &Cluster,
     resource: &str,
@@ -1117,15 +1153,6 @@ async fn woken_where_the_copy_is_missing(
     eventually(Duration::from_secs(10), "waiter queued on node 0", || {
         waiting_list(&cluster.nodes[0], resource).len() == 1
     })
-    .await;
-    eventually(
-        Duration::from_secs(10),
-        "the holder's copy on node 0",
-        || {
-            let exists = redis::cmd("EXISTS").arg(lost).clone();
-            exists.query::<usize>(&mut cluster.nodes[0].conn()).unwrap() == lost.len()
-        },
-    )
     .await;
     let deleted: usize = redis::cmd("DEL")
         .arg(lost)
@@ -1153,12 +1180,16 @@ async fn woken_where_the_copy_is_missing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_waiter_listed_where_its_key_is_missing() {
     let cluster = Cluster::start(3);
-    let resource = unique("missing-key");
     let holder = client(&cluster.urls());
-    let guard = holder
-        .lock(&resource, Duration::from_secs(30))
-        .await
-        .unwrap();
+    let lock = |resource: String| {
+        let holder = &holder;
+        async move {
+            let request = holder.lock(&resource, Duration::from_secs(30));
+            request.await.unwrap()
+        }
+    };
+    let (resource, guard) =
+        held_on_every_node(&cluster, "missing-key", |r| vec![r.to_owned()], lock).await;
     let release = async { drop(guard.release().await.unwrap()) };
     woken_where_the_copy_is_missing(
         &cluster,
@@ -1175,13 +1206,17 @@ async fn a_release_wakes_the_waiter_listed_where_its_key_is_missing() {
 #[tokio::test]
 async fn a_readers_release_wakes_the_waiter_listed_where_its_entry_is_missing() {
     let cluster = Cluster::start(3);
-    let resource = unique("missing-reader");
     let holder = client(&cluster.urls());
-    let reading = (holder.rwlock(&resource).unwrap())
-        .read(Duration::from_secs(30))
-        .await
-        .unwrap();
-    let lost = [format!("quorum-lock:readers:{resource}"), resource.clone()];
+    let read = |resource: String| {
+        let holder = &holder;
+        async move {
+            let rwlock = holder.rwlock(&resource).unwrap();
+            rwlock.read(Duration::from_secs(30)).await.unwrap()
+        }
+    };
+    let keys_of = |r: &str| vec![format!("quorum-lock:readers:{r}"), r.to_owned()];
+    let (resource, reading) = held_on_every_node(&cluster, "missing-reader", keys_of, read).await;
+    let lost = keys_of(&resource);
     let release = async { drop(reading.release().await.unwrap()) };
     woken_where_the_copy_is_missing(&cluster, &resource, &lost, release).await;
 }
